@@ -1,0 +1,303 @@
+/* Backend-neutral communicator front end: argument checks done once for
+ * every backend, then dispatch through the backend's ops table. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+
+static int initialized;
+static int we_initialized_mpi;
+static tpdp_comm *world;
+
+const char *tpdp_reduce_op_name(tpdp_reduce_op op) {
+  static const char *const names[] = {"sum", "avg", "max", "min"};
+  if ((int)op < 0 || op >= TPDP_OP_COUNT) return "?";
+  return names[op];
+}
+
+const char *tpdp_coll_name(tpdp_coll_kind kind) {
+  static const char *const names[] = {"allreduce", "allgather",
+                                      "reduce_scatter", "broadcast",
+                                      "alltoall", "barrier"};
+  if ((int)kind < 0 || kind > TPDP_COLL_BARRIER) return "?";
+  return names[kind];
+}
+
+tpdp_status tpdp_init(int *argc, char ***argv) {
+  if (initialized) return TPDP_SUCCESS;
+  CHECK(tpdp_mpi_backend_init(argc, argv, &we_initialized_mpi));
+  tpdp_status st = tpdp_mpi_comm_world(&world);
+  if (st != TPDP_SUCCESS) return st;
+  tpdp_log_set_rank(world->rank);
+  initialized = 1;
+  TPDP_INFO("initialised: %d ranks, tpdp %d", world->size, TPDP_VERSION);
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_finalize(void) {
+  if (!initialized) return TPDP_SUCCESS;
+  tpdp_status st = tpdp_comm_destroy(world);
+  world = NULL;
+  initialized = 0;
+  tpdp_status st2 = tpdp_mpi_backend_finalize(we_initialized_mpi);
+  return st != TPDP_SUCCESS ? st : st2;
+}
+
+int tpdp_is_initialized(void) { return initialized; }
+
+tpdp_status tpdp_comm_world(tpdp_comm **out) {
+  CHECK_PTR(out);
+  if (!initialized)
+    return TPDP_ERR(TPDP_ERR_NOT_INITIALIZED,
+                    "call tpdp_init before asking for the world communicator");
+  *out = world;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
+                            const char *name, tpdp_comm **out) {
+  tpdp_comm *c = NULL;
+  CHECK(TPDP_CALLOC(c, 1));
+  c->ops = ops;
+  c->rank = rank;
+  c->size = size;
+  snprintf(c->name, sizeof c->name, "%s", name ? name : "comm");
+  *out = c;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_comm_destroy(tpdp_comm *comm) {
+  if (comm == NULL) return TPDP_SUCCESS;
+  tpdp_status st = comm->ops->destroy(comm);
+  free(comm);
+  return st;
+}
+
+int tpdp_comm_rank(const tpdp_comm *comm) { return comm ? comm->rank : -1; }
+int tpdp_comm_size(const tpdp_comm *comm) { return comm ? comm->size : 0; }
+const char *tpdp_comm_name(const tpdp_comm *comm) {
+  return comm ? comm->name : "(null)";
+}
+const char *tpdp_comm_backend(const tpdp_comm *comm) {
+  return comm ? comm->ops->backend : "(null)";
+}
+tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm) {
+  return comm ? comm->ops->device_type : TPDP_DEVICE_CPU;
+}
+
+tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
+                            tpdp_comm **out) {
+  CHECK_PTR(comm);
+  CHECK_PTR(out);
+  *out = NULL;
+  return comm->ops->split(comm, color, key, out);
+}
+
+/* ------------------------------------------------------------ work */
+
+tpdp_status tpdp_work_wait(tpdp_work *work) {
+  if (work == NULL) return TPDP_SUCCESS;
+  tpdp_status st = work->wait(work);
+  if (work->release) work->release(work);
+  free(work);
+  return st;
+}
+
+tpdp_status tpdp_work_test(tpdp_work *work, int *done) {
+  CHECK_PTR(work);
+  CHECK_PTR(done);
+  return work->test(work, done);
+}
+
+tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream) {
+  if (work == NULL) return TPDP_SUCCESS;
+  if (work->wait_stream == NULL) return tpdp_work_wait(work);
+  tpdp_status st = work->wait_stream(work, stream);
+  if (work->release) work->release(work);
+  free(work);
+  return st;
+}
+
+/* ------------------------------------------------------------ checks */
+
+static tpdp_status check_tensor(const tpdp_comm *comm, const tpdp_tensor *t,
+                                const char *role, tpdp_coll_kind kind) {
+  const char *what = tpdp_coll_name(kind);
+  if (tpdp_dtype_size(t->dtype) == 0)
+    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, what,
+                          "%s buffer has invalid dtype %d on %s", role,
+                          (int)t->dtype, comm->name);
+  if (!tpdp_tensor_is_contiguous(t))
+    return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, what,
+                          "%s buffer is not contiguous (%s, rank %d)", role,
+                          comm->name, comm->rank);
+  if (t->data == NULL && tpdp_tensor_numel(t) > 0)
+    return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
+                          "%s buffer has NULL data and %lld elements (%s)",
+                          role, (long long)tpdp_tensor_numel(t), comm->name);
+  if (t->device.type != comm->ops->device_type ||
+      (t->device.type == TPDP_DEVICE_CUDA &&
+       t->device.index != comm->device_index)) {
+    char dev[32];
+    tpdp_device_format(t->device, dev, sizeof dev);
+    return tpdp_set_error(
+        TPDP_ERR_DEVICE_MISMATCH, what,
+        "%s buffer is on %s but communicator %s (%s backend) moves %s memory",
+        role, dev, comm->name, comm->ops->backend,
+        comm->ops->device_type == TPDP_DEVICE_CPU ? "host" : "device");
+  }
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status count_error(const tpdp_comm *comm, tpdp_coll_kind kind,
+                               const char *rule, long long send_n,
+                               long long recv_n) {
+  return tpdp_set_error(TPDP_ERR_SHAPE_MISMATCH, tpdp_coll_name(kind),
+                        "%s: send has %lld elements, recv %lld, comm %s has "
+                        "%d ranks (rank %d)",
+                        rule, send_n, recv_n, comm->name, comm->size,
+                        comm->rank);
+}
+
+static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
+                                  tpdp_work **work) {
+  const char *what = tpdp_coll_name(args->kind);
+  if (comm == NULL)
+    return tpdp_set_error(TPDP_ERR_NULL_POINTER, what, "communicator is NULL");
+  if (work == NULL)
+    return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
+                          "work handle pointer is NULL");
+  *work = NULL;
+  if (args->kind != TPDP_COLL_BARRIER) {
+    if (args->recv == NULL)
+      return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
+                            "recv tensor is NULL (%s)", comm->name);
+    int send_needed = args->kind != TPDP_COLL_BROADCAST ||
+                      comm->rank == args->root;
+    if (args->send == NULL && args->kind != TPDP_COLL_BROADCAST)
+      return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
+                            "send tensor is NULL (%s)", comm->name);
+    CHECK(check_tensor(comm, args->recv, "recv", args->kind));
+    if (args->send != NULL && send_needed) {
+      CHECK(check_tensor(comm, args->send, "send", args->kind));
+      if (args->send->dtype != args->recv->dtype)
+        return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, what,
+                              "send dtype %s != recv dtype %s (%s, rank %d)",
+                              tpdp_dtype_name(args->send->dtype),
+                              tpdp_dtype_name(args->recv->dtype), comm->name,
+                              comm->rank);
+    }
+  }
+  if ((args->kind == TPDP_COLL_ALLREDUCE ||
+       args->kind == TPDP_COLL_REDUCE_SCATTER) &&
+      ((int)args->op < 0 || args->op >= TPDP_OP_COUNT))
+    return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, what,
+                          "invalid reduce op %d", (int)args->op);
+  long long s = args->send ? (long long)tpdp_tensor_numel(args->send) : 0;
+  long long r = args->recv ? (long long)tpdp_tensor_numel(args->recv) : 0;
+  long long p = comm->size;
+  switch (args->kind) {
+    case TPDP_COLL_ALLREDUCE:
+      if (s != r) return count_error(comm, args->kind, "numel(send) must equal numel(recv)", s, r);
+      break;
+    case TPDP_COLL_ALLGATHER:
+      if (r != s * p) return count_error(comm, args->kind, "numel(recv) must be size * numel(send)", s, r);
+      break;
+    case TPDP_COLL_REDUCE_SCATTER:
+      if (s != r * p) return count_error(comm, args->kind, "numel(send) must be size * numel(recv)", s, r);
+      break;
+    case TPDP_COLL_ALLTOALL:
+      if (s != r || s % p != 0) return count_error(comm, args->kind, "numel(send) must equal numel(recv) and divide by size", s, r);
+      break;
+    case TPDP_COLL_BROADCAST:
+      if (args->root < 0 || args->root >= comm->size)
+        return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, what,
+                              "root %d outside [0, %d) of %s", args->root,
+                              comm->size, comm->name);
+      if (comm->rank == args->root && args->send != NULL && s != r)
+        return count_error(comm, args->kind, "numel(send) must equal numel(recv) on the root", s, r);
+      break;
+    case TPDP_COLL_BARRIER:
+      break;
+  }
+  return comm->ops->collective(comm, args, work);
+}
+
+static tpdp_status run_blocking(tpdp_comm *comm, tpdp_coll_args *args) {
+  tpdp_work *work = NULL;
+  args->blocking = 1;
+  CHECK(run_collective(comm, args, &work));
+  return tpdp_work_wait(work);
+}
+
+#define COLL_ARGS(kind_, send_, recv_, op_, root_) \
+  tpdp_coll_args args = {(kind_), (send_), (recv_), (op_), (root_), 0}
+
+tpdp_status tpdp_allreduce(tpdp_comm *comm, const tpdp_tensor *send,
+                           tpdp_tensor *recv, tpdp_reduce_op op) {
+  COLL_ARGS(TPDP_COLL_ALLREDUCE, send, recv, op, 0);
+  return run_blocking(comm, &args);
+}
+tpdp_status tpdp_allreduce_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                 tpdp_tensor *recv, tpdp_reduce_op op,
+                                 tpdp_work **work) {
+  COLL_ARGS(TPDP_COLL_ALLREDUCE, send, recv, op, 0);
+  return run_collective(comm, &args, work);
+}
+
+tpdp_status tpdp_allgather(tpdp_comm *comm, const tpdp_tensor *send,
+                           tpdp_tensor *recv) {
+  COLL_ARGS(TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0);
+  return run_blocking(comm, &args);
+}
+tpdp_status tpdp_allgather_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                 tpdp_tensor *recv, tpdp_work **work) {
+  COLL_ARGS(TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0);
+  return run_collective(comm, &args, work);
+}
+
+tpdp_status tpdp_reduce_scatter(tpdp_comm *comm, const tpdp_tensor *send,
+                                tpdp_tensor *recv, tpdp_reduce_op op) {
+  COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);
+  return run_blocking(comm, &args);
+}
+tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm,
+                                      const tpdp_tensor *send,
+                                      tpdp_tensor *recv, tpdp_reduce_op op,
+                                      tpdp_work **work) {
+  COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);
+  return run_collective(comm, &args, work);
+}
+
+tpdp_status tpdp_broadcast(tpdp_comm *comm, const tpdp_tensor *send,
+                           tpdp_tensor *recv, int root) {
+  COLL_ARGS(TPDP_COLL_BROADCAST, send, recv, TPDP_OP_SUM, root);
+  return run_blocking(comm, &args);
+}
+tpdp_status tpdp_broadcast_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                 tpdp_tensor *recv, int root,
+                                 tpdp_work **work) {
+  COLL_ARGS(TPDP_COLL_BROADCAST, send, recv, TPDP_OP_SUM, root);
+  return run_collective(comm, &args, work);
+}
+
+tpdp_status tpdp_alltoall(tpdp_comm *comm, const tpdp_tensor *send,
+                          tpdp_tensor *recv) {
+  COLL_ARGS(TPDP_COLL_ALLTOALL, send, recv, TPDP_OP_SUM, 0);
+  return run_blocking(comm, &args);
+}
+tpdp_status tpdp_alltoall_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                tpdp_tensor *recv, tpdp_work **work) {
+  COLL_ARGS(TPDP_COLL_ALLTOALL, send, recv, TPDP_OP_SUM, 0);
+  return run_collective(comm, &args, work);
+}
+
+tpdp_status tpdp_barrier(tpdp_comm *comm) {
+  COLL_ARGS(TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0);
+  return run_blocking(comm, &args);
+}
+tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work) {
+  COLL_ARGS(TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0);
+  return run_collective(comm, &args, work);
+}

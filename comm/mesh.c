@@ -1,0 +1,287 @@
+/* N-D device mesh: row-major rank layout, named dims, one
+ * sub-communicator per dim. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_internal.h"
+
+#define MESH_NAME_MAX 32
+
+struct tpdp_mesh {
+  int ndim;
+  int64_t sizes[TPDP_MAX_DIMS];
+  char names[TPDP_MAX_DIMS][MESH_NAME_MAX];
+  int64_t size;
+  tpdp_comm *parent;                 /* NULL for layout-only meshes */
+  tpdp_comm *dim_comms[TPDP_MAX_DIMS];
+  int rank;
+};
+
+tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
+                            int64_t sizes[TPDP_MAX_DIMS],
+                            const char *names[TPDP_MAX_DIMS]) {
+  CHECK_PTR(text);
+  CHECK_PTR(storage);
+  CHECK_PTR(ndim);
+  CHECK_PTR(sizes);
+  CHECK_PTR(names);
+  strcpy(storage, text);
+  int n = 0;
+  char *p = storage;
+  if (*p == '\0')
+    return TPDP_ERR(TPDP_ERR_PARSE, "empty mesh spec (expected e.g. dp=2,tp=2)");
+  while (1) {
+    char *item = p;
+    char *comma = strchr(p, ',');
+    if (comma) *comma = '\0';
+    char *eq = strchr(item, '=');
+    if (eq == NULL)
+      return TPDP_ERR(TPDP_ERR_PARSE,
+                      "mesh spec '%s': item '%s' is not NAME=SIZE", text, item);
+    *eq = '\0';
+    if (item[0] == '\0')
+      return TPDP_ERR(TPDP_ERR_EMPTY_NAME,
+                      "mesh spec '%s': dim %d has an empty name", text, n);
+    if (n >= TPDP_MAX_DIMS)
+      return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
+                      "mesh spec '%s' has more than %d dims", text,
+                      TPDP_MAX_DIMS);
+    char *end = NULL;
+    long long v = strtoll(eq + 1, &end, 10);
+    if (end == eq + 1 || *end != '\0')
+      return TPDP_ERR(TPDP_ERR_PARSE,
+                      "mesh spec '%s': size of dim '%s' is not an integer",
+                      text, item);
+    if (v <= 0)
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "mesh spec '%s': dim '%s' has size %lld (must be > 0)",
+                      text, item, v);
+    for (int i = 0; i < n; i++)
+      if (strcmp(names[i], item) == 0)
+        return TPDP_ERR(TPDP_ERR_DUPLICATE,
+                        "mesh spec '%s': dim name '%s' appears twice", text,
+                        item);
+    names[n] = item;
+    sizes[n] = v;
+    n++;
+    if (comma == NULL) break;
+    p = comma + 1;
+  }
+  *ndim = n;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status validate_dims(int ndim, const int64_t *sizes,
+                                 const char *const *names) {
+  if (ndim < 1)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "mesh needs at least 1 dim, got %d",
+                    ndim);
+  if (ndim > TPDP_MAX_DIMS)
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "mesh has %d dims; at most %d",
+                    ndim, TPDP_MAX_DIMS);
+  for (int i = 0; i < ndim; i++) {
+    const char *nm = names ? names[i] : NULL;
+    if (sizes[i] <= 0)
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "mesh dim %d ('%s') has size %lld (must be > 0)", i,
+                      nm ? nm : "?", (long long)sizes[i]);
+    if (names == NULL) continue;
+    if (nm == NULL)
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER, "mesh dim %d name is NULL", i);
+    if (nm[0] == '\0')
+      return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "mesh dim %d has an empty name", i);
+    if (strlen(nm) >= MESH_NAME_MAX)
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "mesh dim %d name '%s' is longer than %d chars", i, nm,
+                      MESH_NAME_MAX - 1);
+    for (int j = 0; j < i; j++)
+      if (strcmp(names[j], nm) == 0)
+        return TPDP_ERR(TPDP_ERR_DUPLICATE,
+                        "mesh dim name '%s' used by dims %d and %d", nm, j, i);
+  }
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
+                             const char *const *names, tpdp_mesh **out) {
+  CHECK_PTR(sizes);
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK(validate_dims(ndim, sizes, names));
+  int64_t total = 1;
+  for (int i = 0; i < ndim; i++) total *= sizes[i];
+  if (comm != NULL && total != comm->size) {
+    char shape[128];
+    tpdp_shape_format(ndim, sizes, shape, sizeof shape);
+    return TPDP_ERR(TPDP_ERR_MESH_SIZE,
+                    "mesh %s has %lld ranks but communicator %s has %d "
+                    "(rank %d)",
+                    shape, (long long)total, comm->name, comm->size,
+                    comm->rank);
+  }
+  tpdp_mesh *m = NULL;
+  tpdp_status st = TPDP_SUCCESS;
+  CHECK(TPDP_CALLOC(m, 1));
+  m->ndim = ndim;
+  m->size = total;
+  m->parent = comm;
+  m->rank = comm ? comm->rank : -1;
+  for (int i = 0; i < ndim; i++) {
+    m->sizes[i] = sizes[i];
+    if (names)
+      snprintf(m->names[i], MESH_NAME_MAX, "%s", names[i]);
+    else
+      snprintf(m->names[i], MESH_NAME_MAX, "d%d", i);
+  }
+  if (comm != NULL) {
+    int64_t coords[TPDP_MAX_DIMS];
+    CHECK_GOTO(tpdp_mesh_coords(m, comm->rank, coords), st, fail);
+    for (int d = 0; d < ndim; d++) {
+      /* Color: this rank's index with coordinate d zeroed, so ranks that
+       * differ only in d share it; key: the coordinate along d. */
+      int64_t c0[TPDP_MAX_DIMS];
+      memcpy(c0, coords, sizeof c0);
+      c0[d] = 0;
+      int color = 0;
+      CHECK_GOTO(tpdp_mesh_rank_of(m, c0, &color), st, fail);
+      CHECK_GOTO(tpdp_comm_split(comm, color, (int)coords[d], &m->dim_comms[d]),
+                 st, fail);
+      snprintf(m->dim_comms[d]->name, sizeof m->dim_comms[d]->name,
+               "mesh.%s", m->names[d]);
+    }
+  }
+  *out = m;
+  return TPDP_SUCCESS;
+fail:
+  tpdp_mesh_destroy(m);
+  return st;
+}
+
+tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
+                                         tpdp_mesh **out) {
+  CHECK_PTR(text);
+  CHECK_PTR(out);
+  char *storage = malloc(strlen(text) + 1);
+  if (storage == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "parsing mesh spec");
+  int ndim = 0;
+  int64_t sizes[TPDP_MAX_DIMS];
+  const char *names[TPDP_MAX_DIMS];
+  tpdp_status st = tpdp_mesh_parse(text, storage, &ndim, sizes, names);
+  if (st == TPDP_SUCCESS) st = tpdp_mesh_create(comm, ndim, sizes, names, out);
+  free(storage);
+  return st;
+}
+
+void tpdp_mesh_destroy(tpdp_mesh *mesh) {
+  if (mesh == NULL) return;
+  for (int d = 0; d < mesh->ndim; d++) tpdp_comm_destroy(mesh->dim_comms[d]);
+  free(mesh);
+}
+
+int tpdp_mesh_ndim(const tpdp_mesh *mesh) { return mesh ? mesh->ndim : 0; }
+int64_t tpdp_mesh_size(const tpdp_mesh *mesh) { return mesh ? mesh->size : 0; }
+int64_t tpdp_mesh_dim_size(const tpdp_mesh *mesh, int dim) {
+  if (mesh == NULL || dim < 0 || dim >= mesh->ndim) return 0;
+  return mesh->sizes[dim];
+}
+const char *tpdp_mesh_dim_name(const tpdp_mesh *mesh, int dim) {
+  if (mesh == NULL || dim < 0 || dim >= mesh->ndim) return "?";
+  return mesh->names[dim];
+}
+int tpdp_mesh_dim_index(const tpdp_mesh *mesh, const char *name) {
+  if (mesh == NULL || name == NULL) return -1;
+  for (int d = 0; d < mesh->ndim; d++)
+    if (strcmp(mesh->names[d], name) == 0) return d;
+  return -1;
+}
+int tpdp_mesh_rank(const tpdp_mesh *mesh) { return mesh ? mesh->rank : -1; }
+tpdp_comm *tpdp_mesh_comm(const tpdp_mesh *mesh) {
+  return mesh ? mesh->parent : NULL;
+}
+
+int tpdp_mesh_equal(const tpdp_mesh *a, const tpdp_mesh *b) {
+  if (a == b) return 1;
+  if (a == NULL || b == NULL || a->ndim != b->ndim || a->parent != b->parent)
+    return 0;
+  for (int d = 0; d < a->ndim; d++)
+    if (a->sizes[d] != b->sizes[d] || strcmp(a->names[d], b->names[d]) != 0)
+      return 0;
+  return 1;
+}
+
+tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank,
+                             int64_t *coords) {
+  CHECK_PTR(mesh);
+  CHECK_PTR(coords);
+  if (rank < 0 || rank >= mesh->size)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "rank %d outside [0, %lld) of the mesh", rank,
+                    (long long)mesh->size);
+  int64_t r = rank;
+  for (int d = mesh->ndim - 1; d >= 0; d--) {
+    coords[d] = r % mesh->sizes[d];
+    r /= mesh->sizes[d];
+  }
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
+                              int *rank) {
+  CHECK_PTR(mesh);
+  CHECK_PTR(coords);
+  CHECK_PTR(rank);
+  int64_t r = 0;
+  for (int d = 0; d < mesh->ndim; d++) {
+    if (coords[d] < 0 || coords[d] >= mesh->sizes[d])
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "coordinate %lld outside [0, %lld) of dim '%s'",
+                      (long long)coords[d], (long long)mesh->sizes[d],
+                      mesh->names[d]);
+    r = r * mesh->sizes[d] + coords[d];
+  }
+  *rank = (int)r;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
+                                  int *ranks) {
+  CHECK_PTR(mesh);
+  CHECK_PTR(ranks);
+  if (dim < 0 || dim >= mesh->ndim)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
+                    mesh->ndim);
+  int64_t coords[TPDP_MAX_DIMS];
+  CHECK(tpdp_mesh_coords(mesh, rank, coords));
+  for (int64_t i = 0; i < mesh->sizes[dim]; i++) {
+    coords[dim] = i;
+    CHECK(tpdp_mesh_rank_of(mesh, coords, &ranks[i]));
+  }
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
+                               tpdp_comm **out) {
+  CHECK_PTR(mesh);
+  CHECK_PTR(out);
+  if (dim < 0 || dim >= mesh->ndim)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
+                    mesh->ndim);
+  if (mesh->parent == NULL)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "mesh is layout-only (created without a communicator)");
+  *out = mesh->dim_comms[dim];
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh,
+                                       const char *name, tpdp_comm **out) {
+  CHECK_PTR(mesh);
+  CHECK_PTR(name);
+  int d = tpdp_mesh_dim_index(mesh, name);
+  if (d < 0)
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "mesh has no dim named '%s'", name);
+  return tpdp_mesh_dim_comm(mesh, d, out);
+}

@@ -1,0 +1,352 @@
+/* Tensor views: shape helpers, narrow, copy, DLPack interop, f16/bf16. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/check.h"
+
+static const size_t dtype_sizes[TPDP_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1};
+static const char *const dtype_names[TPDP_DTYPE_COUNT] = {
+    "f32", "f64", "f16", "bf16", "i32", "i64", "u8"};
+
+size_t tpdp_dtype_size(tpdp_dtype dtype) {
+  if ((int)dtype < 0 || dtype >= TPDP_DTYPE_COUNT) return 0;
+  return dtype_sizes[dtype];
+}
+
+const char *tpdp_dtype_name(tpdp_dtype dtype) {
+  if ((int)dtype < 0 || dtype >= TPDP_DTYPE_COUNT) return "?";
+  return dtype_names[dtype];
+}
+
+tpdp_status tpdp_dtype_parse(const char *name, tpdp_dtype *out) {
+  CHECK_PTR(name);
+  CHECK_PTR(out);
+  for (int i = 0; i < TPDP_DTYPE_COUNT; i++) {
+    if (strcmp(name, dtype_names[i]) == 0) {
+      *out = (tpdp_dtype)i;
+      return TPDP_SUCCESS;
+    }
+  }
+  return TPDP_ERR(TPDP_ERR_PARSE,
+                  "unknown dtype '%s' (expected f32 f64 f16 bf16 i32 i64 u8)",
+                  name);
+}
+
+int tpdp_dtype_is_float(tpdp_dtype dtype) {
+  return dtype == TPDP_F32 || dtype == TPDP_F64 || dtype == TPDP_F16 ||
+         dtype == TPDP_BF16;
+}
+
+void tpdp_device_format(tpdp_device device, char *buf, size_t len) {
+  if (len == 0) return;
+  if (device.type == TPDP_DEVICE_CPU)
+    snprintf(buf, len, "cpu");
+  else
+    snprintf(buf, len, "cuda:%d", device.index);
+}
+
+int tpdp_device_equal(tpdp_device a, tpdp_device b) {
+  if (a.type != b.type) return 0;
+  return a.type == TPDP_DEVICE_CPU || a.index == b.index;
+}
+
+tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data, tpdp_dtype dtype,
+                             tpdp_device device, int ndim,
+                             const int64_t *shape) {
+  CHECK_PTR(out);
+  if (ndim < 0 || ndim > TPDP_MAX_DIMS)
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "ndim %d outside [0, %d]", ndim,
+                    TPDP_MAX_DIMS);
+  if (ndim > 0 && shape == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument 'shape' is NULL");
+  if (tpdp_dtype_size(dtype) == 0)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)dtype);
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0)
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "shape[%d] = %lld is negative",
+                      i, (long long)shape[i]);
+  }
+  tpdp_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.ndim = ndim;
+  int64_t stride = 1;
+  for (int i = ndim - 1; i >= 0; i--) {
+    t.shape[i] = shape[i];
+    t.strides[i] = stride;
+    stride *= shape[i] > 0 ? shape[i] : 1;
+  }
+  *out = t;
+  return TPDP_SUCCESS;
+}
+
+tpdp_tensor tpdp_tensor_1d(void *data, tpdp_dtype dtype, int64_t count) {
+  tpdp_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.device.type = TPDP_DEVICE_CPU;
+  t.ndim = 1;
+  t.shape[0] = count;
+  t.strides[0] = 1;
+  return t;
+}
+
+int64_t tpdp_tensor_numel(const tpdp_tensor *t) {
+  if (t == NULL) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+  return n;
+}
+
+size_t tpdp_tensor_nbytes(const tpdp_tensor *t) {
+  if (t == NULL) return 0;
+  return (size_t)tpdp_tensor_numel(t) * tpdp_dtype_size(t->dtype);
+}
+
+int tpdp_tensor_is_contiguous(const tpdp_tensor *t) {
+  if (t == NULL) return 0;
+  if (tpdp_tensor_numel(t) == 0) return 1;
+  int64_t expected = 1;
+  for (int i = t->ndim - 1; i >= 0; i--) {
+    if (t->shape[i] != 1 && t->strides[i] != expected) return 0;
+    expected *= t->shape[i];
+  }
+  return 1;
+}
+
+int tpdp_tensor_same_shape(const tpdp_tensor *a, const tpdp_tensor *b) {
+  if (a == NULL || b == NULL || a->ndim != b->ndim) return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return 0;
+  return 1;
+}
+
+void tpdp_shape_format(int ndim, const int64_t *shape, char *buf, size_t len) {
+  if (len == 0) return;
+  size_t used = 0;
+  buf[0] = '\0';
+  int n = snprintf(buf, len, "[");
+  if (n > 0) used = (size_t)n;
+  for (int i = 0; i < ndim && used < len; i++) {
+    n = snprintf(buf + used, len - used, i ? ", %lld" : "%lld",
+                 (long long)shape[i]);
+    if (n < 0) return;
+    used += (size_t)n;
+  }
+  if (used < len) snprintf(buf + used, len - used, "]");
+}
+
+tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim, int64_t start,
+                               int64_t length, tpdp_tensor *out) {
+  CHECK_PTR(t);
+  CHECK_PTR(out);
+  if (dim < 0 || dim >= t->ndim)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "dim %d outside [0, %d) of a %d-d tensor", dim, t->ndim,
+                    t->ndim);
+  if (start < 0 || length < 0 || start + length > t->shape[dim])
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "range [%lld, %lld) outside [0, %lld] of dim %d",
+                    (long long)start, (long long)(start + length),
+                    (long long)t->shape[dim], dim);
+  tpdp_tensor v = *t;
+  v.shape[dim] = length;
+  if (t->data != NULL)
+    v.data = (char *)t->data +
+             (size_t)(start * t->strides[dim]) * tpdp_dtype_size(t->dtype);
+  *out = v;
+  return TPDP_SUCCESS;
+}
+
+/* Recursive strided copy; the innermost dim is a memcpy when both sides are
+ * unit-stride there. */
+static void copy_rec(char *dst, const char *src, const tpdp_tensor *d,
+                     const tpdp_tensor *s, int dim, size_t es) {
+  if (dim == d->ndim) {
+    memcpy(dst, src, es);
+    return;
+  }
+  int64_t n = d->shape[dim];
+  if (dim == d->ndim - 1 && d->strides[dim] == 1 && s->strides[dim] == 1) {
+    memcpy(dst, src, (size_t)n * es);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++)
+    copy_rec(dst + (size_t)(i * d->strides[dim]) * es,
+             src + (size_t)(i * s->strides[dim]) * es, d, s, dim + 1, es);
+}
+
+tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
+  CHECK_PTR(dst);
+  CHECK_PTR(src);
+  if (!tpdp_tensor_same_shape(dst, src)) {
+    char a[128], b[128];
+    tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
+    tpdp_shape_format(src->ndim, src->shape, b, sizeof b);
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH, "dst shape %s != src shape %s",
+                    a, b);
+  }
+  if (dst->dtype != src->dtype)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "dst dtype %s != src dtype %s",
+                    tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
+  if (dst->device.type != TPDP_DEVICE_CPU ||
+      src->device.type != TPDP_DEVICE_CPU)
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "tpdp_tensor_copy copies host memory only");
+  if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
+  size_t es = tpdp_dtype_size(dst->dtype);
+  if (tpdp_tensor_is_contiguous(dst) && tpdp_tensor_is_contiguous(src)) {
+    memmove(dst->data, src->data, tpdp_tensor_nbytes(dst));
+    return TPDP_SUCCESS;
+  }
+  copy_rec((char *)dst->data, (const char *)src->data, dst, src, 0, es);
+  return TPDP_SUCCESS;
+}
+
+/* ----------------------------------------------------------- DLPack */
+
+tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
+  CHECK_PTR(t);
+  CHECK_PTR(out);
+  static const struct { uint8_t code, bits; } map[TPDP_DTYPE_COUNT] = {
+      {kDLFloat, 32}, {kDLFloat, 64}, {kDLFloat, 16}, {kDLBfloat, 16},
+      {kDLInt, 32},   {kDLInt, 64},   {kDLUInt, 8}};
+  if (tpdp_dtype_size(t->dtype) == 0)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)t->dtype);
+  memset(out, 0, sizeof *out);
+  out->data = t->data;
+  out->device.device_type =
+      t->device.type == TPDP_DEVICE_CUDA ? kDLCUDA : kDLCPU;
+  out->device.device_id = t->device.type == TPDP_DEVICE_CUDA ? t->device.index : 0;
+  out->ndim = t->ndim;
+  out->dtype.code = map[t->dtype].code;
+  out->dtype.bits = map[t->dtype].bits;
+  out->dtype.lanes = 1;
+  /* DLTensor's fields are non-const; the view promises not to write. */
+  out->shape = (int64_t *)t->shape;
+  out->strides = (int64_t *)t->strides;
+  out->byte_offset = 0;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
+  CHECK_PTR(in);
+  CHECK_PTR(out);
+  tpdp_dtype dtype;
+  int bits = in->dtype.bits;
+  if (in->dtype.lanes != 1)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "DLPack dtype has %d lanes; "
+                    "tpdp takes 1", in->dtype.lanes);
+  if (in->dtype.code == kDLFloat && bits == 32) dtype = TPDP_F32;
+  else if (in->dtype.code == kDLFloat && bits == 64) dtype = TPDP_F64;
+  else if (in->dtype.code == kDLFloat && bits == 16) dtype = TPDP_F16;
+  else if (in->dtype.code == kDLBfloat && bits == 16) dtype = TPDP_BF16;
+  else if (in->dtype.code == kDLInt && bits == 32) dtype = TPDP_I32;
+  else if (in->dtype.code == kDLInt && bits == 64) dtype = TPDP_I64;
+  else if (in->dtype.code == kDLUInt && bits == 8) dtype = TPDP_U8;
+  else
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "DLPack dtype code %d bits %d has no tpdp dtype",
+                    in->dtype.code, bits);
+  tpdp_device device = {TPDP_DEVICE_CPU, 0};
+  if (in->device.device_type == kDLCUDA) {
+    device.type = TPDP_DEVICE_CUDA;
+    device.index = in->device.device_id;
+  } else if (in->device.device_type != kDLCPU) {
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "DLPack device type %d is not cpu or cuda",
+                    (int)in->device.device_type);
+  }
+  if (in->ndim < 0 || in->ndim > TPDP_MAX_DIMS)
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "DLPack ndim %d outside [0, %d]",
+                    in->ndim, TPDP_MAX_DIMS);
+  if (in->ndim > 0 && in->shape == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "DLPack shape is NULL");
+  size_t es = tpdp_dtype_size(dtype);
+  if (in->byte_offset % es != 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "DLPack byte_offset %llu is not a multiple of %zu",
+                    (unsigned long long)in->byte_offset, es);
+  tpdp_tensor t;
+  void *data = in->data ? (char *)in->data + in->byte_offset : NULL;
+  CHECK(tpdp_tensor_init(&t, data, dtype, device, in->ndim, in->shape));
+  if (in->strides != NULL)
+    for (int i = 0; i < in->ndim; i++) t.strides[i] = in->strides[i];
+  *out = t;
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------- half precision */
+
+float tpdp_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else { /* subnormal: normalise */
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        exp--;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t tpdp_f32_to_f16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t exp = (x >> 23) & 0xffu;
+  uint32_t mant = x & 0x7fffffu;
+  if (exp == 0xff) /* inf or nan (keep a quiet nan) */
+    return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+  int e = (int)exp - 127 + 15;
+  if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u); /* overflow -> inf */
+  if (e <= 0) {                                     /* subnormal or zero */
+    if (e < -10) return (uint16_t)sign;
+    mant |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) half++;
+    return (uint16_t)(sign | half);
+  }
+  uint32_t half = sign | ((uint32_t)e << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
+  return (uint16_t)half; /* a carry into the exponent rounds up correctly */
+}
+
+float tpdp_bf16_to_f32(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+uint16_t tpdp_f32_to_bf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: keep it quiet */
+    return (uint16_t)((x >> 16) | 0x40u);
+  uint32_t lsb = (x >> 16) & 1u;
+  x += 0x7fffu + lsb;
+  return (uint16_t)(x >> 16);
+}

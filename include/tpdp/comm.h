@@ -1,0 +1,219 @@
+/*
+ * tpdp comm: backend-neutral communicators, asynchronous work handles, and
+ * the N-D device mesh.
+ *
+ * Backends: MPI over host memory (always built) and NCCL over CUDA device
+ * memory (built with --config=cuda). A communicator serves one kind of
+ * memory: tensors handed to an MPI communicator must be on the CPU, those
+ * handed to an NCCL communicator on that communicator's GPU.
+ *
+ * Collectives take tensor views, which must be contiguous. Every collective
+ * has an asynchronous form (`_async`) that returns once the operation is
+ * queued and gives back a work handle, and a blocking form that returns when
+ * the result is in the receive buffer. Buffers must stay valid and untouched
+ * until the work completes. All ranks of the communicator must call the same
+ * collectives in the same order with matching counts and dtypes.
+ *
+ * Thread-safety: one thread at a time per communicator (and per mesh).
+ */
+#ifndef TPDP_COMM_H
+#define TPDP_COMM_H
+
+#include "tpdp/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpdp_comm tpdp_comm; /* opaque */
+typedef struct tpdp_work tpdp_work; /* opaque */
+typedef struct tpdp_mesh tpdp_mesh; /* opaque */
+
+/* Reduction ops. AVG is SUM divided by the communicator size. MAX and MIN
+ * are valid for every dtype; SUM/AVG on u8 wrap modulo 256. */
+typedef enum {
+  TPDP_OP_SUM = 0,
+  TPDP_OP_AVG = 1,
+  TPDP_OP_MAX = 2,
+  TPDP_OP_MIN = 3,
+  TPDP_OP_COUNT
+} tpdp_reduce_op;
+
+/* "sum", "avg", "max", "min" ("?" if bad). */
+const char *tpdp_reduce_op_name(tpdp_reduce_op op);
+
+/* ------------------------------------------------------------ life cycle */
+
+/* Initialise tpdp from an `mpirun` launch (or a singleton run): initialises
+ * MPI if nobody has, creates the world communicator and sets the log rank.
+ * A second call is a no-op returning TPDP_SUCCESS. argc/argv may be NULL. */
+tpdp_status tpdp_init(int *argc, char ***argv);
+/* Destroy the world communicator and finalise MPI if tpdp initialised it.
+ * Communicators and meshes the caller created must be destroyed first. */
+tpdp_status tpdp_finalize(void);
+/* 1 between tpdp_init and tpdp_finalize. */
+int tpdp_is_initialized(void);
+
+/* The world communicator (MPI backend, host memory), owned by tpdp: do not
+ * destroy it. Errors: TPDP_ERR_NOT_INITIALIZED. */
+tpdp_status tpdp_comm_world(tpdp_comm **out);
+
+/* Destroy a communicator made by split, a mesh or a backend constructor.
+ * Outstanding work must have been waited for. NULL is a no-op. */
+tpdp_status tpdp_comm_destroy(tpdp_comm *comm);
+
+int tpdp_comm_rank(const tpdp_comm *comm);  /* -1 for NULL */
+int tpdp_comm_size(const tpdp_comm *comm);  /* 0 for NULL */
+/* Human-readable name, e.g. "world", "mesh.dp", "world/split(3)". */
+const char *tpdp_comm_name(const tpdp_comm *comm);
+/* "mpi" or "nccl". */
+const char *tpdp_comm_backend(const tpdp_comm *comm);
+/* The kind of memory the communicator moves. */
+tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm);
+
+/* Split by color and key as MPI_Comm_split: ranks with the same color form
+ * one new communicator, ordered by key then old rank. color < 0 means "not
+ * part of any group" and yields *out = NULL. Collective over `comm`. */
+tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
+                            tpdp_comm **out);
+
+/* ------------------------------------------------------------ work */
+
+/* Block until the work has completed, then release the handle (the handle
+ * is invalid afterwards, even on error). On an NCCL communicator this waits
+ * on the host for the GPU work. Errors: the backend's, or TPDP_ERR_TIMEOUT.
+ * NULL is a no-op. */
+tpdp_status tpdp_work_wait(tpdp_work *work);
+/* Set *done to 1 if the work has completed (its result is in place), else
+ * 0; also drives progress. Does not release the handle: call
+ * tpdp_work_wait (which then returns at once). */
+tpdp_status tpdp_work_test(tpdp_work *work, int *done);
+/* NCCL only: make `stream` (a cudaStream_t) wait for the work on the GPU
+ * without blocking the host, then release the handle. On an MPI
+ * communicator this is tpdp_work_wait. */
+tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream);
+
+/* ------------------------------------------------------------ collectives
+ *
+ * In-place rules follow NCCL: an operation is in place when the send and
+ * receive views point at the same data (allgather: when send.data equals
+ * recv.data + rank * send bytes; reduce_scatter: when recv.data equals
+ * send.data + rank * recv bytes). `work` receives the handle of an async
+ * call; it must be non-NULL.
+ *
+ * Errors common to all: NULL comm/tensors, non-contiguous views, send and
+ * recv dtypes differing (TPDP_ERR_DTYPE_MISMATCH), counts not as stated
+ * (TPDP_ERR_SHAPE_MISMATCH), memory on the wrong device for the backend
+ * (TPDP_ERR_DEVICE_MISMATCH), backend failures (TPDP_ERR_MPI/NCCL/CUDA).
+ */
+
+/* recv[i] = op over ranks of send[i]. numel(send) == numel(recv). */
+tpdp_status tpdp_allreduce(tpdp_comm *comm, const tpdp_tensor *send,
+                           tpdp_tensor *recv, tpdp_reduce_op op);
+tpdp_status tpdp_allreduce_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                 tpdp_tensor *recv, tpdp_reduce_op op,
+                                 tpdp_work **work);
+
+/* recv = concatenation over ranks (in rank order) of send.
+ * numel(recv) == size * numel(send). */
+tpdp_status tpdp_allgather(tpdp_comm *comm, const tpdp_tensor *send,
+                           tpdp_tensor *recv);
+tpdp_status tpdp_allgather_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                 tpdp_tensor *recv, tpdp_work **work);
+
+/* Reduce send (size equal blocks) over ranks; rank r receives block r.
+ * numel(send) == size * numel(recv). */
+tpdp_status tpdp_reduce_scatter(tpdp_comm *comm, const tpdp_tensor *send,
+                                tpdp_tensor *recv, tpdp_reduce_op op);
+tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm,
+                                      const tpdp_tensor *send,
+                                      tpdp_tensor *recv, tpdp_reduce_op op,
+                                      tpdp_work **work);
+
+/* Copy root's send into every rank's recv. send is read on the root only
+ * (may be NULL elsewhere); send == recv (or send NULL on root) is in place.
+ * numel(send) == numel(recv) on root. Errors also: root out of range. */
+tpdp_status tpdp_broadcast(tpdp_comm *comm, const tpdp_tensor *send,
+                           tpdp_tensor *recv, int root);
+tpdp_status tpdp_broadcast_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                 tpdp_tensor *recv, int root,
+                                 tpdp_work **work);
+
+/* send is `size` equal blocks; block j goes to rank j, and recv block i
+ * comes from rank i. numel(send) == numel(recv), divisible by size.
+ * In place (send.data == recv.data) is supported. */
+tpdp_status tpdp_alltoall(tpdp_comm *comm, const tpdp_tensor *send,
+                          tpdp_tensor *recv);
+tpdp_status tpdp_alltoall_async(tpdp_comm *comm, const tpdp_tensor *send,
+                                tpdp_tensor *recv, tpdp_work **work);
+
+/* Returns on each rank once all ranks have entered. */
+tpdp_status tpdp_barrier(tpdp_comm *comm);
+tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work);
+
+/* ------------------------------------------------------------ device mesh
+ *
+ * World ranks laid out row-major in an N-D array with named dims: for sizes
+ * (d0, d1, ..., dn-1) rank = ((c0 * d1) + c1) * d2 + ... . Each dim k has a
+ * sub-communicator joining the ranks whose coordinates differ only in k; its
+ * rank equals the coordinate c_k.
+ */
+
+/* Parse "dp=2,tp=2" into names and sizes. names[i] receives pointers into
+ * `storage` (at least strlen(text)+1 bytes). Errors: TPDP_ERR_PARSE on
+ * malformed text, TPDP_ERR_TOO_MANY_DIMS, TPDP_ERR_BAD_DIM_SIZE,
+ * TPDP_ERR_EMPTY_NAME, TPDP_ERR_DUPLICATE. */
+tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
+                            int64_t sizes[TPDP_MAX_DIMS],
+                            const char *names[TPDP_MAX_DIMS]);
+
+/* Create a mesh over `comm` (NULL: a layout-only mesh with no
+ * communicators, for planning tools). names may be NULL (dims are then
+ * named "d0", "d1", ...). On success *out owns one sub-communicator per dim;
+ * free it with tpdp_mesh_destroy. Collective over `comm`.
+ * Errors: TPDP_ERR_NULL_POINTER, TPDP_ERR_TOO_MANY_DIMS (ndim < 1 or > 8 is
+ * TPDP_ERR_INVALID_ARGUMENT / TOO_MANY_DIMS), TPDP_ERR_BAD_DIM_SIZE,
+ * TPDP_ERR_EMPTY_NAME, TPDP_ERR_DUPLICATE, TPDP_ERR_MESH_SIZE (product of
+ * sizes != comm size). */
+tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
+                             const char *const *names, tpdp_mesh **out);
+/* Parse and create in one call ("dp=2,tp=2"). */
+tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
+                                         tpdp_mesh **out);
+/* Destroys the sub-communicators (not the parent comm). NULL is a no-op. */
+void tpdp_mesh_destroy(tpdp_mesh *mesh);
+
+int tpdp_mesh_ndim(const tpdp_mesh *mesh);
+int64_t tpdp_mesh_size(const tpdp_mesh *mesh);          /* product of dims */
+int64_t tpdp_mesh_dim_size(const tpdp_mesh *mesh, int dim);
+const char *tpdp_mesh_dim_name(const tpdp_mesh *mesh, int dim);
+/* Index of a named dim, or -1. */
+int tpdp_mesh_dim_index(const tpdp_mesh *mesh, const char *name);
+/* This process's rank in the mesh (-1 for a layout-only mesh). */
+int tpdp_mesh_rank(const tpdp_mesh *mesh);
+/* The parent communicator (NULL for a layout-only mesh). */
+tpdp_comm *tpdp_mesh_comm(const tpdp_mesh *mesh);
+/* 1 if both have the same dims (sizes and names) and the same parent. */
+int tpdp_mesh_equal(const tpdp_mesh *a, const tpdp_mesh *b);
+
+/* Coordinates of `rank` (coords has ndim entries). Errors: rank range. */
+tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank, int64_t *coords);
+/* Rank at `coords`. Errors: a coordinate out of range. */
+tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
+                              int *rank);
+/* The world ranks of the group of `rank` along `dim`, in group-rank order
+ * (ranks has dim_size entries). */
+tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
+                                  int *ranks);
+/* The sub-communicator of dim `dim` (owned by the mesh). Errors: dim out of
+ * range, TPDP_ERR_STATE for a layout-only mesh. */
+tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
+                               tpdp_comm **out);
+/* Same, by name. Errors also TPDP_ERR_NOT_FOUND naming the dim. */
+tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh,
+                                       const char *name, tpdp_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPDP_COMM_H */

@@ -1,0 +1,7 @@
+/* tpdp topo: (being written) */
+#ifndef TPDP_TOPO_H
+#define TPDP_TOPO_H
+
+#include "tpdp/core.h"
+
+#endif /* TPDP_TOPO_H */

@@ -1,0 +1,13 @@
+/* tpdp: tensor parallelism + data parallelism for training frameworks.
+ * Umbrella header: includes every public module header. */
+#ifndef TPDP_TPDP_H
+#define TPDP_TPDP_H
+
+#include "tpdp/core.h"    /* status, logging, tensor views (core/) */
+#include "tpdp/module.h"  /* module tree, reports (core/) */
+#include "tpdp/comm.h"    /* communicators, device mesh (comm/) */
+#include "tpdp/topo.h"    /* topology, binding (topo/) */
+#include "tpdp/dtensor.h" /* DTensor, redistribute, TP hooks (tp/) */
+#include "tpdp/reducer.h" /* DDP-style gradient reducer (dp/) */
+
+#endif /* TPDP_TPDP_H */

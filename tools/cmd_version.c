@@ -1,0 +1,16 @@
+#include <stdio.h>
+
+#include "tools/commands.h"
+#include "tpdp/core.h"
+
+void cmd_version_usage(void) {
+  printf("usage: tpdp version\n\nPrints the tpdp library version.\n");
+}
+
+int cmd_version(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  int v = tpdp_version();
+  printf("tpdp %d.%d.%d\n", v / 10000, (v / 100) % 100, v % 100);
+  return 0;
+}
