@@ -94,6 +94,12 @@ tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
   return comm->ops->split(comm, color, key, out);
 }
 
+tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream) {
+  CHECK_PTR(comm);
+  if (comm->ops->order_after == NULL) return TPDP_SUCCESS;
+  return comm->ops->order_after(comm, stream);
+}
+
 /* ------------------------------------------------------------ work */
 
 tpdp_status tpdp_work_wait(tpdp_work *work) {

@@ -40,6 +40,8 @@ typedef struct tpdp_comm_ops {
                             tpdp_work **work);
   tpdp_status (*split)(tpdp_comm *comm, int color, int key, tpdp_comm **out);
   tpdp_status (*destroy)(tpdp_comm *comm);
+  /* May be NULL (host-memory backends): then a no-op. */
+  tpdp_status (*order_after)(tpdp_comm *comm, void *stream);
 } tpdp_comm_ops;
 
 struct tpdp_comm {

@@ -77,6 +77,13 @@ tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm);
 tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
                             tpdp_comm **out);
 
+/* Order the communicator's next collectives after the work already queued
+ * on `stream` (a cudaStream_t; NULL = the legacy default stream). NCCL: an
+ * event is recorded on `stream` and the communicator's stream waits on it,
+ * with no host synchronisation. MPI: a no-op (host memory is ready when a
+ * collective is called). */
+tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream);
+
 /* ------------------------------------------------------------ work */
 
 /* Block until the work has completed, then release the handle (the handle
