@@ -37,9 +37,9 @@ tpdp_status tpdp_init(int *argc, char ***argv) {
 
 tpdp_status tpdp_finalize(void) {
   if (!initialized) return TPDP_SUCCESS;
+  initialized = 0;
   tpdp_status st = tpdp_comm_destroy(world);
   world = NULL;
-  initialized = 0;
   tpdp_status st2 = tpdp_mpi_backend_finalize(we_initialized_mpi);
   return st != TPDP_SUCCESS ? st : st2;
 }
@@ -69,6 +69,10 @@ tpdp_status tpdp_comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
 
 tpdp_status tpdp_comm_destroy(tpdp_comm *comm) {
   if (comm == NULL) return TPDP_SUCCESS;
+  if (comm == world && initialized)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "the world communicator is owned by tpdp; tpdp_finalize "
+                    "destroys it");
   tpdp_status st = comm->ops->destroy(comm);
   free(comm);
   return st;
@@ -130,6 +134,15 @@ tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream) {
 static tpdp_status check_tensor(const tpdp_comm *comm, const tpdp_tensor *t,
                                 const char *role, tpdp_coll_kind kind) {
   const char *what = tpdp_coll_name(kind);
+  if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
+    return tpdp_set_error(TPDP_ERR_TOO_MANY_DIMS, what,
+                          "%s buffer has ndim %d outside [0, %d] (%s)", role,
+                          t->ndim, TPDP_MAX_DIMS, comm->name);
+  for (int i = 0; i < t->ndim; i++)
+    if (t->shape[i] < 0)
+      return tpdp_set_error(TPDP_ERR_BAD_DIM_SIZE, what,
+                            "%s buffer has shape[%d] = %lld (%s)", role, i,
+                            (long long)t->shape[i], comm->name);
   if (tpdp_dtype_size(t->dtype) == 0)
     return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, what,
                           "%s buffer has invalid dtype %d on %s", role,

@@ -1,6 +1,8 @@
 /* N-D device mesh: row-major rank layout, named dims, one
  * sub-communicator per dim. */
 #include <ctype.h>
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,14 @@ struct tpdp_mesh {
   int rank;
 };
 
+/* Strip leading and trailing blanks in place. */
+static char *trim(char *s) {
+  while (isspace((unsigned char)*s)) s++;
+  size_t n = strlen(s);
+  while (n > 0 && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+  return s;
+}
+
 tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
                             int64_t sizes[TPDP_MAX_DIMS],
                             const char *names[TPDP_MAX_DIMS]) {
@@ -30,7 +40,7 @@ tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
   strcpy(storage, text);
   int n = 0;
   char *p = storage;
-  if (*p == '\0')
+  if (*trim(p) == '\0')
     return TPDP_ERR(TPDP_ERR_PARSE, "empty mesh spec (expected e.g. dp=2,tp=2)");
   while (1) {
     char *item = p;
@@ -39,8 +49,11 @@ tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
     char *eq = strchr(item, '=');
     if (eq == NULL)
       return TPDP_ERR(TPDP_ERR_PARSE,
-                      "mesh spec '%s': item '%s' is not NAME=SIZE", text, item);
+                      "mesh spec '%s': item %d '%s' is not NAME=SIZE", text, n,
+                      trim(item));
     *eq = '\0';
+    item = trim(item);
+    char *num = trim(eq + 1);
     if (item[0] == '\0')
       return TPDP_ERR(TPDP_ERR_EMPTY_NAME,
                       "mesh spec '%s': dim %d has an empty name", text, n);
@@ -48,12 +61,23 @@ tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
       return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
                       "mesh spec '%s' has more than %d dims", text,
                       TPDP_MAX_DIMS);
+    for (const char *c = item; *c; c++)
+      if (!isalnum((unsigned char)*c) && *c != '_' && *c != '-' && *c != '.')
+        return TPDP_ERR(TPDP_ERR_PARSE,
+                        "mesh spec '%s': dim name '%s' has character '%c' "
+                        "(use letters, digits, '_', '-', '.')",
+                        text, item, *c);
     char *end = NULL;
-    long long v = strtoll(eq + 1, &end, 10);
-    if (end == eq + 1 || *end != '\0')
+    errno = 0;
+    long long v = strtoll(num, &end, 10);
+    if (end == num || *end != '\0')
       return TPDP_ERR(TPDP_ERR_PARSE,
-                      "mesh spec '%s': size of dim '%s' is not an integer",
-                      text, item);
+                      "mesh spec '%s': size '%s' of dim '%s' is not an integer",
+                      text, num, item);
+    if (errno == ERANGE || v > INT_MAX)
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "mesh spec '%s': dim '%s' has size %s (too large)", text,
+                      item, num);
     if (v <= 0)
       return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
                       "mesh spec '%s': dim '%s' has size %lld (must be > 0)",
@@ -111,7 +135,15 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
   *out = NULL;
   CHECK(validate_dims(ndim, sizes, names));
   int64_t total = 1;
-  for (int i = 0; i < ndim; i++) total *= sizes[i];
+  for (int i = 0; i < ndim; i++) {
+    if (sizes[i] > INT_MAX / total) {
+      char shape[128];
+      tpdp_shape_format(ndim, sizes, shape, sizeof shape);
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "mesh %s has more than %d ranks", shape, INT_MAX);
+    }
+    total *= sizes[i];
+  }
   if (comm != NULL && total != comm->size) {
     char shape[128];
     tpdp_shape_format(ndim, sizes, shape, sizeof shape);

@@ -103,9 +103,14 @@ static const tpdp_comm_ops mpi_ops;
 
 tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv,
                                   int *we_initialized) {
-  int flag = 0;
-  MPI_CHECK(MPI_Initialized(&flag), NULL);
+  int flag = 0, finalized = 0;
   *we_initialized = 0;
+  MPI_CHECK(MPI_Finalized(&finalized), NULL);
+  if (finalized)
+    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_init",
+                          "MPI has already been finalized; MPI (and so tpdp) "
+                          "cannot be initialised again in this process");
+  MPI_CHECK(MPI_Initialized(&flag), NULL);
   if (!flag) {
     int provided = 0;
     MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided),
@@ -215,7 +220,11 @@ static void finish(tpdp_work *work) {
 static tpdp_status mpi_work_wait(tpdp_work *work) {
   mpi_work_impl *w = (mpi_work_impl *)work->impl;
   if (!w->done) {
-    MPI_CHECK(MPI_Wait(&w->request, MPI_STATUS_IGNORE), work->comm);
+    int rc = MPI_Wait(&w->request, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      w->done = 1; /* the request is over, failed: never wait on it again */
+      return mpi_error(rc, "MPI_Wait", work->comm);
+    }
     finish(work);
   }
   return TPDP_SUCCESS;
@@ -225,7 +234,11 @@ static tpdp_status mpi_work_test(tpdp_work *work, int *done) {
   mpi_work_impl *w = (mpi_work_impl *)work->impl;
   if (!w->done) {
     int flag = 0;
-    MPI_CHECK(MPI_Test(&w->request, &flag, MPI_STATUS_IGNORE), work->comm);
+    int rc = MPI_Test(&w->request, &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      w->done = 1;
+      return mpi_error(rc, "MPI_Test", work->comm);
+    }
     if (flag) finish(work);
   }
   *done = w->done;

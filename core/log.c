@@ -30,13 +30,17 @@ tpdp_log_level tpdp_log_get_level(void) {
 }
 
 void tpdp_log_set_level(tpdp_log_level level) {
+  if ((int)level < (int)TPDP_LOG_NONE) level = TPDP_LOG_NONE;
+  if ((int)level > (int)TPDP_LOG_TRACE) level = TPDP_LOG_TRACE;
   atomic_store(&log_level, (int)level);
 }
 
 void tpdp_log_set_rank(int rank) { atomic_store(&log_rank, rank); }
 
 void tpdp_log(tpdp_log_level level, const char *fmt, ...) {
-  if (level == TPDP_LOG_NONE || level > tpdp_log_get_level()) return;
+  if ((int)level <= (int)TPDP_LOG_NONE || (int)level > (int)TPDP_LOG_TRACE ||
+      level > tpdp_log_get_level())
+    return;
   static const char *names[] = {"NONE", "WARN", "INFO", "TRACE"};
   char msg[1024];
   va_list ap;

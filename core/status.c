@@ -50,12 +50,17 @@ void tpdp_clear_error(void) { last_error[0] = '\0'; }
 
 tpdp_status tpdp_set_error(tpdp_status status, const char *func,
                            const char *fmt, ...) {
-  int n = snprintf(last_error, sizeof last_error, "%s: ", func);
-  if (n < 0 || (size_t)n >= sizeof last_error) n = 0;
+  /* Format into a local buffer first: callers may pass tpdp_last_error()
+   * itself as an argument (wrapping an inner error), which must not overlap
+   * the destination. */
+  char buf[sizeof last_error];
+  int n = snprintf(buf, sizeof buf, "%s: ", func ? func : "tpdp");
+  if (n < 0 || (size_t)n >= sizeof buf) n = 0;
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(last_error + n, sizeof last_error - (size_t)n, fmt, ap);
+  vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
   va_end(ap);
+  memcpy(last_error, buf, sizeof last_error);
   TPDP_TRACE("error %s: %s", tpdp_status_string(status), last_error);
   return status;
 }

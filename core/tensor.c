@@ -95,7 +95,8 @@ tpdp_tensor tpdp_tensor_1d(void *data, tpdp_dtype dtype, int64_t count) {
 }
 
 int64_t tpdp_tensor_numel(const tpdp_tensor *t) {
-  if (t == NULL) return 0;
+  /* A view with a corrupt ndim has no elements we could safely name. */
+  if (t == NULL || t->ndim < 0 || t->ndim > TPDP_MAX_DIMS) return 0;
   int64_t n = 1;
   for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
   return n;
@@ -107,7 +108,7 @@ size_t tpdp_tensor_nbytes(const tpdp_tensor *t) {
 }
 
 int tpdp_tensor_is_contiguous(const tpdp_tensor *t) {
-  if (t == NULL) return 0;
+  if (t == NULL || t->ndim < 0 || t->ndim > TPDP_MAX_DIMS) return 0;
   if (tpdp_tensor_numel(t) == 0) return 1;
   int64_t expected = 1;
   for (int i = t->ndim - 1; i >= 0; i--) {
@@ -119,13 +120,15 @@ int tpdp_tensor_is_contiguous(const tpdp_tensor *t) {
 
 int tpdp_tensor_same_shape(const tpdp_tensor *a, const tpdp_tensor *b) {
   if (a == NULL || b == NULL || a->ndim != b->ndim) return 0;
+  if (a->ndim < 0 || a->ndim > TPDP_MAX_DIMS) return 0;
   for (int i = 0; i < a->ndim; i++)
     if (a->shape[i] != b->shape[i]) return 0;
   return 1;
 }
 
 void tpdp_shape_format(int ndim, const int64_t *shape, char *buf, size_t len) {
-  if (len == 0) return;
+  if (buf == NULL || len == 0) return;
+  if (shape == NULL) ndim = 0;
   size_t used = 0;
   buf[0] = '\0';
   int n = snprintf(buf, len, "[");
@@ -143,11 +146,15 @@ tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim, int64_t start,
                                int64_t length, tpdp_tensor *out) {
   CHECK_PTR(t);
   CHECK_PTR(out);
+  if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "tensor ndim %d outside [0, %d]",
+                    t->ndim, TPDP_MAX_DIMS);
   if (dim < 0 || dim >= t->ndim)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "dim %d outside [0, %d) of a %d-d tensor", dim, t->ndim,
                     t->ndim);
-  if (start < 0 || length < 0 || start + length > t->shape[dim])
+  if (start < 0 || length < 0 || start > t->shape[dim] ||
+      length > t->shape[dim] - start)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "range [%lld, %lld) outside [0, %lld] of dim %d",
                     (long long)start, (long long)(start + length),
@@ -182,6 +189,11 @@ static void copy_rec(char *dst, const char *src, const tpdp_tensor *d,
 tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK_PTR(dst);
   CHECK_PTR(src);
+  if (dst->ndim < 0 || dst->ndim > TPDP_MAX_DIMS || src->ndim < 0 ||
+      src->ndim > TPDP_MAX_DIMS)
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
+                    "dst ndim %d / src ndim %d outside [0, %d]", dst->ndim,
+                    src->ndim, TPDP_MAX_DIMS);
   if (!tpdp_tensor_same_shape(dst, src)) {
     char a[128], b[128];
     tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
@@ -197,6 +209,10 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "tpdp_tensor_copy copies host memory only");
   if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
+  if (dst->data == NULL || src->data == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "%s data is NULL with %lld elements",
+                    dst->data == NULL ? "dst" : "src",
+                    (long long)tpdp_tensor_numel(dst));
   size_t es = tpdp_dtype_size(dst->dtype);
   if (tpdp_tensor_is_contiguous(dst) && tpdp_tensor_is_contiguous(src)) {
     memmove(dst->data, src->data, tpdp_tensor_nbytes(dst));
@@ -216,6 +232,9 @@ tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
       {kDLInt, 32},   {kDLInt, 64},   {kDLUInt, 8}};
   if (tpdp_dtype_size(t->dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)t->dtype);
+  if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "tensor ndim %d outside [0, %d]",
+                    t->ndim, TPDP_MAX_DIMS);
   memset(out, 0, sizeof *out);
   out->data = t->data;
   out->device.device_type =

@@ -1,0 +1,113 @@
+/*
+ * Internal to core/module*.c: the module tree's structs and small helpers
+ * (a growable string, a pointer hash set). Not installed, not used by tp/.
+ */
+#ifndef TPDP_CORE_MODULE_INTERNAL_H
+#define TPDP_CORE_MODULE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/check.h"
+#include "tpdp/module.h"
+
+struct tpdp_param {
+  int refcount;
+  tpdp_tensor tensor;
+  tpdp_tensor grad;
+  int has_grad;
+  const struct tpdp_spec *spec;
+  tpdp_param_form form;
+  tpdp_handle_state state;
+};
+
+typedef struct {
+  char *name;
+  tpdp_module *module;
+} tpdp_child_entry;
+
+typedef struct {
+  char *name;
+  tpdp_param *param;
+} tpdp_param_entry;
+
+typedef struct {
+  char *name;
+  tpdp_tensor tensor;
+} tpdp_buffer_entry;
+
+typedef struct {
+  uint64_t id;
+  tpdp_forward_hook_fn fn;
+  void *ctx;
+  int live;
+} tpdp_hook_entry;
+
+typedef struct {
+  tpdp_hook_entry *items;
+  int n, cap;
+} tpdp_hook_list;
+
+typedef struct {
+  char *key;
+  void *ptr;
+  void (*free_fn)(void *);
+} tpdp_ext_entry;
+
+struct tpdp_module {
+  char *class_name;
+  char *name; /* name under the parent; NULL for a root */
+  tpdp_module *parent;
+  tpdp_child_entry *children;
+  int nchildren, cap_children;
+  tpdp_param_entry *params;
+  int nparams, cap_params;
+  tpdp_buffer_entry *buffers;
+  int nbuffers, cap_buffers;
+  /* management */
+  tpdp_training_state state;
+  int managed;
+  int managed_setting;
+  char *unit_kind;   /* non-NULL: a managed unit */
+  char *unit_suffix;
+  /* hooks */
+  tpdp_hook_list pre_hooks, post_hooks;
+  uint64_t next_hook_id;
+  int running;       /* nesting depth of forward_begin/end runs */
+  int needs_compact; /* hooks removed while running */
+  /* extensions */
+  tpdp_ext_entry *exts;
+  int nexts;
+};
+
+/* Grow *items (of elem bytes each) so that it has room for need entries. */
+tpdp_status tpdp_grow(void **items, int *cap, int need, size_t elem,
+                      const char *func);
+
+/* "fqn[Class]" (root "[Class]") of m into buf; always NUL-terminated. */
+void tpdp_module_label(const tpdp_module *m, char *buf, size_t len);
+
+/* Growable NUL-terminated string; `failed` set on allocation failure. */
+typedef struct {
+  char *s;
+  size_t len, cap;
+  int failed;
+} tpdp_strbuf;
+void tpdp_sb_append(tpdp_strbuf *b, const char *s, size_t n);
+void tpdp_sb_puts(tpdp_strbuf *b, const char *s);
+void tpdp_sb_free(tpdp_strbuf *b);
+
+/* Open-addressing set of pointers (with an int value each). */
+typedef struct {
+  const void **keys;
+  int *vals;
+  size_t cap; /* power of two */
+  size_t n;
+} tpdp_ptrmap;
+tpdp_status tpdp_ptrmap_init(tpdp_ptrmap *m, size_t expected);
+void tpdp_ptrmap_free(tpdp_ptrmap *m);
+/* Value of key, or -1 if absent. */
+int tpdp_ptrmap_get(const tpdp_ptrmap *m, const void *key);
+tpdp_status tpdp_ptrmap_put(tpdp_ptrmap *m, const void *key, int val);
+
+#endif /* TPDP_CORE_MODULE_INTERNAL_H */

@@ -1,0 +1,113 @@
+/*
+ * Model descriptions in JSON (docs/model-format.md), parsed into a plain C
+ * tree for the planning tools (`tpdp plan`, `tpdp partition`).
+ *
+ * Not part of libtpdp: this is the CLI's internal planning library
+ * (//tools:planning). Errors follow the tpdp contract (include/tpdp/core.h):
+ * a tpdp_status plus a last-error message that names the JSON path at fault,
+ * e.g. "children.u1.params.w.shape[1] must be a positive integer (got 0)".
+ *
+ * Thread-safety: a parsed description is immutable; any number of threads
+ * may read it. Parsing has no global state.
+ */
+#ifndef TPDP_TOOLS_MODEL_JSON_H
+#define TPDP_TOOLS_MODEL_JSON_H
+
+#include <stdint.h>
+
+#include "tpdp/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tpdp_model_module;
+
+/* One parameter as declared under a module's "params". */
+typedef struct tpdp_model_param {
+  const char *name;   /* local name ("weight") */
+  const char *fqn;    /* dotted path from the root ("u1.l1.weight") */
+  tpdp_dtype dtype;   /* "dtype", default TPDP_F32 */
+  int ndim;           /* 0 .. TPDP_MAX_DIMS; 0 is a scalar */
+  int64_t shape[TPDP_MAX_DIMS]; /* each >= 1 */
+  int64_t numel;      /* product of shape (1 for a scalar) */
+  int index;          /* position in tpdp_model_desc.params (pre-order) */
+  /* The parameter object this FQN names: itself, or, when tied through
+   * "shared", the first FQN of its group in pre-order. A parameter is
+   * counted (in leaf and total counts) only where canonical == itself. */
+  const struct tpdp_model_param *canonical;
+  const struct tpdp_model_module *module; /* the declaring module */
+} tpdp_model_param;
+
+/* One module (a node of the tree). */
+typedef struct tpdp_model_module {
+  const char *name;        /* local name; "" for the root */
+  const char *fqn;         /* dotted path; "" for the root */
+  const char *class_name;  /* "class" */
+  const struct tpdp_model_module *parent; /* NULL for the root */
+  int nchildren;
+  struct tpdp_model_module **children;    /* in JSON key order */
+  int nparams;
+  tpdp_model_param *params;               /* in JSON key order */
+  int index;      /* position in tpdp_model_desc.modules (pre-order) */
+  /* Leaves of this subtree: tpdp_model_desc.leaves[first_leaf..last_leaf]
+   * (a leaf spans only itself). */
+  int first_leaf;
+  int last_leaf;
+} tpdp_model_module;
+
+/* A leaf (a module without children) and the parameters it is charged. */
+typedef struct {
+  const tpdp_model_module *module;
+  /* Elements charged to this leaf: its own counted parameters, plus the
+   * counted parameters declared directly on every non-leaf module whose
+   * first leaf (in pre-order) this is. Shared parameters count once, at
+   * their first FQN in pre-order. Summed over all leaves this equals
+   * tpdp_model_desc.total_params. */
+  int64_t params;
+} tpdp_model_leaf;
+
+typedef struct tpdp_model_desc {
+  tpdp_model_module *root;
+  int nmodules;
+  tpdp_model_module **modules; /* all modules, pre-order (root first) */
+  int nparams;
+  tpdp_model_param **params;   /* all parameter FQNs, pre-order by module,
+                                  declaration order within one */
+  int nleaves;
+  tpdp_model_leaf *leaves;     /* leaves in pre-order */
+  int64_t total_params;        /* elements of distinct parameters */
+} tpdp_model_desc;
+
+/* Parse a model description from NUL-terminated JSON text into a new
+ * description, stored in *out (caller destroys it with
+ * tpdp_model_desc_destroy). On failure *out is set to NULL.
+ * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_PARSE (not JSON, with line and
+ * column; wrong JSON type, missing "class", unknown key, bad dtype);
+ * TPDP_ERR_BAD_DIM_SIZE (a shape entry that is not a positive integer);
+ * TPDP_ERR_TOO_MANY_DIMS; TPDP_ERR_EMPTY_NAME; TPDP_ERR_INVALID_ARGUMENT
+ * (a name containing '.', numel overflow, a parameter shared with itself);
+ * TPDP_ERR_DUPLICATE (a name used twice in one module); TPDP_ERR_NOT_FOUND
+ * (a "shared" FQN that names no parameter); TPDP_ERR_SHAPE_MISMATCH /
+ * TPDP_ERR_DTYPE_MISMATCH (a shared pair whose declarations disagree).
+ * Every message names the JSON path at fault. */
+tpdp_status tpdp_model_desc_parse(const char *json, tpdp_model_desc **out);
+
+/* Read and parse the file at `path` (messages are prefixed with the path).
+ * Errors: as tpdp_model_desc_parse, plus TPDP_ERR_IO. */
+tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out);
+
+/* Free a description and everything it points to. NULL is a no-op. */
+void tpdp_model_desc_destroy(tpdp_model_desc *desc);
+
+/* Module / parameter with this FQN ("" is the root module), or NULL.
+ * These set no error. */
+const tpdp_model_module *tpdp_model_desc_find_module(
+    const tpdp_model_desc *desc, const char *fqn);
+const tpdp_model_param *tpdp_model_desc_find_param(const tpdp_model_desc *desc,
+                                                   const char *fqn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPDP_TOOLS_MODEL_JSON_H */

@@ -1,0 +1,51 @@
+/* Internal to tp/: the spec's layout and the memory helpers redistribute
+ * uses. Not installed. */
+#ifndef TPDP_TP_INTERNAL_H
+#define TPDP_TP_INTERNAL_H
+
+#include "core/check.h"
+#include "tpdp/dtensor.h"
+
+struct tpdp_spec {
+  const tpdp_mesh *mesh;
+  int mesh_ndim;
+  int64_t mesh_sizes[TPDP_MAX_DIMS];
+  tpdp_placement placements[TPDP_MAX_DIMS];
+  int ndim;
+  int64_t global_shape[TPDP_MAX_DIMS];
+  int64_t global_strides[TPDP_MAX_DIMS];
+  tpdp_dtype dtype;
+  tpdp_device device;
+  int self_rank; /* mesh rank unflatten checks (0 for layout-only) */
+  int64_t self_shape[TPDP_MAX_DIMS];
+  int64_t self_offset[TPDP_MAX_DIMS];
+};
+
+/* Local shape/offset for mesh coordinates `coords` under `placements`
+ * (the torch.chunk rule, mesh dims applied in order). No checks. */
+void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
+                    const int64_t *coords, const tpdp_placement *placements,
+                    int ndim, const int64_t *global_shape, int64_t *shape,
+                    int64_t *offset);
+
+/* torch.chunk of extent n over k: size and start of chunk i (start n for
+ * an empty chunk). */
+void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size, int64_t *start);
+
+/* ---- memory: the only place that touches tensor bytes outside the
+ * communicator. Host memory here; a CUDA build adds cudaMemcpy*Async /
+ * cudaMemsetAsync / cudaMalloc paths in tp/tp_mem.c only. */
+
+/* TPDP_SUCCESS if redistribute can move memory on `device`, else
+ * TPDP_ERR_UNSUPPORTED naming the device. */
+tpdp_status tp_mem_supported(tpdp_device device);
+/* Allocate `bytes` (may be 0: *out gets a non-NULL dummy-free pointer or
+ * NULL) on `device`. */
+tpdp_status tp_mem_alloc(tpdp_device device, size_t bytes, void **out);
+void tp_mem_free(tpdp_device device, void *p);
+/* dst = src elementwise (any strides, same shape/dtype/device). */
+tpdp_status tp_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src);
+/* Every element of dst (any strides) = 0. */
+tpdp_status tp_mem_zero(tpdp_tensor *dst);
+
+#endif /* TPDP_TP_INTERNAL_H */

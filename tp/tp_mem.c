@@ -1,0 +1,64 @@
+/* Memory helpers of tp/: every copy, pack, zero-fill and temporary
+ * allocation redistribute does goes through these four functions, so that
+ * device memory needs changes in this file only. This build handles host
+ * memory; a CUDA tensor is TPDP_ERR_UNSUPPORTED. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tp/tp_internal.h"
+
+tpdp_status tp_mem_supported(tpdp_device device) {
+  if (device.type == TPDP_DEVICE_CPU) return TPDP_SUCCESS;
+  char dev[32];
+  tpdp_device_format(device, dev, sizeof dev);
+  return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                  "tensor on %s: redistributing device memory needs CUDA "
+                  "copies, which this build of tpdp does not have (host "
+                  "memory only)",
+                  dev);
+}
+
+tpdp_status tp_mem_alloc(tpdp_device device, size_t bytes, void **out) {
+  CHECK(tp_mem_supported(device));
+  *out = malloc(bytes ? bytes : 1);
+  if (*out == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
+  return TPDP_SUCCESS;
+}
+
+void tp_mem_free(tpdp_device device, void *p) {
+  (void)device;
+  free(p);
+}
+
+tpdp_status tp_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
+  CHECK(tp_mem_supported(dst->device));
+  CHECK(tp_mem_supported(src->device));
+  return tpdp_tensor_copy(dst, src);
+}
+
+static void zero_rec(char *p, const tpdp_tensor *t, int d, size_t es) {
+  if (d == t->ndim - 1) {
+    if (t->strides[d] == 1) {
+      memset(p, 0, (size_t)t->shape[d] * es);
+      return;
+    }
+    for (int64_t i = 0; i < t->shape[d]; i++)
+      memset(p + (size_t)(i * t->strides[d]) * es, 0, es);
+    return;
+  }
+  for (int64_t i = 0; i < t->shape[d]; i++)
+    zero_rec(p + (ptrdiff_t)(i * t->strides[d]) * (ptrdiff_t)es, t, d + 1, es);
+}
+
+tpdp_status tp_mem_zero(tpdp_tensor *dst) {
+  CHECK(tp_mem_supported(dst->device));
+  if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
+  size_t es = tpdp_dtype_size(dst->dtype);
+  if (dst->ndim == 0 || tpdp_tensor_is_contiguous(dst)) {
+    memset(dst->data, 0, tpdp_tensor_nbytes(dst));
+    return TPDP_SUCCESS;
+  }
+  zero_rec((char *)dst->data, dst, 0, es);
+  return TPDP_SUCCESS;
+}
