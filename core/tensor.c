@@ -3,6 +3,9 @@
 #include <string.h>
 
 #include "core/check.h"
+#ifdef TPDP_WITH_CUDA
+#include "core/tensor_cuda.h"
+#endif
 
 static const size_t dtype_sizes[TPDP_DTYPE_COUNT] = {4, 8, 2, 2, 4, 8, 1};
 static const char *const dtype_names[TPDP_DTYPE_COUNT] = {
@@ -156,8 +159,8 @@ tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim, int64_t start,
   if (start < 0 || length < 0 || start > t->shape[dim] ||
       length > t->shape[dim] - start)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "range [%lld, %lld) outside [0, %lld] of dim %d",
-                    (long long)start, (long long)(start + length),
+                    "start %lld length %lld outside [0, %lld] of dim %d",
+                    (long long)start, (long long)length,
                     (long long)t->shape[dim], dim);
   tpdp_tensor v = *t;
   v.shape[dim] = length;
@@ -206,8 +209,12 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
                     tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
   if (dst->device.type != TPDP_DEVICE_CPU ||
       src->device.type != TPDP_DEVICE_CPU)
+#ifdef TPDP_WITH_CUDA
+    return tpdp_cuda_tensor_copy(dst, src); /* core/tensor_cuda.c */
+#else
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                    "tpdp_tensor_copy copies host memory only");
+                    "device memory needs a build with --config=cuda");
+#endif
   if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
   if (dst->data == NULL || src->data == NULL)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER, "%s data is NULL with %lld elements",

@@ -1,13 +1,208 @@
-/* Placeholder until this subcommand lands. */
+/* `tpdp buckets`: print the DDP bucket assignment of a list of tensors,
+ * exactly as tpdp_bucket_assign returns it (tensors in the given order). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tools/commands.h"
+#include "tpdp/reducer.h"
 
-void cmd_buckets_usage(void) { printf("usage: tpdp buckets (not available yet)\n"); }
+void cmd_buckets_usage(void) {
+  printf(
+      "usage: tpdp buckets [--json] [--limits-bytes L1,L2,...] DTYPE:NUMEL "
+      "...\n\n"
+      "Assign the given tensors (in the given order) to gradient buckets as\n"
+      "PyTorch DDP's compute_bucket_assignment_by_size does: one open bucket\n"
+      "per dtype; a bucket closes once its bytes reach the current limit;\n"
+      "each dtype then moves on to the next limit and stays on the last.\n"
+      "Buckets are listed by their smallest tensor index.\n\n"
+      "  DTYPE          f32 f64 f16 bf16 i32 i64 u8\n"
+      "  NUMEL          element count (>= 0)\n"
+      "  --limits-bytes bucket size limits in bytes (default "
+      "1048576,26214400)\n"
+      "  --json         print {\"buckets\":[{\"params\":[...],\"bytes\":N,"
+      "\"limit\":N},...]}\n\n"
+      "example: tpdp buckets --json f32:1000 f16:300 f32:100\n");
+}
+
+static int parse_u64(const char *s, unsigned long long *out) {
+  if (s == NULL || *s == '\0' || *s == '-' || *s == '+') return -1;
+  for (const char *c = s; *c; c++)
+    if (*c < '0' || *c > '9') return -1;
+  errno = 0;
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0') return -1;
+  *out = v;
+  return 0;
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "tpdp buckets: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see tpdp buckets --help)\n");
+  return 2;
+}
+
+/* Parse "L1,L2,..." into a new array. */
+static int parse_limits(const char *text, size_t **out, int64_t *n) {
+  int64_t cap = 1;
+  for (const char *c = text; *c; c++)
+    if (*c == ',') cap++;
+  size_t *lim = (size_t *)calloc((size_t)cap, sizeof *lim);
+  char *copy = strdup(text);
+  if (lim == NULL || copy == NULL) {
+    free(lim);
+    free(copy);
+    return usage_error("%s", "out of memory");
+  }
+  int64_t k = 0;
+  char *tok = copy;
+  int rc = 0;
+  /* strtok would skip empty fields; walk by hand so "1,,2" is an error */
+  for (;;) {
+    char *comma = strchr(tok, ',');
+    if (comma) *comma = '\0';
+    unsigned long long v = 0;
+    if (parse_u64(tok, &v) != 0) {
+      rc = usage_error("bad --limits-bytes value '%s': expected a comma-"
+                       "separated list of byte counts, e.g. 1048576,26214400",
+                       *tok ? tok : "(empty)");
+      break;
+    }
+    if (v == 0) {
+      rc = usage_error("bad --limits-bytes value '%s': limits must be > 0",
+                       tok);
+      break;
+    }
+    lim[k++] = (size_t)v;
+    if (!comma) break;
+    tok = comma + 1;
+  }
+  free(copy);
+  if (rc != 0) {
+    free(lim);
+    return rc;
+  }
+  *out = lim;
+  *n = k;
+  return 0;
+}
 
 int cmd_buckets(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "tpdp buckets: not available in this build yet\n");
-  return 2;
+  int json = 0;
+  size_t default_limits[2] = {TPDP_BUCKET_FIRST_BYTES, TPDP_BUCKET_CAP_BYTES};
+  size_t *limits = NULL;
+  int64_t nlimits = 0;
+  tpdp_tensor *tensors = NULL;
+  int64_t n = 0;
+  int rc = 0;
+  tensors = (tpdp_tensor *)calloc((size_t)(argc > 1 ? argc : 1), sizeof *tensors);
+  if (tensors == NULL) return usage_error("%s", "out of memory");
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--json") == 0) {
+      json = 1;
+    } else if (strcmp(a, "--limits-bytes") == 0 ||
+               strncmp(a, "--limits-bytes=", 15) == 0) {
+      const char *val = a[14] == '=' ? a + 15 : NULL;
+      if (val == NULL) {
+        if (i + 1 >= argc) {
+          rc = usage_error("%s", "--limits-bytes needs a value, e.g. "
+                                 "--limits-bytes 1048576,26214400");
+          goto done;
+        }
+        val = argv[++i];
+      }
+      free(limits);
+      limits = NULL;
+      rc = parse_limits(val, &limits, &nlimits);
+      if (rc != 0) goto done;
+    } else if (a[0] == '-' && a[1] != '\0') {
+      rc = usage_error("unknown option '%s'", a);
+      goto done;
+    } else {
+      const char *colon = strchr(a, ':');
+      if (colon == NULL) {
+        rc = usage_error("bad tensor '%s': expected DTYPE:NUMEL, e.g. "
+                         "f32:1000",
+                         a);
+        goto done;
+      }
+      char dname[16];
+      size_t dl = (size_t)(colon - a);
+      if (dl == 0 || dl >= sizeof dname) {
+        rc = usage_error("bad dtype in '%s': use f32 f64 f16 bf16 i32 i64 u8",
+                         a);
+        goto done;
+      }
+      memcpy(dname, a, dl);
+      dname[dl] = '\0';
+      tpdp_dtype dt;
+      if (tpdp_dtype_parse(dname, &dt) != TPDP_SUCCESS) {
+        rc = usage_error("unknown dtype in '%s': use f32 f64 f16 bf16 i32 "
+                         "i64 u8",
+                         a);
+        goto done;
+      }
+      unsigned long long numel = 0;
+      if (parse_u64(colon + 1, &numel) != 0 || numel > (1ULL << 60)) {
+        rc = usage_error("bad element count in '%s': expected an integer "
+                         ">= 0",
+                         a);
+        goto done;
+      }
+      int64_t shape[1] = {(int64_t)numel};
+      tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+      tpdp_tensor_init(&tensors[n], NULL, dt, cpu, 1, shape);
+      n++;
+    }
+  }
+  if (n == 0) {
+    rc = usage_error("%s", "no tensors given: list them as DTYPE:NUMEL, e.g. "
+                           "tpdp buckets f32:1000 f16:300");
+    goto done;
+  }
+  const size_t *lim = limits ? limits : default_limits;
+  int64_t nl = limits ? nlimits : 2;
+  tpdp_bucket_assignment as;
+  tpdp_status st = tpdp_bucket_assign(tensors, n, lim, nl, NULL, &as);
+  if (st != TPDP_SUCCESS) {
+    fprintf(stderr, "tpdp buckets: %s\n", tpdp_last_error());
+    rc = 1;
+    goto done;
+  }
+  if (json) {
+    printf("{\"buckets\":[");
+    for (int64_t b = 0; b < as.nbuckets; b++) {
+      printf("%s{\"params\":[", b ? "," : "");
+      for (int64_t k = as.offsets[b]; k < as.offsets[b + 1]; k++)
+        printf("%s%lld", k > as.offsets[b] ? "," : "",
+               (long long)as.indices[k]);
+      printf("],\"bytes\":%zu,\"limit\":%zu}", as.bytes[b], as.limits[b]);
+    }
+    printf("]}\n");
+  } else {
+    printf("%lld tensors in %lld buckets (limits:", (long long)n,
+           (long long)as.nbuckets);
+    for (int64_t k = 0; k < nl; k++) printf(" %zu", lim[k]);
+    printf(" bytes)\n\n");
+    printf("%-7s %-6s %-14s %-14s %s\n", "bucket", "dtype", "bytes", "limit",
+           "params");
+    for (int64_t b = 0; b < as.nbuckets; b++) {
+      printf("%-7lld %-6s %-14zu %-14zu ", (long long)b,
+             tpdp_dtype_name(tensors[as.indices[as.offsets[b]]].dtype),
+             as.bytes[b], as.limits[b]);
+      for (int64_t k = as.offsets[b]; k < as.offsets[b + 1]; k++)
+        printf("%s%lld", k > as.offsets[b] ? "," : "",
+               (long long)as.indices[k]);
+      printf("\n");
+    }
+  }
+  tpdp_bucket_assignment_free(&as);
+done:
+  free(limits);
+  free(tensors);
+  return rc;
 }

@@ -100,6 +100,12 @@ tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out);
 /* Free a description and everything it points to. NULL is a no-op. */
 void tpdp_model_desc_destroy(tpdp_model_desc *desc);
 
+/* Read a whole text file into a new NUL-terminated string (*out, freed by
+ * the caller with free()). Errors: TPDP_ERR_IO (naming the path and the
+ * system error), TPDP_ERR_PARSE (the file holds a NUL byte),
+ * TPDP_ERR_OUT_OF_MEMORY. */
+tpdp_status tpdp_tools_read_file(const char *path, char **out);
+
 /* Module / parameter with this FQN ("" is the root module), or NULL.
  * These set no error. */
 const tpdp_model_module *tpdp_model_desc_find_module(

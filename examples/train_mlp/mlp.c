@@ -144,48 +144,48 @@ void mlp_make_batch(const mlp_shape *s, uint64_t seed, int step, int batch,
 
 /* ------------------------------------------------------------ kernels */
 
-/* Y[B,O] = X[B,I] W[O,I]^T + bias[O] (bias may be NULL). */
+/* Y[B,NO] = X[B,NI] W[NO,NI]^T + bias[NO] (bias may be NULL). */
 static void linear_fwd(const float *X, const float *W, const float *bias,
-                       float *Y, int B, int I, int O) {
-  if (O == 0 || B == 0) return;
-  if (I == 0) {
-    memset(Y, 0, sizeof(float) * (size_t)B * (size_t)O);
+                       float *Y, int B, int NI, int NO) {
+  if (NO == 0 || B == 0) return;
+  if (NI == 0) {
+    memset(Y, 0, sizeof(float) * (size_t)B * (size_t)NO);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, O, I, 1.0f, X, I,
-                W, I, 0.0f, Y, O);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, NO, NI, 1.0f, X, NI,
+                W, NI, 0.0f, Y, NO);
   }
   if (bias)
     for (int b = 0; b < B; b++)
-      for (int o = 0; o < O; o++) Y[(int64_t)b * O + o] += bias[o];
+      for (int o = 0; o < NO; o++) Y[(int64_t)b * NO + o] += bias[o];
 }
 
-/* dW[O,I] = dY^T X, dbias[O] = sum_b dY (either may be NULL). */
+/* dW[NO,NI] = dY^T X, dbias[NO] = sum_b dY (either may be NULL). */
 static void linear_bwd_params(const float *X, const float *dY, float *dW,
-                              float *dbias, int B, int I, int O) {
-  if (dW && (int64_t)O * I > 0) {
+                              float *dbias, int B, int NI, int NO) {
+  if (dW && (int64_t)NO * NI > 0) {
     if (B == 0)
-      memset(dW, 0, sizeof(float) * (size_t)O * (size_t)I);
+      memset(dW, 0, sizeof(float) * (size_t)NO * (size_t)NI);
     else
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, B, 1.0f, dY,
-                  O, X, I, 0.0f, dW, I);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NO, NI, B, 1.0f, dY,
+                  NO, X, NI, 0.0f, dW, NI);
   }
   if (dbias) {
-    for (int o = 0; o < O; o++) dbias[o] = 0;
+    for (int o = 0; o < NO; o++) dbias[o] = 0;
     for (int b = 0; b < B; b++)
-      for (int o = 0; o < O; o++) dbias[o] += dY[(int64_t)b * O + o];
+      for (int o = 0; o < NO; o++) dbias[o] += dY[(int64_t)b * NO + o];
   }
 }
 
-/* dX[B,I] = dY[B,O] W[O,I] (beta 0 overwrites, 1 adds). */
+/* dX[B,NI] = dY[B,NO] W[NO,NI] (beta 0 overwrites, 1 adds). */
 static void linear_bwd_input(const float *dY, const float *W, float *dX,
-                             int B, int I, int O, float beta) {
-  if ((int64_t)B * I == 0) return;
-  if (O == 0) {
-    if (beta == 0.0f) memset(dX, 0, sizeof(float) * (size_t)B * (size_t)I);
+                             int B, int NI, int NO, float beta) {
+  if ((int64_t)B * NI == 0) return;
+  if (NO == 0) {
+    if (beta == 0.0f) memset(dX, 0, sizeof(float) * (size_t)B * (size_t)NI);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, I, O, 1.0f, dY, O,
-              W, I, beta, dX, I);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, NI, NO, 1.0f, dY, NO,
+              W, NI, beta, dX, NI);
 }
 
 static const float LN_EPS = 1e-5f;
@@ -324,12 +324,13 @@ void mlp_model_free(mlp_model *m) {
   memset(m, 0, sizeof *m);
 }
 
-#define TP_ALLREDUCE(buf, n)                                \
-  do {                                                      \
-    double t0_ = mlp_now();                                 \
-    int rc_ = allreduce ? allreduce((buf), (n), ar_ctx) : 0; \
-    *tp_comm_s += mlp_now() - t0_;                          \
-    if (rc_ != 0) return rc_;                               \
+#define TP_ALLREDUCE(kind, layer, buf, n)                       \
+  do {                                                          \
+    double t0_ = mlp_now();                                     \
+    int rc_ = allreduce ? allreduce((kind), (layer), (buf), (n), ar_ctx) : 0; \
+    t->tp_comm += mlp_now() - t0_;                              \
+    paused += mlp_now() - t0_;                                  \
+    if (rc_ != 0) return rc_;                                   \
   } while (0)
 
 #define GRAD_READY(i)                                  \
@@ -337,25 +338,24 @@ void mlp_model_free(mlp_model *m) {
     if (on_grad_ready) {                               \
       double t0_ = mlp_now();                          \
       int rc_ = on_grad_ready((i), gr_ctx);            \
-      *compute_s -= mlp_now() - t0_;                   \
+      paused += mlp_now() - t0_;                       \
       if (rc_ != 0) return rc_;                        \
     }                                                  \
   } while (0)
 
-int mlp_forward_backward(mlp_model *m, const float *x, const int *labels,
-                         float loss_scale, mlp_allreduce_fn allreduce,
-                         void *ar_ctx, mlp_grad_ready_fn on_grad_ready,
-                         void *gr_ctx, double *loss_sum, double *compute_s,
-                         double *tp_comm_s) {
+int mlp_forward(mlp_model *m, const float *x, const int *labels,
+                float loss_scale, mlp_allreduce_fn allreduce, void *ar_ctx,
+                double *loss_sum, mlp_timers *t) {
   const mlp_shape *s = &m->s;
   int B = m->batch, H = s->hidden, D = s->d_in, C = s->classes;
   int F = m->f_local, L = s->layers, head = mlp_head_param(s);
-  float **P = m->param, **G = m->grad;
-  double t_start = mlp_now(), comm_before = *tp_comm_s;
+  float **P = m->param;
+  double start = mlp_now(), paused = 0;
   int64_t BH = (int64_t)B * H, BF = (int64_t)B * F;
-
-  /* forward */
-  linear_fwd(x, P[MLP_IN_W], P[MLP_IN_B], m->h, B, D, H);
+  memcpy(m->x, x, sizeof(float) * (size_t)B * (size_t)D);
+  m->labels = labels;
+  m->loss_scale = loss_scale;
+  linear_fwd(m->x, P[MLP_IN_W], P[MLP_IN_B], m->h, B, D, H);
   for (int l = 0; l < L; l++) {
     const float *hin = m->h + l * BH;
     float *hout = m->h + (l + 1) * BH;
@@ -369,18 +369,30 @@ int mlp_forward_backward(mlp_model *m, const float *x, const int *labels,
     /* rowwise: partial sums over this rank's slice of F, then allreduce */
     linear_fwd(g, P[mlp_block_param(l, BLK_FC2_W)], NULL, m->tmp, B, F, H);
     if (F == 0) memset(m->tmp, 0, sizeof(float) * (size_t)BH);
-    TP_ALLREDUCE(m->tmp, BH);
+    TP_ALLREDUCE(MLP_TP_ROWWISE_OUT, l, m->tmp, BH);
     const float *b2 = P[mlp_block_param(l, BLK_FC2_B)];
     for (int b = 0; b < B; b++)
       for (int k = 0; k < H; k++)
         hout[(int64_t)b * H + k] = hin[(int64_t)b * H + k] +
                                    m->tmp[(int64_t)b * H + k] + b2[k];
   }
-  const float *hL = m->h + L * BH;
-  linear_fwd(hL, P[head], P[head + 1], m->logits, B, H, C);
+  linear_fwd(m->h + L * BH, P[head], P[head + 1], m->logits, B, H, C);
   *loss_sum = softmax_ce(m->logits, labels, B, C, loss_scale);
+  t->compute += mlp_now() - start - paused;
+  return 0;
+}
 
-  /* backward: m->logits now holds dlogits */
+int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
+                 mlp_grad_ready_fn on_grad_ready, void *gr_ctx,
+                 mlp_timers *t) {
+  const mlp_shape *s = &m->s;
+  int B = m->batch, H = s->hidden, D = s->d_in, C = s->classes;
+  int F = m->f_local, L = s->layers, head = mlp_head_param(s);
+  float **P = m->param, **G = m->grad;
+  double start = mlp_now(), paused = 0;
+  int64_t BH = (int64_t)B * H, BF = (int64_t)B * F;
+  const float *hL = m->h + L * BH;
+  /* m->logits holds dlogits since the forward */
   linear_bwd_params(hL, m->logits, G[head], G[head + 1], B, H, C);
   GRAD_READY(head);
   GRAD_READY(head + 1);
@@ -403,7 +415,7 @@ int mlp_forward_backward(mlp_model *m, const float *x, const int *labels,
     /* colwise input backward: dy is partial over TP ranks */
     linear_bwd_input(m->da, P[mlp_block_param(l, BLK_FC1_W)], m->dy, B, H, F,
                      0.0f);
-    TP_ALLREDUCE(m->dy, BH);
+    TP_ALLREDUCE(MLP_TP_COLWISE_IN_GRAD, l, m->dy, BH);
     /* dh accumulates the branch through the norm (residual keeps dh) */
     layernorm_bwd(hin, P[mlp_block_param(l, BLK_LN_G)], m->mean + l * B,
                   m->rstd + l * B, m->dy, m->dh,
@@ -412,9 +424,9 @@ int mlp_forward_backward(mlp_model *m, const float *x, const int *labels,
     GRAD_READY(mlp_block_param(l, BLK_LN_G));
     GRAD_READY(mlp_block_param(l, BLK_LN_B));
   }
-  linear_bwd_params(x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H);
+  linear_bwd_params(m->x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H);
   GRAD_READY(MLP_IN_W);
   GRAD_READY(MLP_IN_B);
-  *compute_s += (mlp_now() - t_start) - (*tp_comm_s - comm_before);
+  t->compute += mlp_now() - start - paused;
   return 0;
 }

@@ -44,8 +44,12 @@ int mlp_head_param(const mlp_shape *s);
 void mlp_param_info(const mlp_shape *s, int i, char *name, int len,
                     int *ndim, int64_t shape[2]);
 
-/* Reduces `n` floats in place over the TP group (sum). */
-typedef int (*mlp_allreduce_fn)(float *data, int64_t n, void *ctx);
+/* The two TP collectives of a block, in place over the TP group (sum):
+ * MLP_TP_ROWWISE_OUT (forward, after fc2 of `layer`) and
+ * MLP_TP_COLWISE_IN_GRAD (backward, the input gradient of fc1). */
+enum { MLP_TP_ROWWISE_OUT = 0, MLP_TP_COLWISE_IN_GRAD = 1 };
+typedef int (*mlp_allreduce_fn)(int kind, int layer, float *data, int64_t n,
+                                void *ctx);
 
 /* One TP rank's view of the model: pointers to local parameter and gradient
  * storage (owned by the caller), the local slice [f_off, f_off + f_local)
@@ -59,6 +63,8 @@ typedef struct {
   /* activations */
   float *x, *h;   /* h: [(L+1) B H] residual stream per layer */
   float *y, *mean, *rstd, *a, *g, *tmp, *logits, *dh, *dy, *da;
+  const int *labels;
+  float loss_scale;
 } mlp_model;
 
 /* Local parameter shape of parameter i on a TP rank holding f_local rows of
@@ -70,19 +76,28 @@ int mlp_model_init(mlp_model *m, const mlp_shape *s, int f_local, int batch,
                    float **param, float **grad);
 void mlp_model_free(mlp_model *m);
 
-/* Forward + backward on x [batch, d_in] with labels, gradients written
- * (overwritten) into m->grad. `loss_scale` divides the per-sample losses
- * (the global batch size for a mean over the global batch). Returns the sum
- * of this batch's losses (before scaling). `on_grad_ready(i, ctx)` is called
- * as soon as parameter i's gradient is final (reverse order), so a DP
- * reducer can start reducing while backward goes on. Times are added to
- * *compute_s and *tp_comm_s. Returns 0 or the allreduce's error. */
+/* Timers the model adds to (seconds). */
+typedef struct {
+  double compute;  /* everything but the TP collectives and the callback */
+  double tp_comm;  /* inside the allreduce callback */
+} mlp_timers;
+
+/* Forward on x [batch, d_in] (copied) with labels; returns through
+ * *loss_sum the sum of this batch's per-sample losses and leaves dlogits
+ * (divided by loss_scale) for mlp_backward. Returns 0 or the callback's
+ * error. */
+int mlp_forward(mlp_model *m, const float *x, const int *labels,
+                float loss_scale, mlp_allreduce_fn allreduce, void *ar_ctx,
+                double *loss_sum, mlp_timers *t);
+
+/* Backward after mlp_forward: gradients overwrite m->grad[i];
+ * `on_grad_ready(i, ctx)` is called as soon as parameter i's gradient is
+ * final (reverse order), so a DP reducer can start reducing while backward
+ * goes on (its time is not counted in t). */
 typedef int (*mlp_grad_ready_fn)(int param_index, void *ctx);
-int mlp_forward_backward(mlp_model *m, const float *x, const int *labels,
-                         float loss_scale, mlp_allreduce_fn allreduce,
-                         void *ar_ctx, mlp_grad_ready_fn on_grad_ready,
-                         void *gr_ctx, double *loss_sum, double *compute_s,
-                         double *tp_comm_s);
+int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
+                 mlp_grad_ready_fn on_grad_ready, void *gr_ctx,
+                 mlp_timers *t);
 
 /* Deterministic full-size initial values of parameter i (identical on every
  * rank for a given seed). */

@@ -220,6 +220,72 @@ tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
 tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh,
                                        const char *name, tpdp_comm **out);
 
+/* ------------------------------------------------------------ NCCL
+ *
+ * The NCCL backend moves CUDA device memory. It is compiled in with
+ * `bazel build --config=cuda`; in a build without it every function below
+ * still exists and reports TPDP_ERR_UNSUPPORTED ("built without
+ * --config=cuda"), tpdp_nccl_available() returns 0.
+ *
+ * Streams: each NCCL communicator owns a non-blocking CUDA stream, created
+ * with it; collectives are queued on that stream. Use
+ * tpdp_comm_order_after(comm, s) to order them after compute queued on `s`,
+ * and tpdp_work_wait_stream(work, s) to order compute on `s` after them,
+ * both without a host synchronisation. tpdp_work_wait blocks the host.
+ *
+ * No hang on failure: communicators are non-blocking (ncclConfig_t
+ * blocking = 0). Every wait polls ncclCommGetAsyncError; when an operation
+ * has not completed within TPDP_TIMEOUT_S seconds (environment, read when
+ * the communicator is created; default 600) the communicator is aborted
+ * (ncclCommAbort) and the wait returns TPDP_ERR_TIMEOUT naming the
+ * operation and the communicator. An aborted communicator refuses further
+ * collectives with TPDP_ERR_STATE; destroy it.
+ *
+ * Reductions: f16 and bf16 natively (ncclFloat16, ncclBfloat16), AVG as
+ * ncclAvg. alltoall is grouped ncclSend/ncclRecv; barrier is a one-element
+ * allreduce. In-place rules are those stated above (NCCL's). Device buffers
+ * must be on the communicator's GPU (tpdp_comm_cuda_device).
+ */
+
+/* 1 if this build has the NCCL backend (--config=cuda), else 0. */
+int tpdp_nccl_available(void);
+
+/* Number of CUDA devices visible to this process.
+ * Errors: TPDP_ERR_CUDA (cudaGetDeviceCount failed, e.g. no driver or no
+ * GPU: the message carries CUDA's error string), TPDP_ERR_UNSUPPORTED. */
+tpdp_status tpdp_cuda_device_count(int *count);
+
+/* Create an NCCL communicator over the ranks of `bootstrap`, a host-memory
+ * communicator (e.g. tpdp_comm_world); NULL makes a single-rank
+ * communicator and needs no MPI at all. Collective over `bootstrap`.
+ *
+ * device: the CUDA ordinal to use, or -1 to pick one from the host-local
+ * rank (local rank mod number of visible GPUs; see tpdp_comm_local_rank).
+ * The calling thread's current device is set to it. Rank 0 creates the
+ * NCCL unique id and broadcasts it over `bootstrap`.
+ * *out: the new communicator (rank and size those of `bootstrap`), named
+ * "nccl(<bootstrap name>)" or "nccl"; destroy with tpdp_comm_destroy.
+ * Errors: TPDP_ERR_NULL_POINTER, TPDP_ERR_INVALID_ARGUMENT (device out of
+ * range, bootstrap not a host-memory communicator), TPDP_ERR_CUDA,
+ * TPDP_ERR_NCCL, TPDP_ERR_TIMEOUT (initialisation did not finish), the
+ * bootstrap communicator's errors, TPDP_ERR_UNSUPPORTED. */
+tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
+                                  tpdp_comm **out);
+
+/* The communicator's CUDA stream (a cudaStream_t), or NULL for a
+ * communicator of another backend. Owned by the communicator. */
+void *tpdp_comm_nccl_stream(const tpdp_comm *comm);
+
+/* The CUDA ordinal of an NCCL communicator, -1 for other backends. */
+int tpdp_comm_cuda_device(const tpdp_comm *comm);
+
+/* Host-local ranks, as MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) groups
+ * them: ranks of `comm` on the same host (same gethostname) are numbered
+ * 0..local_size-1 in rank order. Collective over `comm` (a host-memory
+ * communicator; NULL = a single rank: 0 of 1). Works in every build. */
+tpdp_status tpdp_comm_local_rank(tpdp_comm *comm, int *local_rank,
+                                 int *local_size);
+
 #ifdef __cplusplus
 }
 #endif

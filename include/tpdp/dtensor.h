@@ -212,6 +212,45 @@ tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
 tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
                                            tpdp_tensor *out);
 
+/* ------------------------------------------ TP+DP hooks (tp/hooks.c)
+ *
+ * The seed-004 composition: DP sees plain local tensors, forward sees
+ * DTensors. The module tree is core's (tpdp/module.h); a parameter with a
+ * spec is a DTensor parameter.
+ *
+ * tpdp_pre_dp_transform(root): resolves once the DTensor parameters of
+ * root's whole subtree (nested modules included; a shared parameter once,
+ * under the FQN of its first pre-order encounter) into a flat array with
+ * their specs and FQNs; checks each (as tpdp_dtensor_unflatten: local shape,
+ * dtype, device for this rank); localizes them (form LOCALIZED, the local
+ * view kept, gradients untouched); and registers on root a forward pre-hook
+ * that reconstructs them (validated unflatten -> form DTENSOR) and a
+ * forward hook that localizes them again (flatten -> form LOCALIZED). The
+ * hooks touch each DTensor parameter once per call, allocate nothing and
+ * do no string work. Specs are captured here: do not change a parameter's
+ * spec while the transform is applied (undo first).
+ * Errors (nothing changed on failure): NULL root; TPDP_ERR_ALREADY if root
+ * already has the transform; a parameter whose local tensor does not match
+ * its spec: the unflatten status, naming the parameter FQN; out of memory.
+ * A reconstruct failure inside the pre-hook (the framework changed a local
+ * tensor's shape) returns the unflatten status from
+ * tpdp_module_forward_begin, naming the parameter FQN; the parameters
+ * reconstructed before it are localized again.
+ *
+ * tpdp_pre_dp_transform_undo(root): removes both hooks and returns every
+ * parameter of the transform to DTENSOR form (validated first; on failure
+ * nothing changes). Errors: TPDP_ERR_NOT_FOUND if root has no transform.
+ * Destroying root also releases the transform's state.
+ *
+ * tpdp_pre_dp_transform_count(root): the number of DTensor parameters the
+ * transform handles, -1 if root has none.
+ *
+ * Thread-safety: as the module tree (one thread at a time per tree). */
+struct tpdp_module;
+tpdp_status tpdp_pre_dp_transform(struct tpdp_module *root);
+tpdp_status tpdp_pre_dp_transform_undo(struct tpdp_module *root);
+int tpdp_pre_dp_transform_count(const struct tpdp_module *root);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,271 @@
-/* tpdp reducer: (being written) */
+/*
+ * tpdp reducer: DDP-style gradient bucketing and asynchronous reduction over
+ * the data-parallel (DP) communicator (dp/).
+ *
+ * Two parts:
+ *  1. tpdp_bucket_assign: the bucket assignment of PyTorch DDP
+ *     (compute_bucket_assignment_by_size), usable on its own (the `tpdp
+ *     buckets` CLI prints it).
+ *  2. tpdp_reducer: gradients of the local parameters, grouped into buckets
+ *     with one contiguous buffer each; when every gradient of a bucket has
+ *     been marked ready, that bucket's allreduce starts asynchronously.
+ *
+ * Life cycle of a training step:
+ *
+ *   tpdp_reducer_create(dp_comm, params, n, &opts, &r);    once
+ *   loop:
+ *     tpdp_reducer_prepare(r);           start of backward (or of the step)
+ *     ... backward; for each gradient:   tpdp_reducer_mark_ready(r, i);
+ *     tpdp_reducer_finalize(r);          waits; gradients are now averaged
+ *     optimizer step
+ *   tpdp_reducer_destroy(r);
+ *
+ * The reducer knows nothing of DTensors: it sees plain local tensors.
+ * Thread-safety: one thread at a time per reducer (and its communicator).
+ * Error contract: as stated in tpdp/core.h.
+ */
 #ifndef TPDP_REDUCER_H
 #define TPDP_REDUCER_H
 
+#include "tpdp/comm.h"
 #include "tpdp/core.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------ bucket assignment */
+
+/* DDP's default limits: the first bucket 1 MiB, every later one 25 MiB. */
+#define TPDP_BUCKET_FIRST_BYTES ((size_t)1048576)
+#define TPDP_BUCKET_CAP_BYTES ((size_t)26214400)
+
+/* Result of tpdp_bucket_assign. Bucket b holds the tensor indices
+ * indices[offsets[b]] .. indices[offsets[b+1]-1], in the order they were
+ * walked; bytes[b] is the sum of their sizes and limits[b] the size limit
+ * that was in force for the bucket. Free with tpdp_bucket_assignment_free. */
+typedef struct {
+  int64_t nbuckets;
+  int64_t *offsets; /* nbuckets + 1 entries */
+  int64_t *indices; /* ntensors entries */
+  size_t *bytes;    /* nbuckets entries */
+  size_t *limits;   /* nbuckets entries */
+} tpdp_bucket_assignment;
+
+/*
+ * Assign tensors to buckets exactly as PyTorch's
+ * compute_bucket_assignment_by_size:
+ *  - tensors are walked in order (tensors[order[0]], tensors[order[1]], ...
+ *    when `order` is given, else tensors[0], tensors[1], ...);
+ *  - one bucket is open per key (dtype, device); the tensor joins the open
+ *    bucket of its key;
+ *  - every key has its own position in `limits`, starting at limits[0]; a
+ *    bucket closes as soon as its bytes reach (>=) the key's current limit,
+ *    so it can overshoot by one tensor; closing advances the key to the next
+ *    limit, and the key stays on the last one;
+ *  - buckets still open at the end are appended, in order of their key's
+ *    first appearance (PyTorch uses hash-map order here);
+ *  - without `order`, buckets are sorted by the smallest tensor index they
+ *    hold; with `order`, they stay in the order they closed.
+ * Only dtype, device and shape of the tensors are read (data may be NULL).
+ * `order`, if not NULL, must be a permutation of 0..ntensors-1.
+ * On success *out owns arrays; free with tpdp_bucket_assignment_free.
+ * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_INVALID_ARGUMENT for ntensors == 0
+ * ("empty tensor list"), nlimits == 0 ("empty limit list"), a limit of 0
+ * (naming its index), or an `order` that is not a permutation;
+ * TPDP_ERR_DTYPE_MISMATCH for a bad dtype; TPDP_ERR_OUT_OF_MEMORY. */
+tpdp_status tpdp_bucket_assign(const tpdp_tensor *tensors, int64_t ntensors,
+                               const size_t *limits, int64_t nlimits,
+                               const int64_t *order,
+                               tpdp_bucket_assignment *out);
+
+/* Free the arrays of an assignment and zero it. NULL is a no-op. */
+void tpdp_bucket_assignment_free(tpdp_bucket_assignment *a);
+
+/* ---------------------------------------------------------------- reducer */
+
+typedef struct tpdp_reducer tpdp_reducer; /* opaque */
+
+/* One local parameter. `param` is the parameter tensor (contiguous, float
+ * dtype); `grad` its gradient (same shape and dtype). `fqn` (may be NULL) is
+ * copied and used in messages. */
+typedef struct {
+  tpdp_tensor param;
+  tpdp_tensor grad;
+  const char *fqn;
+} tpdp_reducer_param;
+
+/* Communication hooks: what happens to a bucket once it is ready. */
+typedef enum {
+  /* divide by divide_factor, allreduce SUM in the bucket's dtype */
+  TPDP_REDUCER_HOOK_NONE = 0,
+  /* divide, cast to bf16, allreduce SUM in bf16, cast back */
+  TPDP_REDUCER_HOOK_BF16 = 1,
+  /* divide, cast to f16, allreduce SUM in f16, cast back */
+  TPDP_REDUCER_HOOK_F16 = 2,
+  /* call options.hook_fn (see tpdp_reducer_hook_fn) */
+  TPDP_REDUCER_HOOK_USER = 3
+} tpdp_reducer_hook;
+
+/* Arguments of a user hook: `flat` is the bucket's whole contiguous buffer
+ * (host memory on MPI, device memory on NCCL; 1-D, the bucket's dtype),
+ * holding this rank's gradients. */
+typedef struct {
+  tpdp_comm *comm;       /* the reducer's communicator */
+  int64_t bucket;        /* bucket index (launch order) */
+  tpdp_tensor *flat;     /* the bucket buffer: read and overwrite in place */
+  double divide_factor;  /* what the built-in hooks would divide by */
+  void *user_data;       /* options.hook_user_data */
+} tpdp_reducer_hook_args;
+
+/* A user hook is called synchronously when its bucket is launched (in
+ * bucket order, from tpdp_reducer_mark_ready or tpdp_reducer_finalize) and
+ * must leave the final (e.g. averaged) gradients in args->flat before it
+ * returns, e.g. with tpdp_allreduce then a division. A non-success status
+ * is returned by the reducer call that launched the bucket. */
+typedef tpdp_status (*tpdp_reducer_hook_fn)(const tpdp_reducer_hook_args *args);
+
+typedef struct {
+  /* Bucket size limits: the first bucket, then every later one (> 0). */
+  size_t first_bucket_bytes; /* default TPDP_BUCKET_FIRST_BYTES (1 MiB) */
+  size_t bucket_cap_bytes;   /* default TPDP_BUCKET_CAP_BYTES (25 MiB) */
+  /* 1 (default): gradients live inside the bucket buffers; the reducer
+   * re-points params[i].grad (and tpdp_reducer_grad_view) at them, and the
+   * framework must write gradients there. 0: copy mode; gradients are copied
+   * into the buckets at launch and the averages copied back at finalize. */
+  int gradient_as_bucket_view;
+  /* 1: parameters not marked by finalize are treated as unused: they
+   * contribute zero (unless accumulated in no_sync steps) and are reported
+   * (tpdp_reducer_unused_params, INFO log). 0 (default): finalize fails. */
+  int find_unused_parameters;
+  /* 1: the set of gradients and how often each hook fires are the same in
+   * every iteration. The first iteration only records them (reductions run
+   * at its finalize); later ones may mark a parameter several times
+   * (reentrant backward, shared parameters): it is ready at its last mark.
+   * Never-marked parameters are treated as unused (zero). */
+  int static_graph;
+  /* Gradients are divided by this; 0 (default) = the communicator size. */
+  double divide_factor;
+  tpdp_reducer_hook comm_hook; /* default TPDP_REDUCER_HOOK_NONE */
+  tpdp_reducer_hook_fn hook_fn; /* for TPDP_REDUCER_HOOK_USER */
+  void *hook_user_data;
+  /* NCCL: the cudaStream_t producing the gradients; each bucket's
+   * reduction is ordered after it (tpdp_comm_order_after). NULL = the legacy
+   * default stream. Ignored on MPI. */
+  void *producer_stream;
+} tpdp_reducer_options;
+
+/* The defaults listed above. */
+tpdp_reducer_options tpdp_reducer_options_default(void);
+
+/*
+ * Create a reducer over `nparams` local parameters and a communicator
+ * (normally the mesh's "dp" sub-communicator; never the TP one).
+ * Collective over `comm`. It:
+ *  - checks the parameters locally, then agrees with the other ranks that
+ *    all passed (a rank whose own check passed returns the failing rank's
+ *    status with a message naming that rank);
+ *  - checks that every rank has the same parameter count, shapes and
+ *    dtypes, else fails on every rank naming the first mismatching
+ *    parameter (index and FQN) and the two ranks;
+ *  - broadcasts the parameters' values from rank 0 of `comm`;
+ *  - assigns buckets as DDP: tpdp_bucket_assign over the parameters in
+ *    registration order with limits {first, cap}, then the list reversed, so
+ *    the bucket of the last-registered parameters launches first;
+ *  - in view mode allocates the bucket buffers (zeroed), copies each current
+ *    gradient into its slot and re-points params[i].grad at the slot.
+ * The `params` array is kept by pointer: it must stay valid until
+ * tpdp_reducer_destroy (the reducer reads grad views from it in copy mode,
+ * and checks and re-points them in view mode). `options` may be NULL
+ * (defaults). On success *out must be freed with tpdp_reducer_destroy.
+ * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_INVALID_ARGUMENT (empty parameter
+ * list, limits of 0, negative divide factor, non-contiguous parameter, user
+ * hook without hook_fn, bad hook); TPDP_ERR_DUPLICATE (the same parameter
+ * data twice); TPDP_ERR_DEVICE_MISMATCH (parameters on different devices, or
+ * memory the communicator cannot move); TPDP_ERR_UNSUPPORTED (device
+ * parameters in a build without CUDA); TPDP_ERR_SHAPE_MISMATCH /
+ * TPDP_ERR_DTYPE_MISMATCH (grad unlike its param, non-float dtype, or ranks
+ * disagreeing); communicator errors.
+ */
+tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
+                                int64_t nparams,
+                                const tpdp_reducer_options *options,
+                                tpdp_reducer **out);
+
+/* Wait for reductions still in flight (this blocks if other ranks never
+ * launched them), free the buffers and the reducer. In view mode the
+ * caller's grad views point into freed memory afterwards. NULL is a no-op. */
+tpdp_status tpdp_reducer_destroy(tpdp_reducer *r);
+
+/* Start an iteration (call before backward). After the first synchronised
+ * iteration, the first prepare rebuilds the buckets once in the observed
+ * gradient-ready order of rank 0 (broadcast; collective over the comm)
+ * unless find_unused_parameters is set without static_graph (as DDP); in
+ * view mode the gradients move into the new buffers (values kept): read the
+ * grad views again (tpdp_reducer_rebuilt tells whether it happened).
+ * Errors: TPDP_ERR_STATE when the previous iteration's reduction has not
+ * finished (naming the parameters never marked ready). */
+tpdp_status tpdp_reducer_prepare(tpdp_reducer *r);
+
+/* Mark parameter `index`'s gradient ready (call from the gradient hook once
+ * the gradient is written). When every gradient of the next bucket in
+ * launch order is ready, its reduction starts asynchronously (buckets launch
+ * in order; a later bucket that is ready waits for the earlier ones). Also
+ * tests in-flight reductions to drive MPI progress. In a no_sync step it
+ * only records the mark.
+ * Errors: TPDP_ERR_NOT_FOUND (index outside [0, nparams)); TPDP_ERR_STATE
+ * (no prepare; in view mode a grad view that no longer aliases its bucket);
+ * TPDP_ERR_ALREADY (marked twice in one iteration: the message names the
+ * parameter and the likely causes); launch errors. */
+tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index);
+
+/* Same, finding the parameter by its data pointer (params[i].param.data),
+ * in O(log n). Errors: TPDP_ERR_NOT_FOUND for an unknown pointer. */
+tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data);
+
+/* End the iteration: in find_unused / static-graph mode treat unmarked
+ * parameters as unused, launch the remaining buckets, wait for all, and
+ * leave the averaged gradients (divided by divide_factor, or as the comm
+ * hook does) in the grad views (copied back in copy mode). In a no_sync step
+ * it only ends the iteration: the gradients stay local and keep
+ * accumulating until the next synchronised step reduces the sum.
+ * Errors: TPDP_ERR_STATE (no prepare; parameters never marked without
+ * find_unused_parameters, named; the reducer stays in the iteration so
+ * they can still be marked; a grad view no longer aliasing its bucket);
+ * communicator and hook errors. */
+tpdp_status tpdp_reducer_finalize(tpdp_reducer *r);
+
+/* no_sync: sync = 0 makes the following iterations accumulate gradients
+ * locally (nothing is communicated); sync = 1 (default) makes the next
+ * iteration reduce the accumulated sum. Errors: TPDP_ERR_STATE inside an
+ * iteration (between prepare and finalize). */
+tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync);
+
+/* The current gradient view of parameter `index` (in view mode a slice of
+ * its bucket buffer). Errors: TPDP_ERR_NOT_FOUND, NULL pointers. */
+tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r, int64_t index,
+                                   tpdp_tensor *out);
+
+/* Number of buckets (0 for NULL). */
+int64_t tpdp_reducer_num_buckets(const tpdp_reducer *r);
+
+/* Bucket `bucket` in launch order: its parameter indices (owned by the
+ * reducer, valid until the next rebuild or destroy), their count, bytes and
+ * size limit. Any out pointer may be NULL. Errors: TPDP_ERR_NOT_FOUND. */
+tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
+                                const int64_t **params, int64_t *count,
+                                size_t *bytes, size_t *limit);
+
+/* Parameters treated as unused by the last synchronised finalize (in
+ * ascending order; owned by the reducer, valid until the next finalize). */
+tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
+                                       const int64_t **params,
+                                       int64_t *count);
+
+/* 1 once the buckets have been rebuilt in gradient-ready order. */
+int tpdp_reducer_rebuilt(const tpdp_reducer *r);
+
+#ifdef __cplusplus
+}
+#endif
 #endif /* TPDP_REDUCER_H */

@@ -48,3 +48,25 @@ TEST(Status, LastErrorNamesFunctionAndIsThreadLocal) {
 TEST(Version, RuntimeMatchesHeader) {
   EXPECT_EQ(tpdp_version(), TPDP_VERSION);
 }
+
+extern "C" {
+#include "core/check.h"
+}
+
+TEST(Status, WrappingTheLastErrorInANewOneIsSafe) {
+  // A caller may pass tpdp_last_error() as an argument of its own message.
+  tpdp_set_error(TPDP_ERR_PARSE, "inner_fn", "bad token '%s'", "x");
+  tpdp_status st = tpdp_set_error(TPDP_ERR_IO, "outer_fn", "reading cfg: %s",
+                                  tpdp_last_error());
+  EXPECT_EQ(st, TPDP_ERR_IO);
+  EXPECT_STREQ(tpdp_last_error(),
+               "outer_fn: reading cfg: inner_fn: bad token 'x'");
+}
+
+TEST(Status, LongMessagesAreTruncatedNotOverflowed) {
+  std::string big(5000, 'z');
+  tpdp_set_error(TPDP_ERR_INTERNAL, "f", "%s", big.c_str());
+  std::string msg = tpdp_last_error();
+  EXPECT_LT(msg.size(), 1024u);
+  EXPECT_EQ(msg.rfind("f: zzz", 0), 0u);
+}

@@ -1,0 +1,662 @@
+/* The NCCL backend: tpdp_comm over CUDA device memory (--config=cuda).
+ *
+ * Each communicator owns a non-blocking CUDA stream; collectives are queued
+ * on it and a work handle records a CUDA event after them. Waiting on the
+ * host polls that event together with ncclCommGetAsyncError, so a peer that
+ * died or a network failure surfaces as an error rather than a hang, and
+ * gives up after TPDP_TIMEOUT_S seconds by aborting the communicator.
+ * Communicators are created non-blocking (config.blocking = 0), so every
+ * NCCL call may answer ncclInProgress; settle() then polls until it is
+ * done, under the same timeout.
+ *
+ * Bootstrap goes through the tpdp_comm interface of a host-memory
+ * communicator (no MPI header here): host-local ranks by an allgather of
+ * host names, the unique id by a broadcast from rank 0. With no bootstrap
+ * communicator a single-rank communicator needs nothing else. */
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm/comm_internal.h"
+#include "core/tensor_cuda.h"
+
+typedef struct {
+  ncclComm_t nccl;
+  cudaStream_t stream;      /* this communicator's, non-blocking */
+  cudaEvent_t order_event;  /* tpdp_comm_order_after */
+  float *scratch;           /* one device float for barrier */
+  double timeout_s;
+  int aborted;
+} nccl_impl;
+
+typedef struct {
+  cudaEvent_t done;
+  int completed;
+  double queued_at;
+} nccl_work_impl;
+
+static const tpdp_comm_ops nccl_ops;
+
+/* ---------------------------------------------------------- helpers */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Spin briefly, then sleep in short steps: a wait for a short collective
+ * returns quickly without burning a core on long ones. */
+static void pause_briefly(int iter) {
+  if (iter < 64) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, iter < 1024 ? 20000 : 200000};
+  nanosleep(&ts, NULL);
+}
+
+static double timeout_from_env(void) {
+  long t = tpdp_env_long("TPDP_TIMEOUT_S", 600);
+  if (t <= 0) {
+    TPDP_WARN("ignoring TPDP_TIMEOUT_S=%ld: must be positive, using 600", t);
+    t = 600;
+  }
+  return (double)t;
+}
+
+static tpdp_status nccl_fail(ncclResult_t rc, ncclComm_t h, const char *call,
+                             const char *name, int rank, const char *func) {
+  const char *detail = h != NULL ? ncclGetLastError(h) : ncclGetLastError(NULL);
+  return tpdp_set_error(TPDP_ERR_NCCL, func, "%s failed on %s (rank %d): %s%s%s",
+                        call, name, rank, ncclGetErrorString(rc),
+                        detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+/* Turn the answer of an NCCL call on non-blocking communicator `h` into a
+ * status, polling while it is in progress. *timed_out is set when the
+ * deadline passed (the caller then aborts `h`). */
+static tpdp_status settle(ncclComm_t h, ncclResult_t rc, const char *call,
+                          const char *name, int rank, double timeout_s,
+                          int *timed_out, const char *func) {
+  *timed_out = 0;
+  if (rc == ncclInProgress && h != NULL) {
+    double t0 = now_s();
+    for (int iter = 0;; iter++) {
+      ncclResult_t state = ncclSuccess;
+      ncclResult_t q = ncclCommGetAsyncError(h, &state);
+      if (q != ncclSuccess)
+        return nccl_fail(q, h, "ncclCommGetAsyncError", name, rank, func);
+      if (state != ncclInProgress) {
+        rc = state;
+        break;
+      }
+      if (now_s() - t0 > timeout_s) {
+        *timed_out = 1;
+        return tpdp_set_error(
+            TPDP_ERR_TIMEOUT, func,
+            "%s on %s (rank %d) still in progress after %.0f s "
+            "(TPDP_TIMEOUT_S); communicator aborted",
+            call, name, rank, timeout_s);
+      }
+      pause_briefly(iter);
+    }
+  }
+  if (rc != ncclSuccess) return nccl_fail(rc, h, call, name, rank, func);
+  return TPDP_SUCCESS;
+}
+
+static void abort_comm(tpdp_comm *comm) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  if (impl->aborted || impl->nccl == NULL) return;
+  ncclResult_t rc = ncclCommAbort(impl->nccl);
+  if (rc != ncclSuccess && rc != ncclInProgress)
+    TPDP_WARN("ncclCommAbort on %s failed: %s", comm->name,
+              ncclGetErrorString(rc));
+  impl->nccl = NULL;
+  impl->aborted = 1;
+  TPDP_WARN("NCCL communicator %s (rank %d) aborted", comm->name, comm->rank);
+}
+
+/* Settle a call on comm's communicator, aborting it on timeout. */
+static tpdp_status settle_comm(tpdp_comm *comm, ncclResult_t rc,
+                               const char *call, const char *func) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  int timed_out = 0;
+  tpdp_status st = settle(impl->nccl, rc, call, comm->name, comm->rank,
+                          impl->timeout_s, &timed_out, func);
+  if (timed_out) abort_comm(comm);
+  return st;
+}
+
+typedef struct {
+  int prev;
+  int changed;
+} device_guard;
+
+static tpdp_status guard_enter(device_guard *g, int dev) {
+  g->changed = 0;
+  TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
+  if (g->prev != dev) {
+    TPDP_CUDA_CHECK(cudaSetDevice(dev));
+    g->changed = 1;
+  }
+  return TPDP_SUCCESS;
+}
+
+static void guard_exit(device_guard *g) {
+  if (g->changed) (void)cudaSetDevice(g->prev);
+}
+
+static tpdp_status aborted_error(const tpdp_comm *comm, const char *what,
+                                 const char *func) {
+  return tpdp_set_error(TPDP_ERR_STATE, func,
+                        "%s on %s (rank %d): the communicator was aborted "
+                        "after an earlier failure or timeout; destroy it",
+                        what, comm->name, comm->rank);
+}
+
+static ncclDataType_t nccl_dtype(tpdp_dtype d) {
+  switch (d) {
+    case TPDP_F32: return ncclFloat32;
+    case TPDP_F64: return ncclFloat64;
+    case TPDP_F16: return ncclFloat16;
+    case TPDP_BF16: return ncclBfloat16;
+    case TPDP_I32: return ncclInt32;
+    case TPDP_I64: return ncclInt64;
+    case TPDP_U8: return ncclUint8;
+    default: return ncclUint8;
+  }
+}
+
+static ncclRedOp_t nccl_op(tpdp_reduce_op op) {
+  switch (op) {
+    case TPDP_OP_AVG: return ncclAvg;
+    case TPDP_OP_MAX: return ncclMax;
+    case TPDP_OP_MIN: return ncclMin;
+    default: return ncclSum;
+  }
+}
+
+/* ---------------------------------------------------------- life cycle */
+
+/* Wrap a ready NCCL communicator: stream, event, scratch. Takes ownership
+ * of `nc` (aborted on failure). */
+static tpdp_status wrap_comm(ncclComm_t nc, int device, const char *name,
+                             double timeout_s, tpdp_comm **out) {
+  tpdp_status st = TPDP_SUCCESS;
+  nccl_impl *impl = NULL;
+  tpdp_comm *c = NULL;
+  int rank = 0, size = 0;
+  ncclResult_t rc = ncclCommUserRank(nc, &rank);
+  if (rc == ncclSuccess) rc = ncclCommCount(nc, &size);
+  if (rc != ncclSuccess) {
+    st = nccl_fail(rc, nc, "ncclCommUserRank/ncclCommCount", name, -1,
+                   __func__);
+    goto fail;
+  }
+  CHECK_GOTO(TPDP_CALLOC(impl, 1), st, fail);
+  impl->nccl = nc;
+  impl->timeout_s = timeout_s;
+  CHECK_GOTO(tpdp_cuda_status(cudaStreamCreateWithFlags(&impl->stream,
+                                                        cudaStreamNonBlocking),
+                              "cudaStreamCreateWithFlags", __func__),
+             st, fail);
+  CHECK_GOTO(tpdp_cuda_status(cudaEventCreateWithFlags(&impl->order_event,
+                                                       cudaEventDisableTiming),
+                              "cudaEventCreateWithFlags", __func__),
+             st, fail);
+  CHECK_GOTO(tpdp_cuda_status(cudaMalloc((void **)&impl->scratch, sizeof(float)),
+                              "cudaMalloc", __func__),
+             st, fail);
+  CHECK_GOTO(tpdp_cuda_status(cudaMemset(impl->scratch, 0, sizeof(float)),
+                              "cudaMemset", __func__),
+             st, fail);
+  CHECK_GOTO(tpdp_comm_alloc(&nccl_ops, rank, size, name, &c), st, fail);
+  c->device_index = device;
+  c->impl = impl;
+  *out = c;
+  TPDP_INFO("NCCL communicator %s: rank %d of %d on cuda:%d", name, rank, size,
+            device);
+  return TPDP_SUCCESS;
+fail:
+  (void)ncclCommAbort(nc);
+  if (impl != NULL) {
+    if (impl->scratch) (void)cudaFree(impl->scratch);
+    if (impl->order_event) (void)cudaEventDestroy(impl->order_event);
+    if (impl->stream) (void)cudaStreamDestroy(impl->stream);
+    free(impl);
+  }
+  return st;
+}
+
+int tpdp_nccl_available(void) { return 1; }
+
+tpdp_status tpdp_cuda_device_count(int *count) {
+  CHECK_PTR(count);
+  *count = 0;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess)
+    return TPDP_ERR(TPDP_ERR_CUDA,
+                    "cudaGetDeviceCount failed: %s (%s): no usable GPU or "
+                    "driver",
+                    cudaGetErrorString(e), cudaGetErrorName(e));
+  *count = n;
+  return TPDP_SUCCESS;
+}
+
+/* This rank's CUDA setup before the collective part of the bootstrap. */
+static tpdp_status pick_device(int device, int local_rank, int local_size,
+                               int *chosen) {
+  int ndev = 0;
+  CHECK(tpdp_cuda_device_count(&ndev));
+  if (ndev == 0)
+    return TPDP_ERR(TPDP_ERR_CUDA, "cudaGetDeviceCount found no CUDA device");
+  if (device == -1) {
+    device = local_rank % ndev;
+    if (local_size > ndev)
+      TPDP_WARN("%d ranks on this host share %d GPUs: local rank %d uses "
+                "cuda:%d",
+                local_size, ndev, local_rank, device);
+  } else if (device < 0 || device >= ndev) {
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "device %d outside [0, %d) (-1 picks from the local rank)",
+                    device, ndev);
+  }
+  TPDP_CUDA_CHECK(cudaSetDevice(device));
+  *chosen = device;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
+                                  tpdp_comm **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  if (bootstrap != NULL && bootstrap->ops->device_type != TPDP_DEVICE_CPU)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "bootstrap communicator %s is a %s one; pass a "
+                    "host-memory communicator (e.g. the world) or NULL",
+                    bootstrap->name, bootstrap->ops->backend);
+  int rank = bootstrap ? bootstrap->rank : 0;
+  int size = bootstrap ? bootstrap->size : 1;
+  char name[96];
+  if (bootstrap)
+    snprintf(name, sizeof name, "nccl(%.80s)", bootstrap->name);
+  else
+    snprintf(name, sizeof name, "nccl");
+  double timeout_s = timeout_from_env();
+
+  int local_rank = 0, local_size = 1;
+  CHECK(tpdp_comm_local_rank(bootstrap, &local_rank, &local_size));
+
+  /* Local CUDA setup may fail on some ranks only; keep taking part in the
+   * collective steps below so that the others do not hang, and agree on
+   * the outcome before NCCL's own (blocking on peers) initialisation. */
+  int chosen = -1;
+  tpdp_status local_st = pick_device(device, local_rank, local_size, &chosen);
+  struct {
+    int32_t ok;
+    ncclUniqueId id;
+  } boot;
+  memset(&boot, 0, sizeof boot);
+  if (rank == 0 && local_st == TPDP_SUCCESS) {
+    ncclResult_t rc = ncclGetUniqueId(&boot.id);
+    if (rc != ncclSuccess)
+      local_st = nccl_fail(rc, NULL, "ncclGetUniqueId", name, rank, __func__);
+    else
+      boot.ok = 1;
+  }
+  if (bootstrap != NULL) {
+    tpdp_tensor b = tpdp_tensor_1d(&boot, TPDP_U8, (int64_t)sizeof boot);
+    CHECK(tpdp_broadcast(bootstrap, &b, &b, 0));
+    int32_t mine = local_st == TPDP_SUCCESS, all = 0;
+    tpdp_tensor s = tpdp_tensor_1d(&mine, TPDP_I32, 1);
+    tpdp_tensor r = tpdp_tensor_1d(&all, TPDP_I32, 1);
+    CHECK(tpdp_allreduce(bootstrap, &s, &r, TPDP_OP_MIN));
+    if (local_st != TPDP_SUCCESS) return local_st;
+    if (!boot.ok)
+      return TPDP_ERR(TPDP_ERR_NCCL,
+                      "rank 0 of %s could not create the NCCL unique id",
+                      bootstrap->name);
+    if (!all)
+      return TPDP_ERR(TPDP_ERR_CUDA,
+                      "another rank of %s failed its CUDA setup (see its "
+                      "error); rank %d gives up too",
+                      bootstrap->name, rank);
+  } else if (local_st != TPDP_SUCCESS) {
+    return local_st;
+  }
+
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t nc = NULL;
+  ncclResult_t rc = ncclCommInitRankConfig(&nc, size, boot.id, rank, &config);
+  int timed_out = 0;
+  tpdp_status st = settle(nc, rc, "ncclCommInitRankConfig", name, rank,
+                          timeout_s, &timed_out, __func__);
+  if (st != TPDP_SUCCESS) {
+    if (nc != NULL) (void)ncclCommAbort(nc);
+    return st;
+  }
+  return wrap_comm(nc, chosen, name, timeout_s, out);
+}
+
+void *tpdp_comm_nccl_stream(const tpdp_comm *comm) {
+  if (comm == NULL || comm->ops != &nccl_ops || comm->impl == NULL)
+    return NULL;
+  return (void *)((const nccl_impl *)comm->impl)->stream;
+}
+
+int tpdp_comm_cuda_device(const tpdp_comm *comm) {
+  if (comm == NULL || comm->ops != &nccl_ops) return -1;
+  return comm->device_index;
+}
+
+static tpdp_status nccl_destroy(tpdp_comm *comm) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  if (impl == NULL) return TPDP_SUCCESS;
+  tpdp_status st = TPDP_SUCCESS;
+  device_guard g;
+  tpdp_status gst = guard_enter(&g, comm->device_index);
+  if (!impl->aborted && impl->nccl != NULL) {
+    /* Finalize flushes outstanding operations (non-blocking: poll). */
+    st = settle_comm(comm, ncclCommFinalize(impl->nccl), "ncclCommFinalize",
+                     __func__);
+    if (!impl->aborted && impl->nccl != NULL) {
+      ncclResult_t rc = ncclCommDestroy(impl->nccl);
+      if (rc != ncclSuccess && st == TPDP_SUCCESS)
+        st = nccl_fail(rc, NULL, "ncclCommDestroy", comm->name, comm->rank,
+                       __func__);
+    }
+  }
+  tpdp_status cst;
+  cst = tpdp_cuda_status(cudaFree(impl->scratch), "cudaFree", __func__);
+  if (st == TPDP_SUCCESS) st = cst;
+  cst = tpdp_cuda_status(cudaEventDestroy(impl->order_event),
+                         "cudaEventDestroy", __func__);
+  if (st == TPDP_SUCCESS) st = cst;
+  cst = tpdp_cuda_status(cudaStreamDestroy(impl->stream), "cudaStreamDestroy",
+                         __func__);
+  if (st == TPDP_SUCCESS) st = cst;
+  if (gst == TPDP_SUCCESS) guard_exit(&g);
+  free(impl);
+  comm->impl = NULL;
+  return st != TPDP_SUCCESS ? st : gst;
+}
+
+static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
+                              tpdp_comm **out) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  if (impl->aborted) return aborted_error(comm, "split", __func__);
+  device_guard g;
+  CHECK(guard_enter(&g, comm->device_index));
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t nc = NULL;
+  ncclResult_t rc = ncclCommSplit(impl->nccl,
+                                  color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                  &nc, &config);
+  char name[96];
+  snprintf(name, sizeof name, "%.60s/split(%d)", comm->name, color);
+  int timed_out = 0;
+  /* A non-blocking split is polled on the new communicator; a rank that
+   * joins no group has none and polls the parent. */
+  tpdp_status st = settle(nc != NULL ? nc : impl->nccl, rc, "ncclCommSplit",
+                          name, comm->rank, impl->timeout_s, &timed_out,
+                          __func__);
+  if (st != TPDP_SUCCESS) {
+    if (nc != NULL) (void)ncclCommAbort(nc);
+    if (timed_out && nc == NULL) abort_comm(comm);
+  } else if (nc == NULL) {
+    *out = NULL;
+  } else {
+    st = wrap_comm(nc, comm->device_index, name, impl->timeout_s, out);
+  }
+  guard_exit(&g);
+  return st;
+}
+
+static tpdp_status nccl_order_after(tpdp_comm *comm, void *stream) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  if (impl->aborted) return aborted_error(comm, "order_after", __func__);
+  device_guard g;
+  CHECK(guard_enter(&g, comm->device_index));
+  tpdp_status st = tpdp_cuda_status(
+      cudaEventRecord(impl->order_event, (cudaStream_t)stream),
+      "cudaEventRecord", __func__);
+  if (st == TPDP_SUCCESS)
+    st = tpdp_cuda_status(
+        cudaStreamWaitEvent(impl->stream, impl->order_event, 0),
+        "cudaStreamWaitEvent", __func__);
+  guard_exit(&g);
+  return st;
+}
+
+/* ---------------------------------------------------------- work */
+
+/* An asynchronous NCCL error: abort and report it. */
+static tpdp_status poll_async(tpdp_work *work, const char *func) {
+  tpdp_comm *comm = work->comm;
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  if (impl->aborted)
+    return aborted_error(comm, tpdp_coll_name(work->kind), func);
+  ncclResult_t state = ncclSuccess;
+  ncclResult_t q = ncclCommGetAsyncError(impl->nccl, &state);
+  if (q != ncclSuccess)
+    return nccl_fail(q, impl->nccl, "ncclCommGetAsyncError", comm->name,
+                     comm->rank, func);
+  if (state != ncclSuccess && state != ncclInProgress) {
+    tpdp_status st = nccl_fail(state, impl->nccl, tpdp_coll_name(work->kind),
+                               comm->name, comm->rank, func);
+    abort_comm(comm);
+    return st;
+  }
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status nccl_work_test(tpdp_work *work, int *done) {
+  nccl_work_impl *w = (nccl_work_impl *)work->impl;
+  if (w->completed) {
+    *done = 1;
+    return TPDP_SUCCESS;
+  }
+  *done = 0;
+  cudaError_t e = cudaEventQuery(w->done);
+  if (e == cudaSuccess) {
+    w->completed = 1;
+    *done = 1;
+    return TPDP_SUCCESS;
+  }
+  if (e != cudaErrorNotReady)
+    return tpdp_set_error(TPDP_ERR_CUDA, __func__,
+                          "cudaEventQuery failed for %s on %s (rank %d): %s",
+                          tpdp_coll_name(work->kind), work->comm->name,
+                          work->comm->rank, cudaGetErrorString(e));
+  return poll_async(work, __func__);
+}
+
+static tpdp_status nccl_work_wait(tpdp_work *work) {
+  nccl_work_impl *w = (nccl_work_impl *)work->impl;
+  tpdp_comm *comm = work->comm;
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  for (int iter = 0;; iter++) {
+    int done = 0;
+    CHECK(nccl_work_test(work, &done));
+    if (done) return TPDP_SUCCESS;
+    double waited = now_s() - w->queued_at;
+    if (waited > impl->timeout_s) {
+      abort_comm(comm);
+      return tpdp_set_error(
+          TPDP_ERR_TIMEOUT, __func__,
+          "%s on %s (rank %d of %d) did not complete within %.0f s "
+          "(TPDP_TIMEOUT_S); communicator aborted",
+          tpdp_coll_name(work->kind), comm->name, comm->rank, comm->size,
+          impl->timeout_s);
+    }
+    pause_briefly(iter);
+  }
+}
+
+static tpdp_status nccl_work_wait_stream(tpdp_work *work, void *stream) {
+  nccl_work_impl *w = (nccl_work_impl *)work->impl;
+  if (!w->completed) CHECK(poll_async(work, __func__));
+  device_guard g;
+  CHECK(guard_enter(&g, work->comm->device_index));
+  tpdp_status st = tpdp_cuda_status(
+      cudaStreamWaitEvent((cudaStream_t)stream, w->done, 0),
+      "cudaStreamWaitEvent", __func__);
+  guard_exit(&g);
+  return st;
+}
+
+static void nccl_work_release(tpdp_work *work) {
+  nccl_work_impl *w = (nccl_work_impl *)work->impl;
+  if (w == NULL) return;
+  /* Safe even if the event is still pending: CUDA releases it once it
+   * completes. */
+  (void)cudaEventDestroy(w->done);
+  free(w);
+  work->impl = NULL;
+}
+
+/* ---------------------------------------------------------- collectives */
+
+static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  ncclComm_t nc = impl->nccl;
+  cudaStream_t s = impl->stream;
+  const tpdp_tensor *send = a->send;
+  tpdp_tensor *recv = a->recv;
+  ncclDataType_t dt = recv ? nccl_dtype(recv->dtype) : ncclFloat32;
+  size_t es = recv ? tpdp_dtype_size(recv->dtype) : 4;
+  size_t rn = recv ? (size_t)tpdp_tensor_numel(recv) : 0;
+  size_t sn = send ? (size_t)tpdp_tensor_numel(send) : 0;
+  switch (a->kind) {
+    case TPDP_COLL_ALLREDUCE:
+      return settle_comm(comm,
+                         ncclAllReduce(send->data, recv->data, rn, dt,
+                                       nccl_op(a->op), nc, s),
+                         "ncclAllReduce", __func__);
+    case TPDP_COLL_ALLGATHER:
+      return settle_comm(comm,
+                         ncclAllGather(send->data, recv->data, sn, dt, nc, s),
+                         "ncclAllGather", __func__);
+    case TPDP_COLL_REDUCE_SCATTER:
+      return settle_comm(comm,
+                         ncclReduceScatter(send->data, recv->data, rn, dt,
+                                           nccl_op(a->op), nc, s),
+                         "ncclReduceScatter", __func__);
+    case TPDP_COLL_BROADCAST: {
+      /* Off the root NCCL ignores sendbuff; on it NULL send is in place. */
+      const void *sb = (send != NULL && comm->rank == a->root) ? send->data
+                                                               : recv->data;
+      return settle_comm(comm,
+                         ncclBroadcast(sb, recv->data, rn, dt, a->root, nc, s),
+                         "ncclBroadcast", __func__);
+    }
+    case TPDP_COLL_BARRIER:
+      return settle_comm(comm,
+                         ncclAllReduce(impl->scratch, impl->scratch, 1,
+                                       ncclFloat32, ncclSum, nc, s),
+                         "ncclAllReduce (barrier)", __func__);
+    case TPDP_COLL_ALLTOALL: {
+      if (rn == 0) return TPDP_SUCCESS;
+      size_t block = rn / (size_t)comm->size;
+      const char *sb = (const char *)send->data;
+      void *tmp = NULL;
+      if (send->data == recv->data) {
+        /* In place: NCCL's send/recv would overwrite blocks still to be
+         * sent; send from a stream-ordered copy freed after the group. */
+        TPDP_CUDA_CHECK(cudaMallocAsync(&tmp, rn * es, s));
+        TPDP_CUDA_CHECK(cudaMemcpyAsync(tmp, send->data, rn * es,
+                                        cudaMemcpyDeviceToDevice, s));
+        sb = (const char *)tmp;
+      }
+      ncclResult_t first = ncclSuccess;
+      const char *first_call = "ncclGroupStart";
+      ncclResult_t rc = ncclGroupStart();
+      if (rc != ncclSuccess && rc != ncclInProgress) {
+        first = rc;
+      } else {
+        for (int p = 0; p < comm->size; p++) {
+          rc = ncclSend(sb + (size_t)p * block * es, block, dt, p, nc, s);
+          if (rc != ncclSuccess && rc != ncclInProgress && first == ncclSuccess) {
+            first = rc;
+            first_call = "ncclSend";
+          }
+          rc = ncclRecv((char *)recv->data + (size_t)p * block * es, block, dt,
+                        p, nc, s);
+          if (rc != ncclSuccess && rc != ncclInProgress && first == ncclSuccess) {
+            first = rc;
+            first_call = "ncclRecv";
+          }
+        }
+        rc = ncclGroupEnd();
+      }
+      tpdp_status st = first != ncclSuccess
+                           ? nccl_fail(first, nc, first_call, comm->name,
+                                       comm->rank, __func__)
+                           : settle_comm(comm, rc, "ncclGroupEnd", __func__);
+      if (tmp != NULL) {
+        tpdp_status fst = tpdp_cuda_status(cudaFreeAsync(tmp, s),
+                                           "cudaFreeAsync", __func__);
+        if (st == TPDP_SUCCESS) st = fst;
+      }
+      return st;
+    }
+  }
+  return TPDP_ERR(TPDP_ERR_INTERNAL, "unknown collective %d", (int)a->kind);
+}
+
+static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
+                                   tpdp_work **out) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  if (impl->aborted)
+    return aborted_error(comm, tpdp_coll_name(a->kind), __func__);
+  device_guard g;
+  CHECK(guard_enter(&g, comm->device_index));
+  tpdp_status st = TPDP_SUCCESS;
+  tpdp_work *work = NULL;
+  nccl_work_impl *w = NULL;
+  CHECK_GOTO(TPDP_CALLOC(work, 1), st, fail);
+  CHECK_GOTO(TPDP_CALLOC(w, 1), st, fail);
+  CHECK_GOTO(tpdp_cuda_status(
+                 cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming),
+                 "cudaEventCreateWithFlags", __func__),
+             st, fail);
+  work->comm = comm;
+  work->kind = a->kind;
+  work->impl = w;
+  work->wait = nccl_work_wait;
+  work->test = nccl_work_test;
+  work->wait_stream = nccl_work_wait_stream;
+  work->release = nccl_work_release;
+  w->queued_at = now_s();
+  CHECK_GOTO(enqueue(comm, a), st, fail);
+  CHECK_GOTO(tpdp_cuda_status(cudaEventRecord(w->done, impl->stream),
+                              "cudaEventRecord", __func__),
+             st, fail);
+  guard_exit(&g);
+  *out = work;
+  return TPDP_SUCCESS;
+fail:
+  if (w != NULL && w->done != NULL) (void)cudaEventDestroy(w->done);
+  free(w);
+  free(work);
+  guard_exit(&g);
+  return st;
+}
+
+static const tpdp_comm_ops nccl_ops = {
+    .backend = "nccl",
+    .device_type = TPDP_DEVICE_CUDA,
+    .collective = nccl_collective,
+    .split = nccl_split,
+    .destroy = nccl_destroy,
+    .order_after = nccl_order_after,
+};

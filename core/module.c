@@ -1,0 +1,832 @@
+/* Module tree: modules, parameters, buffers, traversal, training states,
+ * management marks, forward hook registry, extensions. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/module_internal.h"
+
+/* ------------------------------------------------------------ helpers */
+
+tpdp_status tpdp_grow(void **items, int *cap, int need, size_t elem,
+                      const char *func) {
+  if (need <= *cap) return TPDP_SUCCESS;
+  int ncap = *cap ? *cap * 2 : 4;
+  while (ncap < need) ncap *= 2;
+  void *p = realloc(*items, (size_t)ncap * elem);
+  if (p == NULL)
+    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func,
+                          "out of memory growing a list to %d entries", ncap);
+  *items = p;
+  *cap = ncap;
+  return TPDP_SUCCESS;
+}
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+/* Writes m's FQN from its root; returns the full length. */
+size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len) {
+  if (buf && len) buf[0] = '\0';
+  if (m == NULL) return 0;
+  /* Collect the chain root..m (names of all but the root). */
+  const tpdp_module *chain[256];
+  int depth = 0;
+  size_t total = 0;
+  for (const tpdp_module *x = m; x && x->parent; x = x->parent) {
+    total += strlen(x->name) + (depth ? 1 : 0);
+    if (depth < 256) chain[depth] = x;
+    depth++;
+  }
+  if (buf == NULL || len == 0) return total;
+  if (depth > 256) { /* absurdly deep: give the name only */
+    snprintf(buf, len, "...%s", m->name);
+    return total;
+  }
+  size_t pos = 0;
+  for (int i = depth - 1; i >= 0; i--) {
+    const char *nm = chain[i]->name;
+    int w = snprintf(buf + pos, len - pos, "%s%s", nm, i ? "." : "");
+    if (w < 0 || (size_t)w >= len - pos) break;
+    pos += (size_t)w;
+  }
+  return total;
+}
+
+void tpdp_module_label(const tpdp_module *m, char *buf, size_t len) {
+  if (len == 0) return;
+  size_t n = tpdp_module_fqn(m, buf, len);
+  if (n >= len) n = strlen(buf);
+  snprintf(buf + n, len - n, "[%s]", m ? m->class_name : "?");
+}
+
+#define LABEL(m, var) \
+  char var[256];      \
+  tpdp_module_label((m), var, sizeof var)
+
+static tpdp_status check_name(const tpdp_module *m, const char *name,
+                              const char *what, const char *func) {
+  if (name == NULL)
+    return tpdp_set_error(TPDP_ERR_NULL_POINTER, func, "%s name is NULL", what);
+  LABEL(m, lbl);
+  if (name[0] == '\0')
+    return tpdp_set_error(TPDP_ERR_EMPTY_NAME, func,
+                          "empty %s name in module '%s'", what, lbl);
+  if (strchr(name, '.'))
+    return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, func,
+                          "%s name '%s' in module '%s' contains '.'", what,
+                          name, lbl);
+  const char *kind = NULL;
+  for (int i = 0; i < m->nchildren && !kind; i++)
+    if (strcmp(m->children[i].name, name) == 0) kind = "child";
+  for (int i = 0; i < m->nparams && !kind; i++)
+    if (strcmp(m->params[i].name, name) == 0) kind = "parameter";
+  for (int i = 0; i < m->nbuffers && !kind; i++)
+    if (strcmp(m->buffers[i].name, name) == 0) kind = "buffer";
+  if (kind)
+    return tpdp_set_error(TPDP_ERR_DUPLICATE, func,
+                          "module '%s' already has a %s named '%s' (adding %s)",
+                          lbl, kind, name, what);
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------ modules */
+
+tpdp_status tpdp_module_create(const char *class_name, tpdp_module **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(class_name);
+  if (class_name[0] == '\0')
+    return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty class name");
+  tpdp_module *m = NULL;
+  CHECK(TPDP_CALLOC(m, 1));
+  m->class_name = dup_str(class_name);
+  if (m->class_name == NULL) {
+    free(m);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  m->next_hook_id = 1;
+  *out = m;
+  return TPDP_SUCCESS;
+}
+
+static void free_subtree(tpdp_module *m) {
+  for (int i = 0; i < m->nchildren; i++) {
+    free_subtree(m->children[i].module);
+    free(m->children[i].name);
+  }
+  for (int i = 0; i < m->nparams; i++) {
+    tpdp_param_release(m->params[i].param);
+    free(m->params[i].name);
+  }
+  for (int i = 0; i < m->nbuffers; i++) free(m->buffers[i].name);
+  for (int i = 0; i < m->nexts; i++) {
+    if (m->exts[i].free_fn) m->exts[i].free_fn(m->exts[i].ptr);
+    free(m->exts[i].key);
+  }
+  free(m->exts);
+  free(m->children);
+  free(m->params);
+  free(m->buffers);
+  free(m->pre_hooks.items);
+  free(m->post_hooks.items);
+  free(m->unit_kind);
+  free(m->unit_suffix);
+  free(m->class_name);
+  free(m->name);
+  free(m);
+}
+
+tpdp_status tpdp_module_destroy(tpdp_module *m) {
+  if (m == NULL) return TPDP_SUCCESS;
+  if (m->parent) {
+    LABEL(m, lbl);
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "module '%s' is owned by its parent; destroy the root",
+                    lbl);
+  }
+  free_subtree(m);
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
+                                  tpdp_module *child) {
+  CHECK_PTR(parent);
+  CHECK_PTR(child);
+  for (const tpdp_module *a = parent; a; a = a->parent) {
+    if (a == child) {
+      LABEL(parent, pl);
+      LABEL(child, cl);
+      return TPDP_ERR(TPDP_ERR_CYCLE,
+                      "adding module '%s' as child '%s' of '%s' would make a "
+                      "cycle: it is %s",
+                      cl, name ? name : "?", pl,
+                      child == parent ? "the parent itself"
+                                      : "an ancestor of the parent");
+    }
+  }
+  CHECK(check_name(parent, name, "child", __func__));
+  if (child->parent) {
+    LABEL(parent, pl);
+    LABEL(child, cl);
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "module '%s' already has a parent; cannot add it as "
+                    "child '%s' of '%s'",
+                    cl, name, pl);
+  }
+  CHECK(tpdp_grow((void **)&parent->children, &parent->cap_children,
+                  parent->nchildren + 1, sizeof *parent->children, __func__));
+  char *nm = dup_str(name);
+  if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  parent->children[parent->nchildren].name = nm;
+  parent->children[parent->nchildren].module = child;
+  parent->nchildren++;
+  child->parent = parent;
+  child->name = dup_str(name);
+  if (child->name == NULL) {
+    parent->nchildren--;
+    child->parent = NULL;
+    free(nm);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
+                                  tpdp_param *p) {
+  CHECK_PTR(m);
+  CHECK_PTR(p);
+  CHECK(check_name(m, name, "parameter", __func__));
+  CHECK(tpdp_grow((void **)&m->params, &m->cap_params, m->nparams + 1,
+                  sizeof *m->params, __func__));
+  char *nm = dup_str(name);
+  if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  m->params[m->nparams].name = nm;
+  m->params[m->nparams].param = p;
+  m->nparams++;
+  p->refcount++;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_add_buffer(tpdp_module *m, const char *name,
+                                   const tpdp_tensor *buffer) {
+  CHECK_PTR(m);
+  CHECK_PTR(buffer);
+  CHECK(check_name(m, name, "buffer", __func__));
+  CHECK(tpdp_grow((void **)&m->buffers, &m->cap_buffers, m->nbuffers + 1,
+                  sizeof *m->buffers, __func__));
+  char *nm = dup_str(name);
+  if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  m->buffers[m->nbuffers].name = nm;
+  m->buffers[m->nbuffers].tensor = *buffer;
+  m->nbuffers++;
+  return TPDP_SUCCESS;
+}
+
+const char *tpdp_module_class_name(const tpdp_module *m) {
+  return m ? m->class_name : "";
+}
+const char *tpdp_module_name(const tpdp_module *m) {
+  return (m && m->name) ? m->name : "";
+}
+tpdp_module *tpdp_module_parent(const tpdp_module *m) {
+  return m ? m->parent : NULL;
+}
+tpdp_module *tpdp_module_root(tpdp_module *m) {
+  while (m && m->parent) m = m->parent;
+  return m;
+}
+int tpdp_module_num_children(const tpdp_module *m) {
+  return m ? m->nchildren : 0;
+}
+tpdp_module *tpdp_module_child(const tpdp_module *m, int i, const char **name) {
+  if (m == NULL || i < 0 || i >= m->nchildren) return NULL;
+  if (name) *name = m->children[i].name;
+  return m->children[i].module;
+}
+int tpdp_module_num_params(const tpdp_module *m) { return m ? m->nparams : 0; }
+tpdp_param *tpdp_module_param(const tpdp_module *m, int i, const char **name) {
+  if (m == NULL || i < 0 || i >= m->nparams) return NULL;
+  if (name) *name = m->params[i].name;
+  return m->params[i].param;
+}
+int tpdp_module_num_buffers(const tpdp_module *m) {
+  return m ? m->nbuffers : 0;
+}
+const tpdp_tensor *tpdp_module_buffer(const tpdp_module *m, int i,
+                                      const char **name) {
+  if (m == NULL || i < 0 || i >= m->nbuffers) return NULL;
+  if (name) *name = m->buffers[i].name;
+  return &m->buffers[i].tensor;
+}
+
+tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
+                                      tpdp_module **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(m);
+  CHECK_PTR(path);
+  tpdp_module *cur = m;
+  const char *s = path;
+  while (*s) {
+    const char *dot = strchr(s, '.');
+    size_t n = dot ? (size_t)(dot - s) : strlen(s);
+    tpdp_module *next = NULL;
+    for (int i = 0; i < cur->nchildren; i++) {
+      const char *cn = cur->children[i].name;
+      if (strlen(cn) == n && memcmp(cn, s, n) == 0) {
+        next = cur->children[i].module;
+        break;
+      }
+    }
+    if (next == NULL) {
+      LABEL(cur, lbl);
+      return TPDP_ERR(TPDP_ERR_NOT_FOUND,
+                      "path '%s': module '%s' has no child '%.*s'", path, lbl,
+                      (int)n, s);
+    }
+    cur = next;
+    s += n;
+    if (*s == '.') s++;
+  }
+  *out = cur;
+  return TPDP_SUCCESS;
+}
+
+/* ----------------------------------------------------------- parameters */
+
+static tpdp_status check_tensor(const tpdp_tensor *t, const char *func) {
+  if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
+    return tpdp_set_error(TPDP_ERR_TOO_MANY_DIMS, func,
+                          "tensor ndim %d outside [0, %d]", t->ndim,
+                          TPDP_MAX_DIMS);
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_param_create(const tpdp_tensor *tensor, tpdp_param **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(tensor);
+  CHECK(check_tensor(tensor, __func__));
+  tpdp_param *p = NULL;
+  CHECK(TPDP_CALLOC(p, 1));
+  p->refcount = 1;
+  p->tensor = *tensor;
+  p->form = TPDP_PARAM_PLAIN;
+  p->state = TPDP_HANDLE_IDLE;
+  *out = p;
+  return TPDP_SUCCESS;
+}
+
+void tpdp_param_retain(tpdp_param *p) {
+  if (p) p->refcount++;
+}
+
+void tpdp_param_release(tpdp_param *p) {
+  if (p && --p->refcount <= 0) free(p);
+}
+
+int tpdp_param_refcount(const tpdp_param *p) { return p ? p->refcount : 0; }
+
+const tpdp_tensor *tpdp_param_tensor(const tpdp_param *p) {
+  return p ? &p->tensor : NULL;
+}
+
+tpdp_status tpdp_param_set_tensor(tpdp_param *p, const tpdp_tensor *t) {
+  CHECK_PTR(p);
+  CHECK_PTR(t);
+  CHECK(check_tensor(t, __func__));
+  p->tensor = *t;
+  return TPDP_SUCCESS;
+}
+
+const tpdp_tensor *tpdp_param_grad(const tpdp_param *p) {
+  return (p && p->has_grad) ? &p->grad : NULL;
+}
+
+tpdp_status tpdp_param_set_grad(tpdp_param *p, const tpdp_tensor *grad) {
+  CHECK_PTR(p);
+  if (grad == NULL) {
+    p->has_grad = 0;
+    return TPDP_SUCCESS;
+  }
+  CHECK(check_tensor(grad, __func__));
+  p->grad = *grad;
+  p->has_grad = 1;
+  return TPDP_SUCCESS;
+}
+
+const struct tpdp_spec *tpdp_param_spec(const tpdp_param *p) {
+  return p ? p->spec : NULL;
+}
+
+tpdp_status tpdp_param_set_spec(tpdp_param *p, const struct tpdp_spec *spec) {
+  CHECK_PTR(p);
+  p->spec = spec;
+  p->form = spec ? TPDP_PARAM_DTENSOR : TPDP_PARAM_PLAIN;
+  return TPDP_SUCCESS;
+}
+
+tpdp_param_form tpdp_param_get_form(const tpdp_param *p) {
+  return p ? p->form : TPDP_PARAM_PLAIN;
+}
+
+tpdp_status tpdp_param_set_form(tpdp_param *p, tpdp_param_form form) {
+  CHECK_PTR(p);
+  if (form != TPDP_PARAM_DTENSOR && form != TPDP_PARAM_LOCALIZED)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "form %d is not DTENSOR (1) or LOCALIZED (2); use "
+                    "tpdp_param_set_spec(p, NULL) for a plain parameter",
+                    (int)form);
+  if (p->spec == NULL)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "parameter has no spec: it cannot become %s",
+                    form == TPDP_PARAM_DTENSOR ? "DTENSOR" : "LOCALIZED");
+  p->form = form;
+  return TPDP_SUCCESS;
+}
+
+tpdp_handle_state tpdp_param_get_state(const tpdp_param *p) {
+  return p ? p->state : TPDP_HANDLE_IDLE;
+}
+
+const char *tpdp_handle_state_name(tpdp_handle_state s) {
+  switch (s) {
+    case TPDP_HANDLE_IDLE: return "IDLE";
+    case TPDP_HANDLE_FORWARD: return "FORWARD";
+    case TPDP_HANDLE_BACKWARD_PRE: return "BACKWARD_PRE";
+    case TPDP_HANDLE_BACKWARD_POST: return "BACKWARD_POST";
+    case TPDP_HANDLE_SUMMON_FULL_PARAMS: return "SUMMON_FULL_PARAMS";
+  }
+  return "?";
+}
+
+tpdp_status tpdp_param_set_state(tpdp_param *p, tpdp_handle_state state) {
+  CHECK_PTR(p);
+  if ((int)state < 0 || state > TPDP_HANDLE_SUMMON_FULL_PARAMS)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "handle state %d outside [0, %d]", (int)state,
+                    (int)TPDP_HANDLE_SUMMON_FULL_PARAMS);
+  p->state = state;
+  return TPDP_SUCCESS;
+}
+
+/* "{A, B}" of names into buf. */
+static void format_states(const int *allowed, int n,
+                          const char *(*name)(int), char *buf, size_t len) {
+  size_t pos = 0;
+  buf[0] = '\0';
+  int w = snprintf(buf, len, "{");
+  if (w > 0) pos = (size_t)w;
+  for (int i = 0; i < n && pos < len; i++) {
+    w = snprintf(buf + pos, len - pos, "%s%s", i ? ", " : "", name(allowed[i]));
+    if (w < 0) break;
+    pos += (size_t)w;
+  }
+  if (pos < len) snprintf(buf + pos, len - pos, "}");
+}
+
+static const char *handle_name_int(int s) {
+  return tpdp_handle_state_name((tpdp_handle_state)s);
+}
+static const char *training_name_int(int s) {
+  return tpdp_training_state_name((tpdp_training_state)s);
+}
+
+tpdp_status tpdp_param_check_state(const tpdp_param *p,
+                                   const tpdp_handle_state *allowed, int n,
+                                   const char *what) {
+  CHECK_PTR(p);
+  if (n < 0 || (n > 0 && allowed == NULL))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
+  for (int i = 0; i < n; i++)
+    if (allowed[i] == p->state) return TPDP_SUCCESS;
+  int tmp[16];
+  int k = n < 16 ? n : 16;
+  for (int i = 0; i < k; i++) tmp[i] = (int)allowed[i];
+  char set[256];
+  format_states(tmp, k, handle_name_int, set, sizeof set);
+  return TPDP_ERR(TPDP_ERR_STATE,
+                  "parameter '%s': expected to be in states %s but current "
+                  "state is %s",
+                  what ? what : "?", set, tpdp_handle_state_name(p->state));
+}
+
+/* ------------------------------------------------------------ traversal */
+
+typedef struct {
+  char *buf;
+  size_t len, cap;
+  tpdp_module_visit_fn fn;
+  void *ctx;
+} walk_ctx;
+
+static tpdp_status walk(tpdp_module *m, int level, walk_ctx *w) {
+  CHECK(w->fn(m, w->buf, level, w->ctx));
+  for (int i = 0; i < m->nchildren; i++) {
+    const char *nm = m->children[i].name;
+    size_t n = strlen(nm);
+    size_t save = w->len;
+    if (save + n + 2 > w->cap) {
+      size_t ncap = w->cap * 2;
+      while (save + n + 2 > ncap) ncap *= 2;
+      char *nb = realloc(w->buf, ncap);
+      if (nb == NULL)
+        return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory (prefix)");
+      w->buf = nb;
+      w->cap = ncap;
+    }
+    memcpy(w->buf + save, nm, n);
+    w->buf[save + n] = '.';
+    w->buf[save + n + 1] = '\0';
+    w->len = save + n + 1;
+    tpdp_status st = walk(m->children[i].module, level + 1, w);
+    w->len = save;
+    w->buf[save] = '\0';
+    if (st != TPDP_SUCCESS) return st;
+  }
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_apply(tpdp_module *root, tpdp_module_visit_fn fn,
+                              void *ctx) {
+  CHECK_PTR(root);
+  CHECK_PTR(fn);
+  walk_ctx w = {NULL, 0, 128, fn, ctx};
+  w.buf = malloc(w.cap);
+  if (w.buf == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  w.buf[0] = '\0';
+  tpdp_status st = walk(root, 0, &w);
+  free(w.buf);
+  return st;
+}
+
+tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
+                                     tpdp_module **out, int *nout) {
+  CHECK_PTR(nout);
+  *nout = 0;
+  if (n < 0) return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "n = %d < 0", n);
+  if (n == 0) return TPDP_SUCCESS;
+  CHECK_PTR(set);
+  CHECK_PTR(out);
+  for (int i = 0; i < n; i++)
+    if (set[i] == NULL)
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER, "set[%d] is NULL", i);
+  tpdp_ptrmap members;
+  CHECK(tpdp_ptrmap_init(&members, (size_t)n));
+  tpdp_status st = TPDP_SUCCESS;
+  for (int i = 0; i < n; i++)
+    CHECK_GOTO(tpdp_ptrmap_put(&members, set[i], 0), st, done);
+  for (int i = 0; i < n; i++) {
+    tpdp_module *c = set[i];
+    if (tpdp_ptrmap_get(&members, c) == 1) continue; /* already output */
+    int is_root = 1;
+    for (tpdp_module *a = c->parent; a; a = a->parent)
+      if (tpdp_ptrmap_get(&members, a) >= 0) {
+        is_root = 0;
+        break;
+      }
+    if (is_root) {
+      out[(*nout)++] = c;
+      CHECK_GOTO(tpdp_ptrmap_put(&members, c, 1), st, done);
+    }
+  }
+done:
+  tpdp_ptrmap_free(&members);
+  return st;
+}
+
+/* ------------------------------------------------------ training states */
+
+const char *tpdp_training_state_name(tpdp_training_state s) {
+  switch (s) {
+    case TPDP_STATE_IDLE: return "IDLE";
+    case TPDP_STATE_FORWARD_BACKWARD: return "FORWARD_BACKWARD";
+    case TPDP_STATE_SUMMON_FULL_PARAMS: return "SUMMON_FULL_PARAMS";
+  }
+  return "?";
+}
+
+tpdp_training_state tpdp_module_get_state(const tpdp_module *m) {
+  return m ? m->state : TPDP_STATE_IDLE;
+}
+
+tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s) {
+  CHECK_PTR(m);
+  if ((int)s < 0 || s > TPDP_STATE_SUMMON_FULL_PARAMS)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "training state %d outside [0, %d]", (int)s,
+                    (int)TPDP_STATE_SUMMON_FULL_PARAMS);
+  m->state = s;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_check_state(const tpdp_module *m,
+                                    const tpdp_training_state *allowed,
+                                    int n) {
+  CHECK_PTR(m);
+  if (n < 0 || (n > 0 && allowed == NULL))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
+  for (int i = 0; i < n; i++)
+    if (allowed[i] == m->state) return TPDP_SUCCESS;
+  int tmp[16];
+  int k = n < 16 ? n : 16;
+  for (int i = 0; i < k; i++) tmp[i] = (int)allowed[i];
+  char set[256];
+  format_states(tmp, k, training_name_int, set, sizeof set);
+  LABEL(m, lbl);
+  return TPDP_ERR(TPDP_ERR_STATE,
+                  "module '%s': expected to be in states %s but current "
+                  "state is %s",
+                  lbl, set, tpdp_training_state_name(m->state));
+}
+
+/* ------------------------------------------------------------ management */
+
+typedef struct {
+  tpdp_ptrmap *ignored;
+  int setting;
+} mark_ctx;
+
+static tpdp_status mark_visit(tpdp_module *m, const char *prefix, int level,
+                              void *ctx) {
+  (void)prefix;
+  (void)level;
+  mark_ctx *c = ctx;
+  if (tpdp_ptrmap_get(c->ignored, m) >= 0) return TPDP_SUCCESS;
+  m->managed = 1;
+  m->managed_setting = c->setting;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_mark_managed(tpdp_module *root,
+                                     tpdp_module *const *ignored,
+                                     int nignored, int setting) {
+  CHECK_PTR(root);
+  if (nignored < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nignored = %d < 0", nignored);
+  if (nignored > 0) CHECK_PTR(ignored);
+  tpdp_ptrmap set;
+  CHECK(tpdp_ptrmap_init(&set, (size_t)nignored));
+  tpdp_status st = TPDP_SUCCESS;
+  for (int i = 0; i < nignored; i++)
+    CHECK_GOTO(tpdp_ptrmap_put(&set, ignored[i], 0), st, done);
+  mark_ctx c = {&set, setting};
+  st = tpdp_module_apply(root, mark_visit, &c);
+done:
+  tpdp_ptrmap_free(&set);
+  return st;
+}
+
+int tpdp_module_is_managed(const tpdp_module *m) { return m ? m->managed : 0; }
+int tpdp_module_managed_setting(const tpdp_module *m) {
+  return (m && m->managed) ? m->managed_setting : 0;
+}
+
+tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
+                                 const char *suffix) {
+  CHECK_PTR(m);
+  CHECK_PTR(kind);
+  if (kind[0] == '\0')
+    return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty unit kind");
+  if (m->unit_kind) {
+    LABEL(m, lbl);
+    return TPDP_ERR(TPDP_ERR_ALREADY,
+                    "module '%s' is already a managed unit (kind '%s')", lbl,
+                    m->unit_kind);
+  }
+  char *k = dup_str(kind);
+  char *s = NULL;
+  if (suffix) {
+    s = dup_str(suffix);
+  } else if (k) {
+    s = malloc(strlen(kind) + 2);
+    if (s) {
+      s[0] = ' ';
+      memcpy(s + 1, kind, strlen(kind) + 1);
+    }
+  }
+  if (k == NULL || s == NULL) {
+    free(k);
+    free(s);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  m->unit_kind = k;
+  m->unit_suffix = s;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_clear_unit(tpdp_module *m) {
+  CHECK_PTR(m);
+  if (m->unit_kind == NULL) {
+    LABEL(m, lbl);
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "module '%s' is not a managed unit",
+                    lbl);
+  }
+  free(m->unit_kind);
+  free(m->unit_suffix);
+  m->unit_kind = NULL;
+  m->unit_suffix = NULL;
+  return TPDP_SUCCESS;
+}
+
+const char *tpdp_module_unit_kind(const tpdp_module *m) {
+  return m ? m->unit_kind : NULL;
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+static tpdp_status register_hook(tpdp_module *m, tpdp_hook_list *l,
+                                 tpdp_forward_hook_fn fn, void *ctx,
+                                 tpdp_hook_handle *out, const char *func) {
+  if (out) {
+    out->module = NULL;
+    out->id = 0;
+  }
+  if (m == NULL || fn == NULL || out == NULL)
+    return tpdp_set_error(TPDP_ERR_NULL_POINTER, func,
+                          "argument '%s' is NULL",
+                          m == NULL ? "m" : fn == NULL ? "fn" : "out");
+  CHECK(tpdp_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items,
+                  func));
+  tpdp_hook_entry *e = &l->items[l->n++];
+  e->id = m->next_hook_id++;
+  e->fn = fn;
+  e->ctx = ctx;
+  e->live = 1;
+  out->module = m;
+  out->id = e->id;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_module_register_forward_pre_hook(tpdp_module *m,
+                                                  tpdp_forward_hook_fn fn,
+                                                  void *ctx,
+                                                  tpdp_hook_handle *out) {
+  return register_hook(m, m ? &m->pre_hooks : NULL, fn, ctx, out, __func__);
+}
+
+tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
+                                              tpdp_forward_hook_fn fn,
+                                              void *ctx,
+                                              tpdp_hook_handle *out) {
+  return register_hook(m, m ? &m->post_hooks : NULL, fn, ctx, out, __func__);
+}
+
+static void compact(tpdp_hook_list *l) {
+  int k = 0;
+  for (int i = 0; i < l->n; i++)
+    if (l->items[i].live) l->items[k++] = l->items[i];
+  l->n = k;
+}
+
+tpdp_status tpdp_hook_remove(tpdp_hook_handle h) {
+  tpdp_module *m = h.module;
+  if (m == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "hook handle has no module");
+  tpdp_hook_list *lists[2] = {&m->pre_hooks, &m->post_hooks};
+  for (int k = 0; k < 2; k++) {
+    tpdp_hook_list *l = lists[k];
+    for (int i = 0; i < l->n; i++) {
+      if (l->items[i].id != h.id || !l->items[i].live) continue;
+      l->items[i].live = 0;
+      if (m->running)
+        m->needs_compact = 1;
+      else
+        compact(l);
+      return TPDP_SUCCESS;
+    }
+  }
+  LABEL(m, lbl);
+  if (h.id > 0 && h.id < m->next_hook_id)
+    return TPDP_ERR(TPDP_ERR_ALREADY,
+                    "hook %llu of module '%s' was already removed",
+                    (unsigned long long)h.id, lbl);
+  return TPDP_ERR(TPDP_ERR_NOT_FOUND,
+                  "module '%s' never registered a hook with id %llu", lbl,
+                  (unsigned long long)h.id);
+}
+
+int tpdp_module_num_hooks(const tpdp_module *m) {
+  if (m == NULL) return 0;
+  int n = 0;
+  for (int i = 0; i < m->pre_hooks.n; i++) n += m->pre_hooks.items[i].live;
+  for (int i = 0; i < m->post_hooks.n; i++) n += m->post_hooks.items[i].live;
+  return n;
+}
+
+static tpdp_status run_hooks(tpdp_module *m, tpdp_hook_list *l) {
+  tpdp_status st = TPDP_SUCCESS;
+  int n = l->n; /* hooks added during the run wait for the next one */
+  m->running++;
+  for (int i = 0; i < n; i++) {
+    tpdp_hook_entry *e = &l->items[i]; /* re-read: the array may move */
+    if (!e->live) continue;
+    st = e->fn(m, e->ctx);
+    if (st != TPDP_SUCCESS) break;
+  }
+  if (--m->running == 0 && m->needs_compact) {
+    compact(&m->pre_hooks);
+    compact(&m->post_hooks);
+    m->needs_compact = 0;
+  }
+  return st;
+}
+
+tpdp_status tpdp_module_forward_begin(tpdp_module *m) {
+  CHECK_PTR(m);
+  return run_hooks(m, &m->pre_hooks);
+}
+
+tpdp_status tpdp_module_forward_end(tpdp_module *m) {
+  CHECK_PTR(m);
+  return run_hooks(m, &m->post_hooks);
+}
+
+/* ----------------------------------------------------------- extensions */
+
+tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key, void *ptr,
+                                void (*free_fn)(void *)) {
+  CHECK_PTR(m);
+  CHECK_PTR(key);
+  for (int i = 0; i < m->nexts; i++) {
+    tpdp_ext_entry *e = &m->exts[i];
+    if (strcmp(e->key, key) != 0) continue;
+    void *old = e->ptr;
+    void (*old_free)(void *) = e->free_fn;
+    if (ptr == NULL) {
+      free(e->key);
+      m->exts[i] = m->exts[--m->nexts];
+    } else {
+      e->ptr = ptr;
+      e->free_fn = free_fn;
+    }
+    if (old_free && old != ptr) old_free(old);
+    return TPDP_SUCCESS;
+  }
+  if (ptr == NULL) return TPDP_SUCCESS;
+  char *k = dup_str(key);
+  if (k == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  tpdp_ext_entry *ne = realloc(m->exts, sizeof *ne * (size_t)(m->nexts + 1));
+  if (ne == NULL) {
+    free(k);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  }
+  m->exts = ne;
+  m->exts[m->nexts].key = k;
+  m->exts[m->nexts].ptr = ptr;
+  m->exts[m->nexts].free_fn = free_fn;
+  m->nexts++;
+  return TPDP_SUCCESS;
+}
+
+void *tpdp_module_get_ext(const tpdp_module *m, const char *key) {
+  if (m == NULL || key == NULL) return NULL;
+  for (int i = 0; i < m->nexts; i++)
+    if (strcmp(m->exts[i].key, key) == 0) return m->exts[i].ptr;
+  return NULL;
+}

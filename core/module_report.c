@@ -1,0 +1,538 @@
+/* Module tree: FQN cleaning, the parameter -> FQNs map, the sharded tree
+ * report, and the small containers they use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/module_internal.h"
+
+/* ------------------------------------------------------------ strbuf */
+
+void tpdp_sb_append(tpdp_strbuf *b, const char *s, size_t n) {
+  if (b->failed) return;
+  if (b->len + n + 1 > b->cap) {
+    size_t ncap = b->cap ? b->cap * 2 : 256;
+    while (b->len + n + 1 > ncap) ncap *= 2;
+    char *p = realloc(b->s, ncap);
+    if (p == NULL) {
+      b->failed = 1;
+      return;
+    }
+    b->s = p;
+    b->cap = ncap;
+  }
+  memcpy(b->s + b->len, s, n);
+  b->len += n;
+  b->s[b->len] = '\0';
+}
+
+void tpdp_sb_puts(tpdp_strbuf *b, const char *s) {
+  tpdp_sb_append(b, s, strlen(s));
+}
+
+void tpdp_sb_free(tpdp_strbuf *b) {
+  free(b->s);
+  memset(b, 0, sizeof *b);
+}
+
+/* ------------------------------------------------------------ ptrmap */
+
+static size_t ptr_hash(const void *p, size_t mask) {
+  uint64_t x = (uint64_t)(uintptr_t)p;
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  return (size_t)x & mask;
+}
+
+tpdp_status tpdp_ptrmap_init(tpdp_ptrmap *m, size_t expected) {
+  size_t cap = 16;
+  while (cap < expected * 2) cap *= 2;
+  m->keys = calloc(cap, sizeof *m->keys);
+  m->vals = calloc(cap, sizeof *m->vals);
+  m->cap = cap;
+  m->n = 0;
+  if (m->keys == NULL || m->vals == NULL) {
+    tpdp_ptrmap_free(m);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory (%zu slots)", cap);
+  }
+  return TPDP_SUCCESS;
+}
+
+void tpdp_ptrmap_free(tpdp_ptrmap *m) {
+  free(m->keys);
+  free(m->vals);
+  m->keys = NULL;
+  m->vals = NULL;
+  m->cap = m->n = 0;
+}
+
+int tpdp_ptrmap_get(const tpdp_ptrmap *m, const void *key) {
+  if (m->cap == 0 || key == NULL) return -1;
+  size_t mask = m->cap - 1;
+  for (size_t i = ptr_hash(key, mask);; i = (i + 1) & mask) {
+    if (m->keys[i] == NULL) return -1;
+    if (m->keys[i] == key) return m->vals[i];
+  }
+}
+
+tpdp_status tpdp_ptrmap_put(tpdp_ptrmap *m, const void *key, int val) {
+  if (key == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "NULL key in a pointer map");
+  if ((m->n + 1) * 2 > m->cap) {
+    tpdp_ptrmap big;
+    CHECK(tpdp_ptrmap_init(&big, m->cap));
+    for (size_t i = 0; i < m->cap; i++)
+      if (m->keys[i]) {
+        size_t mask = big.cap - 1;
+        size_t j = ptr_hash(m->keys[i], mask);
+        while (big.keys[j]) j = (j + 1) & mask;
+        big.keys[j] = m->keys[i];
+        big.vals[j] = m->vals[i];
+        big.n++;
+      }
+    tpdp_ptrmap_free(m);
+    *m = big;
+  }
+  size_t mask = m->cap - 1;
+  size_t i = ptr_hash(key, mask);
+  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & mask;
+  if (m->keys[i] == NULL) m->n++;
+  m->keys[i] = key;
+  m->vals[i] = val;
+  return TPDP_SUCCESS;
+}
+
+/* -------------------------------------------------------------- FQNs */
+
+static const char *const default_prefixes[] = {
+    "_fsdp_wrapped_module.",
+    "_checkpoint_wrapped_module.",
+};
+
+const char *const *tpdp_fqn_default_prefixes(int *n) {
+  if (n) *n = (int)(sizeof default_prefixes / sizeof default_prefixes[0]);
+  return default_prefixes;
+}
+
+/* Remove every occurrence of each prefix from s, in place. */
+static size_t clean_in_place(char *s, const char *const *prefixes, int n) {
+  size_t len = strlen(s);
+  for (int k = 0; k < n; k++) {
+    const char *p = prefixes[k];
+    size_t pl = p ? strlen(p) : 0;
+    if (pl == 0 || pl > len) continue;
+    size_t r = 0, w = 0;
+    while (r < len) {
+      if (r + pl <= len && memcmp(s + r, p, pl) == 0) {
+        r += pl;
+      } else {
+        s[w++] = s[r++];
+      }
+    }
+    s[w] = '\0';
+    len = w;
+  }
+  return len;
+}
+
+size_t tpdp_fqn_clean(const char *name, const char *const *prefixes, int n,
+                      char *buf, size_t len) {
+  if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&n);
+  if (n < 0) n = 0;
+  if (name == NULL) name = "";
+  size_t nl = strlen(name);
+  if (buf != NULL && nl < len) {
+    memmove(buf, name, nl + 1);
+    return clean_in_place(buf, prefixes, n);
+  }
+  char *tmp = malloc(nl + 1);
+  if (tmp == NULL) {
+    if (buf && len) buf[0] = '\0';
+    return (size_t)-1;
+  }
+  memcpy(tmp, name, nl + 1);
+  size_t out = clean_in_place(tmp, prefixes, n);
+  if (buf && len) {
+    size_t c = out < len - 1 ? out : len - 1;
+    memcpy(buf, tmp, c);
+    buf[c] = '\0';
+  }
+  free(tmp);
+  return out;
+}
+
+/* prefix + name, cleaned; malloc'd (NULL when out of memory). */
+static char *make_fqn(const char *prefix, const char *name,
+                      const char *const *prefixes, int nprefixes) {
+  size_t a = strlen(prefix), b = strlen(name);
+  char *s = malloc(a + b + 1);
+  if (s == NULL) return NULL;
+  memcpy(s, prefix, a);
+  memcpy(s + a, name, b + 1);
+  tpdp_fqn_clean(s, prefixes, nprefixes, s, a + b + 1);
+  return s;
+}
+
+/* A list of owned strings. */
+typedef struct {
+  char **items;
+  int n, cap;
+} str_list;
+
+static tpdp_status str_list_push(str_list *l, char *s, const char *func) {
+  if (s == NULL)
+    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func, "out of memory");
+  tpdp_status st =
+      tpdp_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items, func);
+  if (st != TPDP_SUCCESS) {
+    free(s);
+    return st;
+  }
+  l->items[l->n++] = s;
+  return TPDP_SUCCESS;
+}
+
+static void str_list_free(str_list *l) {
+  for (int i = 0; i < l->n; i++) free(l->items[i]);
+  free(l->items);
+  memset(l, 0, sizeof *l);
+}
+
+/* ---------------------------------------------------- param -> FQNs */
+
+typedef struct {
+  tpdp_param *param;
+  str_list fqns;
+} pf_entry;
+
+struct tpdp_param_fqns {
+  pf_entry *entries;
+  int n, cap;
+  tpdp_ptrmap index; /* param -> entry index */
+};
+
+typedef struct {
+  tpdp_param_fqns *map;
+  int dedup;
+  const char *const *prefixes;
+  int nprefixes;
+} pf_ctx;
+
+static tpdp_status pf_visit(tpdp_module *m, const char *prefix, int level,
+                            void *ctx) {
+  (void)level;
+  pf_ctx *c = ctx;
+  tpdp_param_fqns *map = c->map;
+  for (int i = 0; i < m->nparams; i++) {
+    tpdp_param *p = m->params[i].param;
+    int at = tpdp_ptrmap_get(&map->index, p);
+    if (at >= 0 && c->dedup) continue;
+    char *fqn = make_fqn(prefix, m->params[i].name, c->prefixes, c->nprefixes);
+    if (at < 0) {
+      tpdp_status st = tpdp_grow((void **)&map->entries, &map->cap, map->n + 1,
+                                 sizeof *map->entries, "tpdp_param_fqns_create");
+      if (st != TPDP_SUCCESS) {
+        free(fqn);
+        return st;
+      }
+      at = map->n++;
+      memset(&map->entries[at], 0, sizeof map->entries[at]);
+      map->entries[at].param = p;
+      st = tpdp_ptrmap_put(&map->index, p, at);
+      if (st != TPDP_SUCCESS) {
+        free(fqn);
+        return st;
+      }
+    }
+    CHECK(str_list_push(&map->entries[at].fqns, fqn, "tpdp_param_fqns_create"));
+  }
+  return TPDP_SUCCESS;
+}
+
+void tpdp_param_fqns_destroy(tpdp_param_fqns *map) {
+  if (map == NULL) return;
+  for (int i = 0; i < map->n; i++) str_list_free(&map->entries[i].fqns);
+  free(map->entries);
+  tpdp_ptrmap_free(&map->index);
+  free(map);
+}
+
+tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
+                                   const char *const *prefixes, int nprefixes,
+                                   tpdp_param_fqns **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(root);
+  if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
+  if (nprefixes < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0",
+                    nprefixes);
+  tpdp_param_fqns *map = NULL;
+  CHECK(TPDP_CALLOC(map, 1));
+  tpdp_status st = tpdp_ptrmap_init(&map->index, 64);
+  if (st != TPDP_SUCCESS) {
+    free(map);
+    return st;
+  }
+  pf_ctx c = {map, dedup_shared, prefixes, nprefixes};
+  st = tpdp_module_apply(root, pf_visit, &c);
+  if (st != TPDP_SUCCESS) {
+    tpdp_param_fqns_destroy(map);
+    return st;
+  }
+  *out = map;
+  return TPDP_SUCCESS;
+}
+
+int tpdp_param_fqns_count(const tpdp_param_fqns *map) {
+  return map ? map->n : 0;
+}
+tpdp_param *tpdp_param_fqns_param(const tpdp_param_fqns *map, int i) {
+  return (map && i >= 0 && i < map->n) ? map->entries[i].param : NULL;
+}
+int tpdp_param_fqns_num(const tpdp_param_fqns *map, int i) {
+  return (map && i >= 0 && i < map->n) ? map->entries[i].fqns.n : 0;
+}
+const char *tpdp_param_fqns_get(const tpdp_param_fqns *map, int i, int j) {
+  if (map == NULL || i < 0 || i >= map->n) return NULL;
+  const str_list *l = &map->entries[i].fqns;
+  return (j >= 0 && j < l->n) ? l->items[j] : NULL;
+}
+tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
+                                 const tpdp_param *p, int *index) {
+  CHECK_PTR(map);
+  CHECK_PTR(p);
+  CHECK_PTR(index);
+  int at = tpdp_ptrmap_get(&map->index, p);
+  if (at < 0)
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
+                    "parameter %p is not registered in the tree", (void *)p);
+  *index = at;
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------- tree report */
+
+typedef struct {
+  char *key;     /* "fqn[Class]" */
+  str_list fqns; /* managed parameter FQNs */
+} unit_entry;
+
+typedef struct {
+  char *label; /* "fqn[Class]" */
+  int level;
+  int unit;    /* index into units when the module is a unit, else -1 */
+  const char *suffix;
+} line_entry;
+
+struct tpdp_tree_report {
+  char *text;
+  char *json;
+  unit_entry *units; /* only units with >= 1 parameter */
+  int nunits;
+};
+
+typedef struct {
+  tpdp_module *root;
+  const char *const *prefixes;
+  int nprefixes;
+  line_entry *lines;
+  int nlines, cap_lines;
+  unit_entry *units;
+  int nunits, cap_units;
+  tpdp_ptrmap unit_of; /* unit module -> index into units */
+  tpdp_ptrmap seen;    /* parameters already assigned */
+} rep_ctx;
+
+static tpdp_status rep_visit(tpdp_module *m, const char *prefix, int level,
+                             void *vctx) {
+  static const char *func = "tpdp_tree_report_create";
+  rep_ctx *c = vctx;
+  size_t pl = strlen(prefix);
+  if (pl > 0 && prefix[pl - 1] == '.') pl--;
+  size_t cl = strlen(m->class_name);
+  char *label = malloc(pl + cl + 3);
+  if (label == NULL)
+    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func, "out of memory");
+  memcpy(label, prefix, pl);
+  label[pl] = '[';
+  memcpy(label + pl + 1, m->class_name, cl);
+  label[pl + 1 + cl] = ']';
+  label[pl + 2 + cl] = '\0';
+  tpdp_status st = tpdp_grow((void **)&c->lines, &c->cap_lines, c->nlines + 1,
+                             sizeof *c->lines, func);
+  if (st != TPDP_SUCCESS) {
+    free(label);
+    return st;
+  }
+  line_entry *ln = &c->lines[c->nlines++];
+  ln->label = label;
+  ln->level = level;
+  ln->unit = -1;
+  ln->suffix = m->unit_suffix;
+  if (m->unit_kind) {
+    CHECK(tpdp_grow((void **)&c->units, &c->cap_units, c->nunits + 1,
+                    sizeof *c->units, func));
+    unit_entry *u = &c->units[c->nunits];
+    memset(u, 0, sizeof *u);
+    u->key = malloc(strlen(label) + 1);
+    if (u->key == NULL)
+      return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func, "out of memory");
+    strcpy(u->key, label);
+    ln->unit = c->nunits++;
+    CHECK(tpdp_ptrmap_put(&c->unit_of, m, ln->unit));
+  }
+  if (m->nparams == 0) return TPDP_SUCCESS;
+  /* The managing unit: nearest unit among m and its ancestors up to the
+   * report's root (all visited already: pre-order). */
+  int unit = -1;
+  for (tpdp_module *a = m; a; a = a->parent) {
+    unit = tpdp_ptrmap_get(&c->unit_of, a);
+    if (unit >= 0 || a == c->root) break;
+  }
+  if (unit < 0) return TPDP_SUCCESS;
+  for (int i = 0; i < m->nparams; i++) {
+    tpdp_param *p = m->params[i].param;
+    if (tpdp_ptrmap_get(&c->seen, p) >= 0) continue;
+    CHECK(tpdp_ptrmap_put(&c->seen, p, unit));
+    CHECK(str_list_push(&c->units[unit].fqns,
+                        make_fqn(prefix, m->params[i].name, c->prefixes,
+                                 c->nprefixes),
+                        func));
+  }
+  return TPDP_SUCCESS;
+}
+
+static void json_string(tpdp_strbuf *b, const char *s) {
+  tpdp_sb_append(b, "\"", 1);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') {
+      char e[2] = {'\\', (char)ch};
+      tpdp_sb_append(b, e, 2);
+    } else if (ch < 0x20) {
+      char e[8];
+      snprintf(e, sizeof e, "\\u%04x", ch);
+      tpdp_sb_puts(b, e);
+    } else {
+      tpdp_sb_append(b, (const char *)&ch, 1);
+    }
+  }
+  tpdp_sb_append(b, "\"", 1);
+}
+
+void tpdp_tree_report_destroy(tpdp_tree_report *r) {
+  if (r == NULL) return;
+  for (int i = 0; i < r->nunits; i++) {
+    free(r->units[i].key);
+    str_list_free(&r->units[i].fqns);
+  }
+  free(r->units);
+  free(r->text);
+  free(r->json);
+  free(r);
+}
+
+tpdp_status tpdp_tree_report_create(tpdp_module *root,
+                                    const char *const *prefixes,
+                                    int nprefixes, tpdp_tree_report **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(root);
+  if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
+  if (nprefixes < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0",
+                    nprefixes);
+  rep_ctx c;
+  memset(&c, 0, sizeof c);
+  c.root = root;
+  c.prefixes = prefixes;
+  c.nprefixes = nprefixes;
+  tpdp_strbuf text = {0}, json = {0};
+  tpdp_tree_report *r = NULL;
+  tpdp_status st = TPDP_SUCCESS;
+  CHECK_GOTO(tpdp_ptrmap_init(&c.unit_of, 16), st, fail);
+  CHECK_GOTO(tpdp_ptrmap_init(&c.seen, 64), st, fail);
+  CHECK_GOTO(tpdp_module_apply(root, rep_visit, &c), st, fail);
+  CHECK_GOTO(TPDP_CALLOC(r, 1), st, fail);
+
+  /* Text: a unit's suffix only when it manages a parameter (seed 000). */
+  tpdp_sb_append(&text, "", 0);
+  for (int i = 0; i < c.nlines; i++) {
+    const line_entry *ln = &c.lines[i];
+    for (int k = 0; k < ln->level; k++) tpdp_sb_append(&text, "    ", 4);
+    tpdp_sb_puts(&text, ln->label);
+    if (ln->unit >= 0 && c.units[ln->unit].fqns.n > 0)
+      tpdp_sb_puts(&text, ln->suffix);
+    tpdp_sb_append(&text, "\n", 1);
+  }
+  /* Keep only units with parameters, in pre-order. */
+  CHECK_GOTO(TPDP_CALLOC(r->units, c.nunits ? c.nunits : 1), st, fail);
+  for (int i = 0; i < c.nunits; i++) {
+    if (c.units[i].fqns.n == 0) {
+      free(c.units[i].key);
+      str_list_free(&c.units[i].fqns);
+      continue;
+    }
+    r->units[r->nunits++] = c.units[i];
+  }
+  c.nunits = 0; /* moved or freed */
+  tpdp_sb_append(&json, "{", 1);
+  for (int i = 0; i < r->nunits; i++) {
+    if (i) tpdp_sb_append(&json, ",", 1);
+    json_string(&json, r->units[i].key);
+    tpdp_sb_append(&json, ":[", 2);
+    for (int j = 0; j < r->units[i].fqns.n; j++) {
+      if (j) tpdp_sb_append(&json, ",", 1);
+      json_string(&json, r->units[i].fqns.items[j]);
+    }
+    tpdp_sb_append(&json, "]", 1);
+  }
+  tpdp_sb_append(&json, "}", 1);
+  if (text.failed || json.failed) {
+    st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory building the report");
+    goto fail;
+  }
+  r->text = text.s;
+  r->json = json.s;
+  text.s = json.s = NULL;
+  *out = r;
+  r = NULL;
+
+fail:
+  for (int i = 0; i < c.nlines; i++) free(c.lines[i].label);
+  free(c.lines);
+  for (int i = 0; i < c.nunits; i++) {
+    free(c.units[i].key);
+    str_list_free(&c.units[i].fqns);
+  }
+  free(c.units);
+  tpdp_ptrmap_free(&c.unit_of);
+  tpdp_ptrmap_free(&c.seen);
+  tpdp_sb_free(&text);
+  tpdp_sb_free(&json);
+  tpdp_tree_report_destroy(r);
+  return st;
+}
+
+const char *tpdp_tree_report_text(const tpdp_tree_report *r) {
+  return r ? r->text : "";
+}
+int tpdp_tree_report_num_units(const tpdp_tree_report *r) {
+  return r ? r->nunits : 0;
+}
+const char *tpdp_tree_report_unit(const tpdp_tree_report *r, int i) {
+  return (r && i >= 0 && i < r->nunits) ? r->units[i].key : NULL;
+}
+int tpdp_tree_report_num_fqns(const tpdp_tree_report *r, int i) {
+  return (r && i >= 0 && i < r->nunits) ? r->units[i].fqns.n : 0;
+}
+const char *tpdp_tree_report_fqn(const tpdp_tree_report *r, int i, int j) {
+  if (r == NULL || i < 0 || i >= r->nunits) return NULL;
+  const str_list *l = &r->units[i].fqns;
+  return (j >= 0 && j < l->n) ? l->items[j] : NULL;
+}
+const char *tpdp_tree_report_json(const tpdp_tree_report *r) {
+  return r ? r->json : "";
+}

@@ -1,0 +1,253 @@
+/* Tensor views in CUDA device memory (built with --config=cuda only).
+ *
+ * Contiguous copies are one cudaMemcpy; strided ones go through the N-D
+ * kernel in tensor_cuda_kernels.cu. Host<->device copies with strides on
+ * either side stage through a contiguous buffer, packed or unpacked on the
+ * side where the strides are. */
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/tensor_cuda.h"
+
+tpdp_status tpdp_cuda_status(int cuda_error, const char *call,
+                             const char *func) {
+  if (cuda_error == (int)cudaSuccess) return TPDP_SUCCESS;
+  cudaError_t e = (cudaError_t)cuda_error;
+  return tpdp_set_error(TPDP_ERR_CUDA, func, "%s failed: %s (%s)", call,
+                        cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+static void contiguous_strides(int ndim, const int64_t *shape,
+                               int64_t *strides) {
+  int64_t s = 1;
+  for (int k = ndim - 1; k >= 0; k--) {
+    strides[k] = s;
+    s *= shape[k] > 0 ? shape[k] : 1;
+  }
+}
+
+static void make_layout(const tpdp_tensor *dst, const int64_t *dst_strides,
+                        const int64_t *src_strides, tpdp_cuda_layout *l) {
+  memset(l, 0, sizeof *l);
+  l->ndim = dst->ndim;
+  l->numel = tpdp_tensor_numel(dst);
+  for (int k = 0; k < dst->ndim; k++) {
+    l->shape[k] = dst->shape[k];
+    l->dst_strides[k] = dst_strides[k];
+    l->src_strides[k] = src_strides[k];
+  }
+}
+
+static tpdp_status check_pair(const tpdp_tensor *dst, const tpdp_tensor *src) {
+  if (!tpdp_tensor_same_shape(dst, src)) {
+    char a[128], b[128];
+    tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
+    tpdp_shape_format(src->ndim, src->shape, b, sizeof b);
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH, "dst shape %s != src shape %s",
+                    a, b);
+  }
+  if (dst->dtype != src->dtype)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "dst dtype %s != src dtype %s",
+                    tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
+  return TPDP_SUCCESS;
+}
+
+/* Run `body` with the current device set to `dev`, restoring the caller's. */
+typedef struct {
+  int prev;
+  int changed;
+} device_guard;
+
+static tpdp_status guard_enter(device_guard *g, int dev) {
+  g->changed = 0;
+  TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
+  if (g->prev != dev) {
+    TPDP_CUDA_CHECK(cudaSetDevice(dev));
+    g->changed = 1;
+  }
+  return TPDP_SUCCESS;
+}
+
+static void guard_exit(device_guard *g) {
+  if (g->changed) (void)cudaSetDevice(g->prev);
+}
+
+tpdp_status tpdp_cuda_tensor_copy_async(tpdp_tensor *dst,
+                                        const tpdp_tensor *src, void *stream) {
+  CHECK_PTR(dst);
+  CHECK_PTR(src);
+  CHECK(check_pair(dst, src));
+  if (dst->device.type != TPDP_DEVICE_CUDA ||
+      src->device.type != TPDP_DEVICE_CUDA) {
+    char a[32], b[32];
+    tpdp_device_format(dst->device, a, sizeof a);
+    tpdp_device_format(src->device, b, sizeof b);
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "both views must be in device memory (dst on %s, src on "
+                    "%s); use tpdp_tensor_copy for host memory",
+                    a, b);
+  }
+  if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (tpdp_tensor_is_contiguous(dst) && tpdp_tensor_is_contiguous(src)) {
+    TPDP_CUDA_CHECK(cudaMemcpyAsync(dst->data, src->data,
+                                    tpdp_tensor_nbytes(dst),
+                                    cudaMemcpyDeviceToDevice, s));
+    return TPDP_SUCCESS;
+  }
+  device_guard g;
+  CHECK(guard_enter(&g, dst->device.index));
+  tpdp_cuda_layout l;
+  make_layout(dst, dst->strides, src->strides, &l);
+  tpdp_status st = tpdp_cuda_status(
+      tpdp_cuda_launch_strided_copy(dst->data, src->data,
+                                    tpdp_dtype_size(dst->dtype), &l, stream),
+      "strided_copy kernel launch", __func__);
+  guard_exit(&g);
+  return st;
+}
+
+tpdp_status tpdp_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
+  CHECK_PTR(t);
+  if (t->device.type != TPDP_DEVICE_CUDA)
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "the view is in host memory; expected a CUDA device");
+  if (tpdp_dtype_size(t->dtype) == 0)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)t->dtype);
+  if (tpdp_tensor_numel(t) == 0) return TPDP_SUCCESS;
+  cudaStream_t s = (cudaStream_t)stream;
+  if (tpdp_tensor_is_contiguous(t)) {
+    TPDP_CUDA_CHECK(cudaMemsetAsync(t->data, 0, tpdp_tensor_nbytes(t), s));
+    return TPDP_SUCCESS;
+  }
+  device_guard g;
+  CHECK(guard_enter(&g, t->device.index));
+  tpdp_cuda_layout l;
+  make_layout(t, t->strides, t->strides, &l);
+  tpdp_status st = tpdp_cuda_status(
+      tpdp_cuda_launch_strided_zero(t->data, tpdp_dtype_size(t->dtype), &l,
+                                    stream),
+      "strided_zero kernel launch", __func__);
+  guard_exit(&g);
+  return st;
+}
+
+/* A contiguous view with t's shape and dtype over `data` on `device`. */
+static tpdp_tensor contiguous_like(const tpdp_tensor *t, void *data,
+                                   tpdp_device device) {
+  tpdp_tensor c = *t;
+  c.data = data;
+  c.device = device;
+  contiguous_strides(t->ndim, t->shape, c.strides);
+  return c;
+}
+
+tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
+  CHECK_PTR(dst);
+  CHECK_PTR(src);
+  CHECK(check_pair(dst, src));
+  if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
+  size_t bytes = tpdp_tensor_nbytes(dst);
+  int dst_dev = dst->device.type == TPDP_DEVICE_CUDA;
+  int src_dev = src->device.type == TPDP_DEVICE_CUDA;
+  int dst_contig = tpdp_tensor_is_contiguous(dst);
+  int src_contig = tpdp_tensor_is_contiguous(src);
+  tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+  tpdp_status st = TPDP_SUCCESS;
+  void *host_tmp = NULL, *dev_tmp = NULL;
+
+  if (dst_contig && src_contig) {
+    TPDP_CUDA_CHECK(cudaMemcpy(dst->data, src->data, bytes, cudaMemcpyDefault));
+    /* cudaMemcpy device-to-device may return before the copy is done. */
+    TPDP_CUDA_CHECK(cudaStreamSynchronize(NULL));
+    return TPDP_SUCCESS;
+  }
+  if (dst_dev && src_dev) {
+    CHECK(tpdp_cuda_tensor_copy_async(dst, src, NULL));
+    TPDP_CUDA_CHECK(cudaStreamSynchronize(NULL));
+    return TPDP_SUCCESS;
+  }
+  if (dst_dev) {
+    /* host -> device: pack src on the host, then copy (and unpack on the
+     * device if dst has strides). */
+    const void *packed = src->data;
+    if (!src_contig) {
+      host_tmp = malloc(bytes);
+      if (host_tmp == NULL) {
+        st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "staging buffer of %zu bytes",
+                      bytes);
+        goto done;
+      }
+      tpdp_tensor h = contiguous_like(src, host_tmp, cpu);
+      CHECK_GOTO(tpdp_tensor_copy(&h, src), st, done);
+      packed = host_tmp;
+    }
+    if (dst_contig) {
+      CHECK_GOTO(tpdp_cuda_status(cudaMemcpy(dst->data, packed, bytes,
+                                             cudaMemcpyHostToDevice),
+                                  "cudaMemcpy", __func__),
+                 st, done);
+      goto done;
+    }
+    device_guard g;
+    CHECK_GOTO(guard_enter(&g, dst->device.index), st, done);
+    st = tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc", __func__);
+    if (st == TPDP_SUCCESS)
+      st = tpdp_cuda_status(
+          cudaMemcpy(dev_tmp, packed, bytes, cudaMemcpyHostToDevice),
+          "cudaMemcpy", __func__);
+    if (st == TPDP_SUCCESS) {
+      tpdp_tensor d = contiguous_like(dst, dev_tmp, dst->device);
+      st = tpdp_cuda_tensor_copy_async(dst, &d, NULL);
+    }
+    if (st == TPDP_SUCCESS)
+      st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
+                            "cudaStreamSynchronize", __func__);
+    guard_exit(&g);
+    goto done;
+  }
+  /* device -> host: pack src on the device if it has strides, copy, then
+   * unpack on the host if dst has strides. */
+  {
+    const void *packed = src->data;
+    if (!src_contig) {
+      device_guard g;
+      CHECK_GOTO(guard_enter(&g, src->device.index), st, done);
+      st = tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc",
+                            __func__);
+      if (st == TPDP_SUCCESS) {
+        tpdp_tensor d = contiguous_like(src, dev_tmp, src->device);
+        st = tpdp_cuda_tensor_copy_async(&d, src, NULL);
+      }
+      guard_exit(&g);
+      if (st != TPDP_SUCCESS) goto done;
+      packed = dev_tmp;
+    }
+    void *out = dst->data;
+    if (!dst_contig) {
+      host_tmp = malloc(bytes);
+      if (host_tmp == NULL) {
+        st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "staging buffer of %zu bytes",
+                      bytes);
+        goto done;
+      }
+      out = host_tmp;
+    }
+    /* cudaMemcpy to pageable host memory waits for the default stream, so
+     * the packing kernel above has finished when it returns. */
+    CHECK_GOTO(tpdp_cuda_status(
+                   cudaMemcpy(out, packed, bytes, cudaMemcpyDeviceToHost),
+                   "cudaMemcpy", __func__),
+               st, done);
+    if (!dst_contig) {
+      tpdp_tensor h = contiguous_like(dst, host_tmp, cpu);
+      CHECK_GOTO(tpdp_tensor_copy(dst, &h), st, done);
+    }
+  }
+done:
+  if (dev_tmp != NULL) (void)cudaFree(dev_tmp);
+  free(host_tmp);
+  return st;
+}

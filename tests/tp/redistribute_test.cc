@@ -1,0 +1,2 @@
+#include "tests/test_util.h"
+TEST(X,Y){}

@@ -1,0 +1,561 @@
+/* Model descriptions in JSON -> a plain C tree (see model_json.h and
+ * docs/model-format.md). */
+#include "tools/model_json.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+
+/* Who reports errors: the public entry point, and for files the path. */
+typedef struct {
+  const char *func;
+  const char *source; /* prefix for messages, or NULL */
+} ctx_t;
+
+static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...) {
+  char msg[900];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->source != NULL)
+    return tpdp_set_error(st, c->func, "%s: %s", c->source, msg);
+  return tpdp_set_error(st, c->func, "%s", msg);
+}
+
+static tpdp_status oom(const ctx_t *c) {
+  return perr(c, TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+/* malloc'd printf; NULL on failure. */
+static char *fmt_alloc(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2)));
+static char *fmt_alloc(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *s = NULL;
+  int n = vasprintf(&s, fmt, ap);
+  va_end(ap);
+  return n < 0 ? NULL : s;
+}
+
+/* JSON path of key `key` inside the object at `path` ("" = the root). */
+static char *path_key(const char *path, const char *key) {
+  return path[0] ? fmt_alloc("%s.%s", path, key) : fmt_alloc("%s", key);
+}
+
+/* How a module's own path reads in messages. */
+static const char *path_show(const char *path) {
+  return path[0] ? path : "root";
+}
+
+static char *dup_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = malloc(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
+static void module_free(tpdp_model_module *m) {
+  if (m == NULL) return;
+  for (int i = 0; i < m->nchildren; i++) module_free(m->children[i]);
+  free(m->children);
+  for (int i = 0; i < m->nparams; i++) {
+    free((void *)m->params[i].name);
+    free((void *)m->params[i].fqn);
+  }
+  free(m->params);
+  free((void *)m->name);
+  free((void *)m->fqn);
+  free((void *)m->class_name);
+  free(m);
+}
+
+void tpdp_model_desc_destroy(tpdp_model_desc *desc) {
+  if (desc == NULL) return;
+  module_free(desc->root);
+  free(desc->modules);
+  free(desc->params);
+  free(desc->leaves);
+  free(desc);
+}
+
+/* A child or parameter name: non-empty, no '.', unique within the module
+ * (children and parameters share one namespace, as FQNs do). `kind` is
+ * "child" or "parameter"; `where` is the JSON path of the container. */
+static tpdp_status check_name(const ctx_t *c, const char *where,
+                              const char *kind, const cJSON *item,
+                              const tpdp_model_module *m) {
+  const char *name = item->string;
+  if (name == NULL || name[0] == '\0')
+    return perr(c, TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name", where,
+                kind);
+  if (strchr(name, '.') != NULL)
+    return perr(c, TPDP_ERR_INVALID_ARGUMENT,
+                "%s: %s name \"%s\" contains '.'", where, kind, name);
+  for (int i = 0; i < m->nparams; i++)
+    if (strcmp(m->params[i].name, name) == 0)
+      return perr(c, TPDP_ERR_DUPLICATE,
+                  "%s.%s: name \"%s\" is already used by a parameter of %s",
+                  where, name, name, m->fqn[0] ? m->fqn : "the root");
+  for (int i = 0; i < m->nchildren; i++)
+    if (strcmp(m->children[i]->name, name) == 0)
+      return perr(c, TPDP_ERR_DUPLICATE,
+                  "%s.%s: name \"%s\" is already used by a child of %s", where,
+                  name, name, m->fqn[0] ? m->fqn : "the root");
+  return TPDP_SUCCESS;
+}
+
+/* Fill *p from {"shape": [...], "dtype": "f32"} at JSON path `path`. */
+static tpdp_status parse_param(const ctx_t *c, const cJSON *obj,
+                               const char *path, tpdp_model_param *p) {
+  if (!cJSON_IsObject(obj))
+    return perr(c, TPDP_ERR_PARSE,
+                "%s must be an object like {\"shape\": [8, 8]}", path);
+  const cJSON *shape = NULL, *dtype = NULL;
+  for (const cJSON *k = obj->child; k != NULL; k = k->next) {
+    const cJSON **slot = NULL;
+    if (strcmp(k->string, "shape") == 0)
+      slot = &shape;
+    else if (strcmp(k->string, "dtype") == 0)
+      slot = &dtype;
+    else
+      return perr(c, TPDP_ERR_PARSE,
+                  "%s: unknown key \"%s\" (expected \"shape\", \"dtype\")",
+                  path, k->string);
+    if (*slot != NULL)
+      return perr(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice", path,
+                  k->string);
+    *slot = k;
+  }
+  if (shape == NULL)
+    return perr(c, TPDP_ERR_PARSE, "%s: missing \"shape\"", path);
+  if (!cJSON_IsArray(shape))
+    return perr(c, TPDP_ERR_PARSE, "%s.shape must be an array of integers",
+                path);
+  int nd = cJSON_GetArraySize(shape);
+  if (nd > TPDP_MAX_DIMS)
+    return perr(c, TPDP_ERR_TOO_MANY_DIMS,
+                "%s.shape has %d dims (at most %d)", path, nd, TPDP_MAX_DIMS);
+  p->ndim = nd;
+  p->numel = 1;
+  int d = 0;
+  for (const cJSON *e = shape->child; e != NULL; e = e->next, d++) {
+    double v = cJSON_IsNumber(e) ? e->valuedouble : 0.0;
+    if (!cJSON_IsNumber(e) || v < 1.0 || v > 9007199254740992.0 ||
+        v != (double)(int64_t)v) {
+      char got[64];
+      if (cJSON_IsNumber(e))
+        snprintf(got, sizeof got, "%g", v);
+      else
+        snprintf(got, sizeof got, "a non-number");
+      return perr(c, TPDP_ERR_BAD_DIM_SIZE,
+                  "%s.shape[%d] must be a positive integer (got %s)", path, d,
+                  got);
+    }
+    p->shape[d] = (int64_t)v;
+    if (p->numel > INT64_MAX / p->shape[d])
+      return perr(c, TPDP_ERR_INVALID_ARGUMENT,
+                  "%s.shape: element count overflows int64", path);
+    p->numel *= p->shape[d];
+  }
+  p->dtype = TPDP_F32;
+  if (dtype != NULL) {
+    if (!cJSON_IsString(dtype) ||
+        tpdp_dtype_parse(dtype->valuestring, &p->dtype) != TPDP_SUCCESS)
+      return perr(c, TPDP_ERR_PARSE,
+                  "%s.dtype must be one of f32, f64, f16, bf16, i32, i64, u8 "
+                  "(got %s%s%s)",
+                  path, cJSON_IsString(dtype) ? "\"" : "",
+                  cJSON_IsString(dtype) ? dtype->valuestring : "a non-string",
+                  cJSON_IsString(dtype) ? "\"" : "");
+  }
+  return TPDP_SUCCESS;
+}
+
+/* Parse the module object `obj` found at JSON path `path` ("" = root). */
+static tpdp_status parse_module(const ctx_t *c, const cJSON *obj,
+                                const char *path, const char *name,
+                                const char *fqn,
+                                const tpdp_model_module *parent,
+                                tpdp_model_module **out) {
+  tpdp_status st = TPDP_SUCCESS;
+  char *sub = NULL;
+  *out = NULL;
+  if (!cJSON_IsObject(obj))
+    return perr(c, TPDP_ERR_PARSE, "%s must be an object (a module)",
+                path_show(path));
+  const cJSON *cls = NULL, *params = NULL, *children = NULL, *shared = NULL;
+  for (const cJSON *k = obj->child; k != NULL; k = k->next) {
+    const cJSON **slot = NULL;
+    if (strcmp(k->string, "class") == 0)
+      slot = &cls;
+    else if (strcmp(k->string, "params") == 0)
+      slot = &params;
+    else if (strcmp(k->string, "children") == 0)
+      slot = &children;
+    else if (parent == NULL && strcmp(k->string, "shared") == 0)
+      slot = &shared;
+    else if (strcmp(k->string, "shared") == 0)
+      return perr(c, TPDP_ERR_PARSE,
+                  "%s: \"shared\" is only allowed on the root module",
+                  path_show(path));
+    else
+      return perr(c, TPDP_ERR_PARSE,
+                  "%s: unknown key \"%s\" (expected \"class\", \"params\", "
+                  "\"children\"%s)",
+                  path_show(path), k->string,
+                  parent == NULL ? ", \"shared\"" : "");
+    if (*slot != NULL)
+      return perr(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice",
+                  path_show(path), k->string);
+    *slot = k;
+  }
+  (void)shared; /* handled by the caller once the whole tree exists */
+  if (cls == NULL)
+    return perr(c, TPDP_ERR_PARSE, "%s: missing \"class\"", path_show(path));
+  if (!cJSON_IsString(cls) || cls->valuestring[0] == '\0')
+    return perr(c, TPDP_ERR_PARSE, "%s%sclass must be a non-empty string",
+                path, path[0] ? "." : "");
+
+  tpdp_model_module *m = calloc(1, sizeof *m);
+  if (m == NULL) return oom(c);
+  m->parent = parent;
+  m->name = dup_str(name);
+  m->fqn = dup_str(fqn);
+  m->class_name = dup_str(cls->valuestring);
+  if (!m->name || !m->fqn || !m->class_name) goto nomem;
+
+  if (params != NULL) {
+    sub = path_key(path, "params");
+    if (sub == NULL) goto nomem;
+    if (!cJSON_IsObject(params)) {
+      st = perr(c, TPDP_ERR_PARSE,
+                "%s must be an object (parameter name -> {\"shape\": ...})",
+                sub);
+      goto fail;
+    }
+    int n = cJSON_GetArraySize(params);
+    m->params = calloc(n ? (size_t)n : 1, sizeof *m->params);
+    if (m->params == NULL) goto nomem;
+    for (const cJSON *e = params->child; e != NULL; e = e->next) {
+      CHECK_GOTO(check_name(c, sub, "parameter", e, m), st, fail);
+      tpdp_model_param *p = &m->params[m->nparams];
+      char *ppath = fmt_alloc("%s.%s", sub, e->string);
+      if (ppath == NULL) goto nomem;
+      st = parse_param(c, e, ppath, p);
+      free(ppath);
+      if (st != TPDP_SUCCESS) goto fail;
+      p->name = dup_str(e->string);
+      p->fqn = fqn[0] ? fmt_alloc("%s.%s", fqn, e->string)
+                      : dup_str(e->string);
+      p->module = m;
+      m->nparams++; /* counted now so that module_free frees the names */
+      if (!p->name || !p->fqn) goto nomem;
+    }
+    free(sub);
+    sub = NULL;
+  }
+
+  if (children != NULL) {
+    sub = path_key(path, "children");
+    if (sub == NULL) goto nomem;
+    if (!cJSON_IsObject(children)) {
+      st = perr(c, TPDP_ERR_PARSE,
+                "%s must be an object (child name -> module)", sub);
+      goto fail;
+    }
+    int n = cJSON_GetArraySize(children);
+    m->children = calloc(n ? (size_t)n : 1, sizeof *m->children);
+    if (m->children == NULL) goto nomem;
+    for (const cJSON *e = children->child; e != NULL; e = e->next) {
+      CHECK_GOTO(check_name(c, sub, "child", e, m), st, fail);
+      char *cpath = fmt_alloc("%s.%s", sub, e->string);
+      char *cfqn = fqn[0] ? fmt_alloc("%s.%s", fqn, e->string)
+                          : dup_str(e->string);
+      if (cpath == NULL || cfqn == NULL) {
+        free(cpath);
+        free(cfqn);
+        goto nomem;
+      }
+      tpdp_model_module *child = NULL;
+      st = parse_module(c, e, cpath, e->string, cfqn, m, &child);
+      free(cpath);
+      free(cfqn);
+      if (st != TPDP_SUCCESS) goto fail;
+      m->children[m->nchildren++] = child;
+    }
+    free(sub);
+    sub = NULL;
+  }
+  *out = m;
+  return TPDP_SUCCESS;
+
+nomem:
+  st = oom(c);
+fail:
+  free(sub);
+  module_free(m);
+  return st;
+}
+
+static int count_modules(const tpdp_model_module *m, int *nparams,
+                         int *nleaves) {
+  int n = 1;
+  *nparams += m->nparams;
+  if (m->nchildren == 0) ++*nleaves;
+  for (int i = 0; i < m->nchildren; i++)
+    n += count_modules(m->children[i], nparams, nleaves);
+  return n;
+}
+
+/* Pre-order numbering of modules, parameters and leaves. */
+static void number(tpdp_model_desc *d, tpdp_model_module *m) {
+  m->index = d->nmodules;
+  d->modules[d->nmodules++] = m;
+  for (int i = 0; i < m->nparams; i++) {
+    m->params[i].index = d->nparams;
+    m->params[i].canonical = &m->params[i];
+    d->params[d->nparams++] = &m->params[i];
+  }
+  if (m->nchildren == 0) {
+    m->first_leaf = m->last_leaf = d->nleaves;
+    d->leaves[d->nleaves].module = m;
+    d->leaves[d->nleaves].params = 0;
+    d->nleaves++;
+    return;
+  }
+  for (int i = 0; i < m->nchildren; i++) number(d, m->children[i]);
+  m->first_leaf = m->children[0]->first_leaf;
+  m->last_leaf = m->children[m->nchildren - 1]->last_leaf;
+}
+
+static int uf_find(int *up, int i) {
+  while (up[i] != i) {
+    up[i] = up[up[i]];
+    i = up[i];
+  }
+  return i;
+}
+
+/* Apply the root's "shared" list: tie parameters into groups whose
+ * canonical member is the first in pre-order. */
+static tpdp_status apply_shared(const ctx_t *c, tpdp_model_desc *d,
+                                const cJSON *shared) {
+  if (!cJSON_IsArray(shared))
+    return perr(c, TPDP_ERR_PARSE,
+                "shared must be an array of [\"a.weight\", \"b.weight\"] "
+                "pairs");
+  int *up = NULL;
+  tpdp_status st = TPDP_SUCCESS;
+  if (tpdp_calloc_impl((void **)&up, (size_t)d->nparams + 1, sizeof *up,
+                       c->func) != TPDP_SUCCESS)
+    return oom(c);
+  for (int i = 0; i < d->nparams; i++) up[i] = i;
+  int idx = 0;
+  for (const cJSON *pair = shared->child; pair != NULL;
+       pair = pair->next, idx++) {
+    if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 ||
+        !cJSON_IsString(pair->child) || !cJSON_IsString(pair->child->next)) {
+      st = perr(c, TPDP_ERR_PARSE,
+                "shared[%d] must be an array of two parameter FQNs", idx);
+      goto done;
+    }
+    const tpdp_model_param *p[2];
+    const cJSON *e = pair->child;
+    for (int k = 0; k < 2; k++, e = e->next) {
+      p[k] = tpdp_model_desc_find_param(d, e->valuestring);
+      if (p[k] == NULL) {
+        const tpdp_model_module *mod =
+            tpdp_model_desc_find_module(d, e->valuestring);
+        st = perr(c, TPDP_ERR_NOT_FOUND,
+                  "shared[%d][%d]: no parameter named \"%s\"%s", idx, k,
+                  e->valuestring,
+                  mod ? " (that is a module; name one of its parameters)"
+                      : "");
+        goto done;
+      }
+    }
+    if (p[0] == p[1]) {
+      st = perr(c, TPDP_ERR_INVALID_ARGUMENT,
+                "shared[%d]: \"%s\" is paired with itself", idx, p[0]->fqn);
+      goto done;
+    }
+    if (p[0]->ndim != p[1]->ndim ||
+        memcmp(p[0]->shape, p[1]->shape,
+               sizeof(int64_t) * (size_t)p[0]->ndim) != 0) {
+      char s0[128], s1[128];
+      tpdp_shape_format(p[0]->ndim, p[0]->shape, s0, sizeof s0);
+      tpdp_shape_format(p[1]->ndim, p[1]->shape, s1, sizeof s1);
+      st = perr(c, TPDP_ERR_SHAPE_MISMATCH,
+                "shared[%d]: \"%s\" has shape %s but \"%s\" has shape %s",
+                idx, p[0]->fqn, s0, p[1]->fqn, s1);
+      goto done;
+    }
+    if (p[0]->dtype != p[1]->dtype) {
+      st = perr(c, TPDP_ERR_DTYPE_MISMATCH,
+                "shared[%d]: \"%s\" has dtype %s but \"%s\" has dtype %s", idx,
+                p[0]->fqn, tpdp_dtype_name(p[0]->dtype), p[1]->fqn,
+                tpdp_dtype_name(p[1]->dtype));
+      goto done;
+    }
+    int a = uf_find(up, p[0]->index), b = uf_find(up, p[1]->index);
+    /* Keep the smaller (earlier in pre-order) index as the group root. */
+    if (a < b)
+      up[b] = a;
+    else if (b < a)
+      up[a] = b;
+  }
+  for (int i = 0; i < d->nparams; i++)
+    d->params[i]->canonical = d->params[uf_find(up, i)];
+done:
+  free(up);
+  return st;
+}
+
+static tpdp_status parse_impl(const ctx_t *c, const char *json,
+                              tpdp_model_desc **out) {
+  const char *end = NULL;
+  cJSON *doc = cJSON_ParseWithOpts(json, &end, 1);
+  if (doc == NULL) {
+    int line = 1, col = 1;
+    if (end != NULL) {
+      for (const char *s = json; s < end && *s; s++) {
+        if (*s == '\n') {
+          line++;
+          col = 1;
+        } else {
+          col++;
+        }
+      }
+    }
+    return perr(c, TPDP_ERR_PARSE, "not valid JSON (line %d, column %d)",
+                line, col);
+  }
+  tpdp_status st = TPDP_SUCCESS;
+  tpdp_model_desc *d = calloc(1, sizeof *d);
+  if (d == NULL) {
+    cJSON_Delete(doc);
+    return oom(c);
+  }
+  CHECK_GOTO(parse_module(c, doc, "", "", "", NULL, &d->root), st, fail);
+  int np = 0, nl = 0;
+  int nm = count_modules(d->root, &np, &nl);
+  d->modules = calloc((size_t)nm, sizeof *d->modules);
+  d->params = calloc(np ? (size_t)np : 1, sizeof *d->params);
+  d->leaves = calloc((size_t)nl, sizeof *d->leaves);
+  if (!d->modules || !d->params || !d->leaves) {
+    st = oom(c);
+    goto fail;
+  }
+  number(d, d->root);
+  const cJSON *shared = cJSON_GetObjectItemCaseSensitive(doc, "shared");
+  if (shared != NULL) CHECK_GOTO(apply_shared(c, d, shared), st, fail);
+
+  /* Charge each counted parameter to its module's first leaf. */
+  for (int i = 0; i < d->nparams; i++) {
+    const tpdp_model_param *p = d->params[i];
+    if (p->canonical != p) continue;
+    int64_t *slot = &d->leaves[p->module->first_leaf].params;
+    if (__builtin_add_overflow(*slot, p->numel, slot) ||
+        __builtin_add_overflow(d->total_params, p->numel, &d->total_params)) {
+      st = perr(c, TPDP_ERR_INVALID_ARGUMENT,
+                "parameter count overflows int64 at \"%s\"", p->fqn);
+      goto fail;
+    }
+  }
+  cJSON_Delete(doc);
+  *out = d;
+  return TPDP_SUCCESS;
+fail:
+  cJSON_Delete(doc);
+  tpdp_model_desc_destroy(d);
+  return st;
+}
+
+tpdp_status tpdp_model_desc_parse(const char *json, tpdp_model_desc **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(json);
+  ctx_t c = {__func__, NULL};
+  return parse_impl(&c, json, out);
+}
+
+tpdp_status tpdp_tools_read_file(const char *path, char **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(path);
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return TPDP_ERR(TPDP_ERR_IO, "cannot open '%s': %s", path,
+                    strerror(errno));
+  size_t cap = 4096, len = 0;
+  char *buf = malloc(cap);
+  while (buf != NULL) {
+    if (len + 1 >= cap) {
+      char *nb = realloc(buf, cap * 2);
+      if (nb == NULL) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + len, 1, cap - len - 1, f);
+    len += got;
+    if (got == 0) break;
+  }
+  int rerr = ferror(f);
+  fclose(f);
+  if (buf == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory reading '%s'",
+                    path);
+  if (rerr) {
+    free(buf);
+    return TPDP_ERR(TPDP_ERR_IO, "error reading '%s'", path);
+  }
+  buf[len] = '\0';
+  if (strlen(buf) != len) {
+    free(buf);
+    return TPDP_ERR(TPDP_ERR_PARSE, "'%s' contains a NUL byte", path);
+  }
+  *out = buf;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(path);
+  char *buf = NULL;
+  CHECK(tpdp_tools_read_file(path, &buf));
+  ctx_t c = {__func__, path};
+  tpdp_status st = parse_impl(&c, buf, out);
+  free(buf);
+  return st;
+}
+
+const tpdp_model_module *tpdp_model_desc_find_module(
+    const tpdp_model_desc *desc, const char *fqn) {
+  if (desc == NULL || fqn == NULL) return NULL;
+  for (int i = 0; i < desc->nmodules; i++)
+    if (strcmp(desc->modules[i]->fqn, fqn) == 0) return desc->modules[i];
+  return NULL;
+}
+
+const tpdp_model_param *tpdp_model_desc_find_param(const tpdp_model_desc *desc,
+                                                   const char *fqn) {
+  if (desc == NULL || fqn == NULL) return NULL;
+  for (int i = 0; i < desc->nparams; i++)
+    if (strcmp(desc->params[i]->fqn, fqn) == 0) return desc->params[i];
+  return NULL;
+}

@@ -1,0 +1,556 @@
+/* Redistribution of a DTensor between two specs on one mesh.
+ *
+ * Plan: a mesh dim is "dirty" if its placement changes, or if it shards a
+ * tensor dim that an earlier dirty mesh dim shards before or after (it
+ * must then be unsharded and resharded around that change, since a shard
+ * on mesh dim m is a chunk of what mesh dims < m left). Phase 1 walks the
+ * dirty dims from the last to the first and takes each to Replicate
+ * (allgather / allreduce), or straight to its target Shard when that is
+ * safe (alltoall / reduce_scatter). Phase 2 walks them from the first to
+ * the last and takes Replicate to the target (local slice / local
+ * Partial). Every step runs on one mesh dim's communicator.
+ *
+ * Uneven shards and shard dims with non-trivial outer extent are packed
+ * into contiguous buffers of equal padded blocks ("d-major": the shard dim
+ * outermost) around the collective; even shards on a leading dim of a
+ * contiguous tensor go to the collective directly. All byte movement
+ * outside the communicator goes through tp/tp_mem.c.
+ */
+#include <string.h>
+
+#include "tp/tp_internal.h"
+
+typedef enum {
+  STEP_ALLGATHER,      /* S(d) -> R */
+  STEP_ALLREDUCE,      /* P -> R */
+  STEP_REDUCE_SCATTER, /* P -> S(j) */
+  STEP_ALLTOALL,       /* S(i) -> S(j) */
+  STEP_SLICE,          /* R -> S(j) */
+  STEP_PARTIALIZE      /* R -> P */
+} step_kind;
+
+typedef struct {
+  step_kind kind;
+  int m;
+  tpdp_placement before[TPDP_MAX_DIMS]; /* placements before the step */
+  tpdp_placement after[TPDP_MAX_DIMS];
+} step;
+
+#define MAX_STEPS (2 * TPDP_MAX_DIMS)
+
+static int is_shard(tpdp_placement p, int d) {
+  return p.kind == TPDP_PLACEMENT_SHARD && p.dim == d;
+}
+
+/* 1 if a mesh dim after m shards tensor dim d. */
+static int sharded_after(const tpdp_placement *pl, int n, int m, int d) {
+  for (int mm = m + 1; mm < n; mm++)
+    if (is_shard(pl[mm], d)) return 1;
+  return 0;
+}
+
+static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst,
+                        step *steps, int *nsteps) {
+  int n = src->mesh_ndim;
+  const tpdp_placement *sp = src->placements, *dp = dst->placements;
+  int dirty[TPDP_MAX_DIMS] = {0};
+  for (int m = 0; m < n; m++) dirty[m] = !tpdp_placement_equal(sp[m], dp[m]);
+  for (int m = 0; m < n; m++) {
+    if (dirty[m] || sp[m].kind != TPDP_PLACEMENT_SHARD) continue;
+    for (int mm = 0; mm < m; mm++)
+      if (dirty[mm] && (is_shard(sp[mm], sp[m].dim) ||
+                        is_shard(dp[mm], sp[m].dim)))
+        dirty[m] = 1;
+  }
+  tpdp_placement cur[TPDP_MAX_DIMS];
+  memcpy(cur, sp, sizeof(tpdp_placement) * (size_t)n);
+  int ns = 0;
+#define PUSH(kind_, m_, to_)                                          \
+  do {                                                                \
+    step *s_ = &steps[ns++];                                          \
+    s_->kind = (kind_);                                               \
+    s_->m = (m_);                                                     \
+    memcpy(s_->before, cur, sizeof(tpdp_placement) * (size_t)n);      \
+    cur[(m_)] = (to_);                                                \
+    memcpy(s_->after, cur, sizeof(tpdp_placement) * (size_t)n);       \
+  } while (0)
+
+  /* Phase 1: last to first, towards Replicate (or directly to Shard). */
+  for (int m = n - 1; m >= 0; m--) {
+    if (!dirty[m] || cur[m].kind == TPDP_PLACEMENT_REPLICATE) continue;
+    int fast = 0;
+    if (dp[m].kind == TPDP_PLACEMENT_SHARD) {
+      int j = dp[m].dim;
+      fast = !sharded_after(cur, n, m, j);
+      for (int mm = 0; fast && mm < m; mm++)
+        if (dirty[mm] && (is_shard(sp[mm], j) || is_shard(dp[mm], j)))
+          fast = 0;
+    }
+    if (cur[m].kind == TPDP_PLACEMENT_SHARD) {
+      if (sharded_after(cur, n, m, cur[m].dim))
+        return TPDP_ERR(TPDP_ERR_INTERNAL,
+                        "redistribute plan: mesh dim %d is not the innermost "
+                        "shard of tensor dim %d",
+                        m, cur[m].dim);
+      if (fast)
+        PUSH(STEP_ALLTOALL, m, dp[m]);
+      else
+        PUSH(STEP_ALLGATHER, m, tpdp_replicate());
+    } else { /* PARTIAL */
+      if (fast)
+        PUSH(STEP_REDUCE_SCATTER, m, dp[m]);
+      else
+        PUSH(STEP_ALLREDUCE, m, tpdp_replicate());
+    }
+  }
+  /* Phase 2: first to last, from Replicate to the target. */
+  for (int m = 0; m < n; m++) {
+    if (tpdp_placement_equal(cur[m], dp[m])) continue;
+    if (cur[m].kind != TPDP_PLACEMENT_REPLICATE)
+      return TPDP_ERR(TPDP_ERR_INTERNAL,
+                      "redistribute plan: mesh dim %d not replicated in "
+                      "phase 2", m);
+    if (dp[m].kind == TPDP_PLACEMENT_SHARD) {
+      if (sharded_after(cur, n, m, dp[m].dim))
+        return TPDP_ERR(TPDP_ERR_INTERNAL,
+                        "redistribute plan: slice on mesh dim %d under an "
+                        "inner shard of tensor dim %d",
+                        m, dp[m].dim);
+      PUSH(STEP_SLICE, m, dp[m]);
+    } else {
+      PUSH(STEP_PARTIALIZE, m, dp[m]);
+    }
+  }
+#undef PUSH
+  *nsteps = ns;
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------ views */
+
+static int64_t numel_of(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  return n;
+}
+
+static int64_t outer_of(int ndim, const int64_t *shape, int d) {
+  (void)ndim;
+  int64_t n = 1;
+  for (int e = 0; e < d; e++) n *= shape[e];
+  return n;
+}
+
+/* A view of `data` with `shape`, laid out with dim d outermost and the
+ * other dims row-major after it ("d-major"). */
+static tpdp_tensor dmajor_view(void *data, tpdp_dtype dtype,
+                               tpdp_device device, int ndim,
+                               const int64_t *shape, int d) {
+  tpdp_tensor t;
+  memset(&t, 0, sizeof t);
+  t.data = data;
+  t.dtype = dtype;
+  t.device = device;
+  t.ndim = ndim;
+  int64_t acc = 1;
+  for (int e = ndim - 1; e >= 0; e--) {
+    t.shape[e] = shape[e];
+    if (e == d) continue;
+    t.strides[e] = acc;
+    acc *= shape[e];
+  }
+  if (d >= 0 && d < ndim) t.strides[d] = acc;
+  return t;
+}
+
+static tpdp_tensor contig_view(void *data, tpdp_dtype dtype,
+                               tpdp_device device, int ndim,
+                               const int64_t *shape) {
+  return dmajor_view(data, dtype, device, ndim, shape, -1);
+}
+
+static void *byte_at(void *base, int64_t elems, size_t es) {
+  return (char *)base + (size_t)elems * es;
+}
+
+static tpdp_status narrow2(const tpdp_tensor *t, int d1, int64_t s1,
+                           int64_t l1, int d2, int64_t s2, int64_t l2,
+                           tpdp_tensor *out) {
+  tpdp_tensor tmp;
+  CHECK(tpdp_tensor_narrow(t, d1, s1, l1, &tmp));
+  return tpdp_tensor_narrow(&tmp, d2, s2, l2, out);
+}
+
+/* ------------------------------------------------------------ steps */
+
+typedef struct {
+  const tpdp_spec *spec;
+  tpdp_comm *comm;
+  int64_t k, c;     /* comm size, this rank's coordinate on the mesh dim */
+  size_t es;
+  int ndim;
+  int64_t lin[TPDP_MAX_DIMS], lout[TPDP_MAX_DIMS];
+  int64_t parent[TPDP_MAX_DIMS]; /* extents before sharding on this dim */
+} ctx;
+
+static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
+                                 tpdp_tensor *out) {
+  int64_t E = x->lout[d], k = x->k;
+  int64_t ch = (E + k - 1) / k;
+  if (E % k == 0 && outer_of(x->ndim, x->lin, d) == 1 &&
+      tpdp_tensor_is_contiguous(in))
+    return tpdp_allgather(x->comm, in, out);
+  int64_t B[TPDP_MAX_DIMS];
+  memcpy(B, x->lin, sizeof B);
+  B[d] = ch;
+  int64_t bn = numel_of(x->ndim, B);
+  void *buf = NULL;
+  tpdp_device dev = x->spec->device;
+  CHECK(tp_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
+  tpdp_status st;
+  tpdp_tensor send = dmajor_view(buf, x->spec->dtype, dev, x->ndim, B, d);
+  tpdp_tensor part, flat_s, flat_r;
+  int64_t sc = x->lin[d];
+  CHECK_GOTO(tpdp_tensor_narrow(&send, d, 0, sc, &part), st, done);
+  CHECK_GOTO(tp_mem_copy(&part, in), st, done);
+  CHECK_GOTO(tpdp_tensor_narrow(&send, d, sc, ch - sc, &part), st, done);
+  CHECK_GOTO(tp_mem_zero(&part), st, done);
+  void *rbuf = byte_at(buf, bn, x->es);
+  flat_s = contig_view(buf, x->spec->dtype, dev, 1, &bn);
+  int64_t rn = bn * k;
+  flat_r = contig_view(rbuf, x->spec->dtype, dev, 1, &rn);
+  CHECK_GOTO(tpdp_allgather(x->comm, &flat_s, &flat_r), st, done);
+  for (int64_t r = 0; r < k; r++) {
+    int64_t size, start;
+    tp_chunk(E, k, r, &size, &start);
+    if (size == 0) continue;
+    tpdp_tensor blk = dmajor_view(byte_at(rbuf, r * bn, x->es),
+                                  x->spec->dtype, dev, x->ndim, B, d);
+    tpdp_tensor src_part, dst_part;
+    CHECK_GOTO(tpdp_tensor_narrow(&blk, d, 0, size, &src_part), st, done);
+    CHECK_GOTO(tpdp_tensor_narrow(out, d, start, size, &dst_part), st, done);
+    CHECK_GOTO(tp_mem_copy(&dst_part, &src_part), st, done);
+  }
+  st = TPDP_SUCCESS;
+done:
+  tp_mem_free(dev, buf);
+  return st;
+}
+
+static tpdp_status run_allreduce(const ctx *x, tpdp_reduce_op op,
+                                 const tpdp_tensor *in, tpdp_tensor *out) {
+  if (tpdp_tensor_is_contiguous(in)) return tpdp_allreduce(x->comm, in, out, op);
+  CHECK(tp_mem_copy(out, in));
+  return tpdp_allreduce(x->comm, out, out, op);
+}
+
+static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
+                                      const tpdp_tensor *in,
+                                      tpdp_tensor *out) {
+  int64_t E = x->lin[j], k = x->k;
+  int64_t ch = (E + k - 1) / k;
+  if (E % k == 0 && outer_of(x->ndim, x->lin, j) == 1 &&
+      tpdp_tensor_is_contiguous(in))
+    return tpdp_reduce_scatter(x->comm, in, out, op);
+  int64_t B[TPDP_MAX_DIMS];
+  memcpy(B, x->lin, sizeof B);
+  B[j] = ch;
+  int64_t bn = numel_of(x->ndim, B);
+  tpdp_device dev = x->spec->device;
+  void *buf = NULL;
+  CHECK(tp_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
+  tpdp_status st;
+  for (int64_t r = 0; r < k; r++) {
+    int64_t size, start;
+    tp_chunk(E, k, r, &size, &start);
+    tpdp_tensor blk = dmajor_view(byte_at(buf, r * bn, x->es),
+                                  x->spec->dtype, dev, x->ndim, B, j);
+    tpdp_tensor a, b;
+    CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, size, &a), st, done);
+    CHECK_GOTO(tpdp_tensor_narrow(in, j, start, size, &b), st, done);
+    CHECK_GOTO(tp_mem_copy(&a, &b), st, done);
+    CHECK_GOTO(tpdp_tensor_narrow(&blk, j, size, ch - size, &a), st, done);
+    CHECK_GOTO(tp_mem_zero(&a), st, done);
+  }
+  void *rbuf = byte_at(buf, bn * k, x->es);
+  int64_t sn = bn * k;
+  tpdp_tensor flat_s = contig_view(buf, x->spec->dtype, dev, 1, &sn);
+  tpdp_tensor flat_r = contig_view(rbuf, x->spec->dtype, dev, 1, &bn);
+  CHECK_GOTO(tpdp_reduce_scatter(x->comm, &flat_s, &flat_r, op), st, done);
+  tpdp_tensor blk = dmajor_view(rbuf, x->spec->dtype, dev, x->ndim, B, j);
+  tpdp_tensor part;
+  CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, x->lout[j], &part), st, done);
+  CHECK_GOTO(tp_mem_copy(out, &part), st, done);
+  st = TPDP_SUCCESS;
+done:
+  tp_mem_free(dev, buf);
+  return st;
+}
+
+static tpdp_status run_alltoall(const ctx *x, int i, int j,
+                                const tpdp_tensor *in, tpdp_tensor *out) {
+  int64_t k = x->k, c = x->c;
+  int64_t Ei = x->lout[i], Ej = x->lin[j];
+  int64_t chi = (Ei + k - 1) / k, chj = (Ej + k - 1) / k;
+  int64_t B[TPDP_MAX_DIMS];
+  memcpy(B, x->lin, sizeof B);
+  B[i] = chi;
+  B[j] = chj;
+  int64_t bn = numel_of(x->ndim, B);
+  tpdp_device dev = x->spec->device;
+  tpdp_dtype dt = x->spec->dtype;
+  void *buf = NULL;
+  CHECK(tp_mem_alloc(dev, (size_t)(2 * bn * k) * x->es, &buf));
+  void *rbuf = byte_at(buf, bn * k, x->es);
+  tpdp_status st;
+  int64_t my_i = x->lin[i]; /* rows of dim i this rank holds */
+  int uneven = (Ei % k) != 0 || (Ej % k) != 0;
+  if (uneven) {
+    int64_t all = bn * k;
+    tpdp_tensor z = contig_view(buf, dt, dev, 1, &all);
+    CHECK_GOTO(tp_mem_zero(&z), st, done);
+  }
+  for (int64_t r = 0; r < k; r++) {
+    int64_t sj, oj;
+    tp_chunk(Ej, k, r, &sj, &oj);
+    tpdp_tensor blk = contig_view(byte_at(buf, r * bn, x->es), dt, dev,
+                                  x->ndim, B);
+    tpdp_tensor a, b;
+    CHECK_GOTO(narrow2(&blk, i, 0, my_i, j, 0, sj, &a), st, done);
+    CHECK_GOTO(tpdp_tensor_narrow(in, j, sj ? oj : 0, sj, &b), st, done);
+    CHECK_GOTO(tp_mem_copy(&a, &b), st, done);
+  }
+  int64_t all = bn * k;
+  tpdp_tensor fs = contig_view(buf, dt, dev, 1, &all);
+  tpdp_tensor fr = contig_view(rbuf, dt, dev, 1, &all);
+  CHECK_GOTO(tpdp_alltoall(x->comm, &fs, &fr), st, done);
+  int64_t my_j = x->lout[j];
+  for (int64_t r = 0; r < k; r++) {
+    int64_t si, oi;
+    tp_chunk(Ei, k, r, &si, &oi);
+    if (si == 0) continue;
+    tpdp_tensor blk = contig_view(byte_at(rbuf, r * bn, x->es), dt, dev,
+                                  x->ndim, B);
+    tpdp_tensor a, b;
+    CHECK_GOTO(narrow2(&blk, i, 0, si, j, 0, my_j, &a), st, done);
+    CHECK_GOTO(tpdp_tensor_narrow(out, i, oi, si, &b), st, done);
+    CHECK_GOTO(tp_mem_copy(&b, &a), st, done);
+  }
+  (void)c;
+  st = TPDP_SUCCESS;
+done:
+  tp_mem_free(dev, buf);
+  return st;
+}
+
+static tpdp_status run_slice(const ctx *x, int j, const tpdp_tensor *in,
+                             tpdp_tensor *out) {
+  int64_t size, start;
+  tp_chunk(x->lin[j], x->k, x->c, &size, &start);
+  tpdp_tensor part;
+  CHECK(tpdp_tensor_narrow(in, j, size ? start : 0, size, &part));
+  return tp_mem_copy(out, &part);
+}
+
+static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
+                                  const tpdp_tensor *in, tpdp_tensor *out) {
+  if (op == TPDP_OP_SUM && x->c != 0) return tp_mem_zero(out);
+  return tp_mem_copy(out, in);
+}
+
+/* ------------------------------------------------------------ driver */
+
+static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
+                               const char *role) {
+  int same = t->ndim == spec->ndim;
+  for (int d = 0; same && d < spec->ndim; d++)
+    same = t->shape[d] == spec->self_shape[d];
+  if (!same) {
+    char want[128], got[128];
+    tpdp_shape_format(spec->ndim, spec->self_shape, want, sizeof want);
+    tpdp_shape_format(t->ndim, t->shape, got, sizeof got);
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "%s local tensor has shape %s but mesh rank %d needs %s",
+                    role, got, spec->self_rank, want);
+  }
+  if (t->dtype != spec->dtype)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "%s local tensor has dtype %s but the spec says %s", role,
+                    tpdp_dtype_name(t->dtype), tpdp_dtype_name(spec->dtype));
+  if (t->device.type != spec->device.type) {
+    char want[32], got[32];
+    tpdp_device_format(spec->device, want, sizeof want);
+    tpdp_device_format(t->device, got, sizeof got);
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "%s local tensor is on %s but the spec says %s", role, got,
+                    want);
+  }
+  if (t->data == NULL && tpdp_tensor_numel(t) > 0)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                    "%s local tensor has NULL data and %lld elements", role,
+                    (long long)tpdp_tensor_numel(t));
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
+                              const tpdp_spec *dst_spec,
+                              tpdp_tensor *dst_local) {
+  CHECK_PTR(src);
+  CHECK_PTR(dst_spec);
+  CHECK_PTR(dst_local);
+  const tpdp_spec *ss = src->spec;
+  if (ss == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
+  if (!tpdp_mesh_equal(ss->mesh, dst_spec->mesh))
+    return TPDP_ERR(TPDP_ERR_MESH_MISMATCH,
+                    "source spec and destination spec are on different "
+                    "meshes (%d-dim, size %lld vs %d-dim, size %lld, or "
+                    "different dim names / communicators)",
+                    ss->mesh_ndim, (long long)tpdp_mesh_size(ss->mesh),
+                    dst_spec->mesh_ndim,
+                    (long long)tpdp_mesh_size(dst_spec->mesh));
+  if (tpdp_mesh_rank(ss->mesh) < 0)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "the spec's mesh is layout-only (no communicator); "
+                    "redistribute needs a mesh created over a communicator");
+  int same = ss->ndim == dst_spec->ndim;
+  for (int d = 0; same && d < ss->ndim; d++)
+    same = ss->global_shape[d] == dst_spec->global_shape[d];
+  if (!same) {
+    char a[128], b[128];
+    tpdp_shape_format(ss->ndim, ss->global_shape, a, sizeof a);
+    tpdp_shape_format(dst_spec->ndim, dst_spec->global_shape, b, sizeof b);
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "source global shape %s != destination global shape %s",
+                    a, b);
+  }
+  if (ss->dtype != dst_spec->dtype)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "source dtype %s != destination dtype %s",
+                    tpdp_dtype_name(ss->dtype),
+                    tpdp_dtype_name(dst_spec->dtype));
+  if (ss->device.type != dst_spec->device.type)
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "source and destination specs name different devices");
+  CHECK(tp_mem_supported(ss->device));
+  CHECK(check_local(ss, &src->local, "source"));
+  CHECK(check_local(dst_spec, dst_local, "destination"));
+  if (!tpdp_tensor_is_contiguous(dst_local))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "destination local tensor must be contiguous");
+
+  step steps[MAX_STEPS];
+  int nsteps = 0;
+  CHECK(plan(ss, dst_spec, steps, &nsteps));
+  if (nsteps == 0) return tp_mem_copy(dst_local, &src->local);
+
+  int64_t coords[TPDP_MAX_DIMS];
+  CHECK(tpdp_mesh_coords(ss->mesh, tpdp_mesh_rank(ss->mesh), coords));
+  tpdp_tensor cur = src->local;
+  void *owned = NULL;
+  tpdp_status st = TPDP_SUCCESS;
+  for (int s = 0; s < nsteps; s++) {
+    const step *p = &steps[s];
+    ctx x;
+    memset(&x, 0, sizeof x);
+    x.spec = ss;
+    x.ndim = ss->ndim;
+    x.es = tpdp_dtype_size(ss->dtype);
+    x.k = ss->mesh_sizes[p->m];
+    x.c = coords[p->m];
+    CHECK_GOTO(tpdp_mesh_dim_comm(ss->mesh, p->m, &x.comm), st, fail);
+    int64_t off[TPDP_MAX_DIMS];
+    tp_local_shape(ss->mesh_ndim, ss->mesh_sizes, coords, p->before, ss->ndim,
+                   ss->global_shape, x.lin, off);
+    tp_local_shape(ss->mesh_ndim, ss->mesh_sizes, coords, p->after, ss->ndim,
+                   ss->global_shape, x.lout, off);
+    tpdp_tensor out;
+    void *buf = NULL;
+    if (s == nsteps - 1) {
+      out = *dst_local;
+    } else {
+      CHECK_GOTO(tp_mem_alloc(ss->device,
+                              (size_t)numel_of(x.ndim, x.lout) * x.es, &buf),
+                 st, fail);
+      out = contig_view(buf, ss->dtype, ss->device, x.ndim, x.lout);
+    }
+    tpdp_placement from = p->before[p->m], to = p->after[p->m];
+    switch (p->kind) {
+      case STEP_ALLGATHER: st = run_allgather(&x, from.dim, &cur, &out); break;
+      case STEP_ALLREDUCE: st = run_allreduce(&x, from.op, &cur, &out); break;
+      case STEP_REDUCE_SCATTER:
+        st = run_reduce_scatter(&x, to.dim, from.op, &cur, &out);
+        break;
+      case STEP_ALLTOALL:
+        st = run_alltoall(&x, from.dim, to.dim, &cur, &out);
+        break;
+      case STEP_SLICE: st = run_slice(&x, to.dim, &cur, &out); break;
+      case STEP_PARTIALIZE: st = run_partialize(&x, to.op, &cur, &out); break;
+    }
+    if (owned) tp_mem_free(ss->device, owned);
+    owned = buf;
+    cur = out;
+    if (st != TPDP_SUCCESS) goto fail;
+  }
+fail:
+  if (owned) tp_mem_free(ss->device, owned);
+  return st;
+}
+
+tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
+                                    const tpdp_spec *dst_spec,
+                                    tpdp_dtensor *out) {
+  CHECK_PTR(src);
+  CHECK_PTR(dst_spec);
+  CHECK_PTR(out);
+  CHECK(tp_mem_supported(dst_spec->device));
+  tpdp_tensor t;
+  void *buf = NULL;
+  size_t bytes = (size_t)numel_of(dst_spec->ndim, dst_spec->self_shape) *
+                 tpdp_dtype_size(dst_spec->dtype);
+  CHECK(tp_mem_alloc(dst_spec->device, bytes, &buf));
+  t = contig_view(buf, dst_spec->dtype, dst_spec->device, dst_spec->ndim,
+                  dst_spec->self_shape);
+  tpdp_status st = tpdp_redistribute(src, dst_spec, &t);
+  if (st != TPDP_SUCCESS) {
+    tp_mem_free(dst_spec->device, buf);
+    return st;
+  }
+  out->local = t;
+  out->spec = dst_spec;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status replicated_spec(const tpdp_spec *s, tpdp_spec **out) {
+  tpdp_placement pl[TPDP_MAX_DIMS];
+  for (int m = 0; m < s->mesh_ndim; m++) pl[m] = tpdp_replicate();
+  return tpdp_spec_with_placements(s, pl, s->mesh_ndim, out);
+}
+
+tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
+                                     tpdp_tensor *out) {
+  CHECK_PTR(src);
+  CHECK_PTR(out);
+  if (src->spec == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
+  tpdp_spec *rep = NULL;
+  CHECK(replicated_spec(src->spec, &rep));
+  tpdp_status st = tpdp_redistribute(src, rep, out);
+  tpdp_spec_destroy(rep);
+  return st;
+}
+
+tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
+                                           tpdp_tensor *out) {
+  CHECK_PTR(src);
+  CHECK_PTR(out);
+  if (src->spec == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
+  tpdp_spec *rep = NULL;
+  CHECK(replicated_spec(src->spec, &rep));
+  tpdp_dtensor d;
+  tpdp_status st = tpdp_redistribute_alloc(src, rep, &d);
+  tpdp_spec_destroy(rep);
+  if (st == TPDP_SUCCESS) *out = d.local;
+  return st;
+}
