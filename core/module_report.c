@@ -230,8 +230,9 @@ static tpdp_status pf_visit(tpdp_module *m, const char *prefix, int level,
     if (at >= 0 && c->dedup) continue;
     char *fqn = make_fqn(prefix, m->params[i].name, c->prefixes, c->nprefixes);
     if (at < 0) {
-      tpdp_status st = tpdp_grow((void **)&map->entries, &map->cap, map->n + 1,
-                                 sizeof *map->entries, "tpdp_param_fqns_create");
+      tpdp_status st =
+          tpdp_grow((void **)&map->entries, &map->cap, map->n + 1,
+                    sizeof *map->entries, "tpdp_param_fqns_create");
       if (st != TPDP_SUCCESS) {
         free(fqn);
         return st;

@@ -1,13 +1,458 @@
-/* Placeholder until this subcommand lands. */
+/* `tpdp plan`: show how a model will be sharded by TP and DP (tools/plan.h):
+ * the sharded tree report (seed 000), the unit -> parameter map, placements
+ * and local shapes, bytes per rank and the DP buckets. */
+#include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "tools/commands.h"
+#include "tools/model_json.h"
+#include "tools/plan.h"
+#include "tp/styles.h"
 
-void cmd_plan_usage(void) { printf("usage: tpdp plan (not available yet)\n"); }
+void cmd_plan_usage(void) {
+  printf(
+      "usage: tpdp plan --model M.json --plan P.json [--limits-bytes "
+      "L1,L2,...] [--json]\n\n"
+      "Show how a model will be sharded, without running it:\n"
+      "  1. the sharded module tree (seed 000's format: one line per "
+      "module,\n"
+      "     fqn[Class], 4 spaces per level, a suffix after managed units)\n"
+      "  2. unit -> the parameter FQNs it manages (as a Python dict)\n"
+      "  3. each parameter's placements (one per mesh dim) and local shape "
+      "per\n"
+      "     tp rank\n"
+      "  4. bytes of local parameters per tp rank (shared ones once)\n"
+      "  5. the DP buckets of each tp rank, as the reducer starts them\n\n"
+      "  --model M.json        model description (docs/model-format.md)\n"
+      "  --plan P.json         {\"mesh\": {\"dp\": 2, \"tp\": 2}, \"units\": "
+      "[\"\", \"u1\"],\n"
+      "                         \"tp\": {\"u1.l1\": \"colwise\", \"u1.l2\": "
+      "\"rowwise\"}}\n"
+      "  --limits-bytes L,...  bucket size limits (default "
+      "1048576,26214400)\n"
+      "  --json                everything as one JSON object\n\n"
+      "Modules listed in \"units\" print \" FULLY SHARDED\"; modules a "
+      "\"tp\" pattern\n"
+      "matches (and not listed) print \" TP <STYLE>\". DP replicates "
+      "parameters, so\n"
+      "ranks with the same tp coordinate hold the same local parameters.\n"
+      "Exit status: 0 done, 1 bad model or plan, 2 usage error.\n");
+}
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "tpdp plan: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see tpdp plan --help)\n");
+  return 2;
+}
+
+/* "--name value" or "--name=value"; returns the value or NULL. */
+static const char *opt_value(int argc, char **argv, int *i, const char *name,
+                             int *missing) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
+/* "L1,L2,..." -> new array; 0 on success, else a usage error was printed. */
+static int parse_limits(const char *text, size_t **out, int64_t *n) {
+  size_t cap = 1;
+  for (const char *s = text; *s; s++)
+    if (*s == ',') cap++;
+  size_t *lim = calloc(cap, sizeof *lim);
+  if (lim == NULL) return usage_error("%s", "out of memory");
+  int64_t k = 0;
+  const char *s = text;
+  for (;;) {
+    const char *e = s;
+    unsigned long long v = 0;
+    while (*e >= '0' && *e <= '9') {
+      if (v > (~0ULL - 9) / 10) break;
+      v = v * 10 + (unsigned long long)(*e - '0');
+      e++;
+    }
+    if (e == s || (*e != ',' && *e != '\0') || v == 0) {
+      free(lim);
+      return usage_error("bad --limits-bytes '%s': expected positive byte "
+                         "counts separated by commas, e.g. 1048576,26214400",
+                         text);
+    }
+    lim[k++] = (size_t)v;
+    if (*e == '\0') break;
+    s = e + 1;
+  }
+  *out = lim;
+  *n = k;
+  return 0;
+}
+
+/* ----------------------------------------------------------- text */
+
+static void shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
+  tpdp_shape_format(ndim, shape, buf, len);
+}
+
+static void placements_str(const tpdp_plan *plan, const tpdp_plan_param *pp,
+                           char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < plan->mesh_ndim && used < len; d++) {
+    char one[24];
+    tpdp_plan_placement_format(pp->placements[d], one, sizeof one);
+    int w = snprintf(buf + used, len - used, "%s%s%s", d ? ", " : "[", one,
+                     d == plan->mesh_ndim - 1 ? "]" : "");
+    if (w > 0) used += (size_t)w;
+  }
+}
+
+/* Mesh ranks whose tp coordinate is t: "0, 2" (shortened when many). */
+static void ranks_str(const tpdp_plan *plan, int64_t t, char *buf,
+                      size_t len) {
+  int64_t count = 0, last = -1;
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int64_t r = 0; r < plan->world; r++) {
+    if (tpdp_plan_tp_rank(plan, r) != t) continue;
+    count++;
+    last = r;
+    if (count <= 4 && used < len) {
+      int w = snprintf(buf + used, len - used, "%s%lld", count > 1 ? ", " : "",
+                       (long long)r);
+      if (w > 0) used += (size_t)w;
+    }
+  }
+  if (count > 5 && used < len)
+    snprintf(buf + used, len - used, ", ..., %lld (%lld ranks)",
+             (long long)last, (long long)count);
+  else if (count == 5 && used < len)
+    snprintf(buf + used, len - used, ", %lld", (long long)last);
+}
+
+/* Python repr of a str (single quotes), as seed 000's dict prints. */
+static void print_pystr(const char *s) {
+  putchar('\'');
+  for (; *s; s++) {
+    if (*s == '\'' || *s == '\\') putchar('\\');
+    putchar(*s);
+  }
+  putchar('\'');
+}
+
+static const char *style_name(int style) {
+  return style < 0 ? "-" : tpdp_tp_style_name((tpdp_tp_style)style);
+}
+
+static void print_text(const char *model_path, const tpdp_plan *plan) {
+  const tpdp_model_desc *m = plan->model;
+  const tpdp_tree_report *rep = plan->report;
+  printf("model %s: %d modules, %lld parameters; mesh", model_path,
+         m->nmodules, (long long)m->total_params);
+  for (int d = 0; d < plan->mesh_ndim; d++)
+    printf("%s%s=%lld", d ? ", " : " ", plan->mesh_names[d],
+           (long long)plan->mesh_sizes[d]);
+  printf(" (%lld ranks)\n\n", (long long)plan->world);
+
+  printf("sharded module tree:\n%s\n", tpdp_tree_report_text(rep));
+
+  printf("managed parameters per unit:\n");
+  int nu = tpdp_tree_report_num_units(rep);
+  if (nu == 0) printf("{}\n");
+  for (int u = 0; u < nu; u++) {
+    printf("%s", u == 0 ? "{" : "");
+    print_pystr(tpdp_tree_report_unit(rep, u));
+    printf(": [");
+    for (int j = 0; j < tpdp_tree_report_num_fqns(rep, u); j++) {
+      printf("%s", j ? ", " : "");
+      print_pystr(tpdp_tree_report_fqn(rep, u, j));
+    }
+    printf("]%s\n", u + 1 < nu ? "," : "");
+  }
+  if (nu > 0) printf("}\n");
+  for (int i = 0; i < m->nmodules; i++) {
+    if (plan->module_unit[i] == TPDP_PLAN_NOT_UNIT) continue;
+    char key[512];
+    snprintf(key, sizeof key, "%s[%s]", m->modules[i]->fqn,
+             m->modules[i]->class_name);
+    int found = 0;
+    for (int u = 0; u < nu && !found; u++)
+      found = strcmp(tpdp_tree_report_unit(rep, u), key) == 0;
+    if (!found)
+      printf("note: unit %s manages no parameter (no suffix, no entry)\n",
+             key);
+  }
+
+  /* Parameter table. */
+  printf("\nparameters (placements over mesh dims [");
+  for (int d = 0; d < plan->mesh_ndim; d++)
+    printf("%s%s", d ? ", " : "", plan->mesh_names[d]);
+  printf("]; local shape per tp rank):\n");
+  int wf = 3, ws = 5, wst = 5, wp = 10, wl = 5;
+  char buf[256];
+  for (int k = 0; k < plan->nparams; k++) {
+    const tpdp_plan_param *pp = &plan->params[k];
+    int n = (int)strlen(pp->param->fqn);
+    if (n > wf) wf = n;
+    shape_str(pp->param->ndim, pp->param->shape, buf, sizeof buf);
+    if ((int)strlen(buf) > ws) ws = (int)strlen(buf);
+    if ((int)strlen(style_name(pp->style)) > wst)
+      wst = (int)strlen(style_name(pp->style));
+    placements_str(plan, pp, buf, sizeof buf);
+    if ((int)strlen(buf) > wp) wp = (int)strlen(buf);
+    for (int64_t t = 0; t < plan->tp_size; t++) {
+      shape_str(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS], buf,
+                sizeof buf);
+      if ((int)strlen(buf) > wl) wl = (int)strlen(buf);
+    }
+  }
+  printf("  %-*s  %-5s  %-*s  %-*s  %-*s", wf, "fqn", "dtype", ws, "shape",
+         wst, "style", wp, "placements");
+  for (int64_t t = 0; t < plan->tp_size; t++) {
+    snprintf(buf, sizeof buf, plan->tp_dim >= 0 ? "tp=%lld" : "local",
+             (long long)t);
+    printf("  %-*s", t + 1 < plan->tp_size ? wl : 0, buf);
+  }
+  printf("\n");
+  for (int k = 0; k < plan->nparams; k++) {
+    const tpdp_plan_param *pp = &plan->params[k];
+    printf("  %-*s  %-5s  ", wf, pp->param->fqn,
+           tpdp_dtype_name(pp->param->dtype));
+    shape_str(pp->param->ndim, pp->param->shape, buf, sizeof buf);
+    printf("%-*s  %-*s  ", ws, buf, wst, style_name(pp->style));
+    placements_str(plan, pp, buf, sizeof buf);
+    printf("%-*s", wp, buf);
+    for (int64_t t = 0; t < plan->tp_size; t++) {
+      shape_str(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS], buf,
+                sizeof buf);
+      printf("  %-*s", t + 1 < plan->tp_size || pp->nshared ? wl : 0, buf);
+    }
+    for (int j = 0; j < pp->nshared; j++)
+      printf("%s%s", j ? ", " : "  (also ", pp->shared[j]->fqn);
+    printf("%s\n", pp->nshared ? ")" : "");
+  }
+
+  printf("\nbytes per rank (local parameters, shared ones once):\n");
+  for (int64_t t = 0; t < plan->tp_size; t++) {
+    ranks_str(plan, t, buf, sizeof buf);
+    if (plan->tp_dim >= 0)
+      printf("  tp=%lld (ranks %s): %zu bytes\n", (long long)t, buf,
+             plan->tp_bytes[t]);
+    else
+      printf("  every rank: %zu bytes\n", plan->tp_bytes[t]);
+  }
+
+  printf("\nDP buckets per rank (launch order; limits");
+  for (int64_t k = 0; k < plan->nlimits; k++)
+    printf("%s%zu", k ? "," : " ", plan->limits[k]);
+  printf(" bytes):\n");
+  for (int64_t t = 0; t < plan->tp_size; t++) {
+    const tpdp_bucket_assignment *a = &plan->buckets[t];
+    ranks_str(plan, t, buf, sizeof buf);
+    if (plan->tp_dim >= 0)
+      printf("  tp=%lld (ranks %s): %lld bucket%s\n", (long long)t, buf,
+             (long long)a->nbuckets, a->nbuckets == 1 ? "" : "s");
+    else
+      printf("  every rank: %lld bucket%s\n", (long long)a->nbuckets,
+             a->nbuckets == 1 ? "" : "s");
+    for (int64_t b = 0; b < a->nbuckets; b++) {
+      const tpdp_model_param *first =
+          plan->params[a->indices[a->offsets[b]]].param;
+      printf("    bucket %lld: %s, %zu bytes (limit %zu):", (long long)b,
+             tpdp_dtype_name(first->dtype), a->bytes[b], a->limits[b]);
+      for (int64_t k = a->offsets[b]; k < a->offsets[b + 1]; k++)
+        printf(" %s", plan->params[a->indices[k]].param->fqn);
+      printf("\n");
+    }
+  }
+}
+
+/* ----------------------------------------------------------- JSON */
+
+static cJSON *shape_json(int ndim, const int64_t *shape) {
+  cJSON *a = cJSON_CreateArray();
+  for (int d = 0; a != NULL && d < ndim; d++)
+    cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[d]));
+  return a;
+}
+
+static int print_json(const tpdp_plan *plan) {
+  const tpdp_model_desc *m = plan->model;
+  const tpdp_tree_report *rep = plan->report;
+  cJSON *root = cJSON_CreateObject();
+  if (root == NULL) goto oom;
+
+  cJSON *mesh = cJSON_AddObjectToObject(root, "mesh");
+  cJSON *dims = cJSON_AddArrayToObject(mesh, "dims");
+  cJSON *sizes = cJSON_AddArrayToObject(mesh, "sizes");
+  for (int d = 0; d < plan->mesh_ndim; d++) {
+    cJSON_AddItemToArray(dims, cJSON_CreateString(plan->mesh_names[d]));
+    cJSON_AddItemToArray(sizes,
+                         cJSON_CreateNumber((double)plan->mesh_sizes[d]));
+  }
+  cJSON_AddNumberToObject(mesh, "world", (double)plan->world);
+  cJSON_AddNumberToObject(mesh, "tp_size", (double)plan->tp_size);
+
+  cJSON_AddStringToObject(root, "tree", tpdp_tree_report_text(rep));
+  cJSON *managed = cJSON_Parse(tpdp_tree_report_json(rep));
+  if (managed == NULL) goto oom;
+  cJSON_AddItemToObject(root, "managed", managed);
+
+  cJSON *units = cJSON_AddArrayToObject(root, "units");
+  for (int i = 0; i < m->nmodules; i++) {
+    if (plan->module_unit[i] == TPDP_PLAN_NOT_UNIT) continue;
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddItemToArray(units, u);
+    cJSON_AddStringToObject(u, "module", m->modules[i]->fqn);
+    cJSON_AddStringToObject(u, "class", m->modules[i]->class_name);
+    cJSON_AddStringToObject(
+        u, "kind", plan->module_unit[i] == TPDP_PLAN_DP_UNIT ? "DP" : "TP");
+    if (plan->module_style[i] >= 0)
+      cJSON_AddStringToObject(
+          u, "style", tpdp_tp_style_name((tpdp_tp_style)plan->module_style[i]));
+    else
+      cJSON_AddNullToObject(u, "style");
+  }
+
+  cJSON *params = cJSON_AddArrayToObject(root, "params");
+  for (int k = 0; k < plan->nparams; k++) {
+    const tpdp_plan_param *pp = &plan->params[k];
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddItemToArray(params, p);
+    cJSON_AddStringToObject(p, "fqn", pp->param->fqn);
+    cJSON *sh = cJSON_AddArrayToObject(p, "shared");
+    for (int j = 0; j < pp->nshared; j++)
+      cJSON_AddItemToArray(sh, cJSON_CreateString(pp->shared[j]->fqn));
+    cJSON_AddStringToObject(p, "dtype", tpdp_dtype_name(pp->param->dtype));
+    cJSON_AddItemToObject(p, "shape",
+                          shape_json(pp->param->ndim, pp->param->shape));
+    if (pp->style >= 0) {
+      cJSON_AddStringToObject(p, "style",
+                              tpdp_tp_style_name((tpdp_tp_style)pp->style));
+      cJSON_AddStringToObject(p, "tp_module", pp->tp_module->fqn);
+    } else {
+      cJSON_AddNullToObject(p, "style");
+      cJSON_AddNullToObject(p, "tp_module");
+    }
+    cJSON *pl = cJSON_AddArrayToObject(p, "placements");
+    for (int d = 0; d < plan->mesh_ndim; d++) {
+      char one[24];
+      tpdp_placement_format(pp->placements[d], one, sizeof one);
+      cJSON_AddItemToArray(pl, cJSON_CreateString(one));
+    }
+    cJSON *ls = cJSON_AddArrayToObject(p, "local_shapes");
+    cJSON *lb = cJSON_AddArrayToObject(p, "local_bytes");
+    for (int64_t t = 0; t < plan->tp_size; t++) {
+      cJSON_AddItemToArray(
+          ls, shape_json(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS]));
+      cJSON_AddItemToArray(lb,
+                           cJSON_CreateNumber((double)pp->local_bytes[t]));
+    }
+  }
+
+  cJSON *lim = cJSON_AddArrayToObject(root, "limits");
+  for (int64_t k = 0; k < plan->nlimits; k++)
+    cJSON_AddItemToArray(lim, cJSON_CreateNumber((double)plan->limits[k]));
+
+  cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
+  for (int64_t r = 0; r < plan->world; r++) {
+    int64_t t = tpdp_plan_tp_rank(plan, r);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToArray(ranks, o);
+    cJSON_AddNumberToObject(o, "rank", (double)r);
+    cJSON *coords = cJSON_AddObjectToObject(o, "coords");
+    int64_t rest = r;
+    int64_t c[TPDP_MAX_DIMS];
+    for (int d = plan->mesh_ndim - 1; d >= 0; d--) {
+      c[d] = rest % plan->mesh_sizes[d];
+      rest /= plan->mesh_sizes[d];
+    }
+    for (int d = 0; d < plan->mesh_ndim; d++)
+      cJSON_AddNumberToObject(coords, plan->mesh_names[d], (double)c[d]);
+    cJSON_AddNumberToObject(o, "tp_rank", (double)t);
+    cJSON_AddNumberToObject(o, "bytes", (double)plan->tp_bytes[t]);
+    cJSON *bs = cJSON_AddArrayToObject(o, "buckets");
+    const tpdp_bucket_assignment *a = &plan->buckets[t];
+    for (int64_t b = 0; b < a->nbuckets; b++) {
+      cJSON *bo = cJSON_CreateObject();
+      cJSON_AddItemToArray(bs, bo);
+      cJSON *names = cJSON_AddArrayToObject(bo, "params");
+      for (int64_t k = a->offsets[b]; k < a->offsets[b + 1]; k++)
+        cJSON_AddItemToArray(
+            names, cJSON_CreateString(plan->params[a->indices[k]].param->fqn));
+      cJSON_AddStringToObject(
+          bo, "dtype",
+          tpdp_dtype_name(plan->params[a->indices[a->offsets[b]]].param->dtype));
+      cJSON_AddNumberToObject(bo, "bytes", (double)a->bytes[b]);
+      cJSON_AddNumberToObject(bo, "limit", (double)a->limits[b]);
+    }
+  }
+
+  char *text = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  if (text == NULL) goto oom;
+  printf("%s\n", text);
+  free(text);
+  return 0;
+oom:
+  cJSON_Delete(root);
+  fprintf(stderr, "tpdp plan: out of memory\n");
+  return 1;
+}
 
 int cmd_plan(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  fprintf(stderr, "tpdp plan: not available in this build yet\n");
-  return 2;
+  const char *model_path = NULL, *plan_path = NULL, *limits_s = NULL;
+  int as_json = 0;
+  for (int i = 1; i < argc; i++) {
+    int missing = 0;
+    const char *v;
+    if ((v = opt_value(argc, argv, &i, "--model", &missing)) != NULL)
+      model_path = v;
+    else if ((v = opt_value(argc, argv, &i, "--plan", &missing)) != NULL)
+      plan_path = v;
+    else if ((v = opt_value(argc, argv, &i, "--limits-bytes", &missing)) !=
+             NULL)
+      limits_s = v;
+    else if (missing)
+      return usage_error("option %s needs a value", argv[i]);
+    else if (strcmp(argv[i], "--json") == 0)
+      as_json = 1;
+    else
+      return usage_error("unknown argument '%s'", argv[i]);
+  }
+  if (model_path == NULL) return usage_error("%s", "--model is required");
+  if (plan_path == NULL) return usage_error("%s", "--plan is required");
+  size_t *limits = NULL;
+  int64_t nlimits = 0;
+  if (limits_s != NULL) {
+    int urc = parse_limits(limits_s, &limits, &nlimits);
+    if (urc != 0) return urc;
+  }
+
+  int rc = 1;
+  tpdp_model_desc *m = NULL;
+  tpdp_plan *plan = NULL;
+  if (tpdp_model_desc_load(model_path, &m) != TPDP_SUCCESS ||
+      tpdp_plan_load(m, plan_path, limits, nlimits, &plan) != TPDP_SUCCESS) {
+    fprintf(stderr, "tpdp plan: %s\n", tpdp_last_error());
+    goto done;
+  }
+  if (as_json) {
+    rc = print_json(plan);
+  } else {
+    print_text(model_path, plan);
+    rc = 0;
+  }
+done:
+  tpdp_plan_destroy(plan);
+  tpdp_model_desc_destroy(m);
+  free(limits);
+  return rc;
 }

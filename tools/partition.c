@@ -130,14 +130,19 @@ static tpdp_status blame_edge(int n, int k, const tpdp_partition_edge *edges,
         TPDP_ERR_UNSUPPORTED, "tpdp_partition_solve",
         "cannot split %d leaf modules into %d stages: skip edge edges[%d] %s "
         "spans %d leaves, so some stage would lie entirely inside it; with "
-        "this edge at most %d stages are possible (with all %d edges, %d)",
-        n, k, e, t, edges[e].dst - edges[e].src - 1, alone, nedges, max_all);
+        "this edge at most %d stages are possible",
+        n, k, e, t, edges[e].dst - edges[e].src - 1, alone);
+  char given[64];
+  if (e == 1)
+    snprintf(given, sizeof given, "edges[0]");
+  else
+    snprintf(given, sizeof given, "edges[0..%d]", e - 1);
   return tpdp_set_error(
       TPDP_ERR_UNSUPPORTED, "tpdp_partition_solve",
       "cannot split %d leaf modules into %d stages: skip edge edges[%d] %s "
-      "would jump over a whole stage given edges[0..%d]; together they allow "
-      "at most %d stages (with all %d edges, %d)",
-      n, k, e, t, e - 1, upto, nedges, max_all);
+      "would jump over a whole stage given %s; together they allow at most "
+      "%d stages (with all %d edges, %d)",
+      n, k, e, t, given, upto, nedges, max_all);
 }
 
 tpdp_status tpdp_partition_solve(const int64_t *weights, int n, int k,

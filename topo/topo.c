@@ -159,7 +159,6 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
     hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t->h, g);
     hwloc_const_cpuset_t set =
         anc && anc->cpuset ? anc->cpuset : hwloc_topology_get_topology_cpuset(t->h);
-    t->locality_ok = 1;
     hwloc_obj_t numa = single_intersecting(t->h, set, HWLOC_OBJ_NUMANODE);
     hwloc_obj_t pkg = single_intersecting(t->h, set, HWLOC_OBJ_PACKAGE);
     gi->numa_node = numa ? (int)numa->os_index : -1;

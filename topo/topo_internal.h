@@ -15,7 +15,6 @@ struct tpdp_topo {
   tpdp_gpu_info *info;   /* same order */
   int shows_switches;    /* some switch holds >= 2 GPUs */
   int gpus_per_switch;   /* most GPUs under one switch, 0 if not shown */
-  int locality_ok;
 };
 
 /* Binding as a bitmap (for hwloc_set_cpubind) and as a tpdp_binding. */

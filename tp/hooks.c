@@ -5,6 +5,7 @@
  * objects on every call, the DTensor parameters are resolved once at
  * transform time into flat arrays (parameter, spec, FQN), so a hook call is
  * one pass over those arrays: no traversal, allocation or string work. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,34 +41,34 @@ static void label(const tpdp_module *m, char *buf, size_t len) {
   snprintf(buf + n, len - n, "[%s]", tpdp_module_class_name(m));
 }
 
-static void localize_one(tpdp_param *p, const tpdp_spec *spec) {
-  tpdp_dtensor dt;
-  dt.local = *tpdp_param_tensor(p);
-  dt.spec = spec;
-  tpdp_tensor local;
-  const tpdp_spec *s;
-  /* Cannot fail: every pointer is valid. */
-  tpdp_dtensor_flatten(&dt, &local, &s);
-  tpdp_param_set_tensor(p, &local);
+/* Localize (flatten): the local view is stored in the parameter in both
+ * forms and the spec stays with it, stashed, so splitting a DTensor into
+ * (local, spec) is exactly tpdp_dtensor_flatten's copy of what is already
+ * there: only the form changes. */
+static inline void localize_one(tpdp_param *p) {
   tpdp_param_set_form(p, TPDP_PARAM_LOCALIZED);
 }
 
-/* Pre-forward: local tensors -> DTensors (validated). */
+/* Pre-forward: local tensors -> DTensors, each validated by unflatten
+ * against its spec (shape, dtype, device for this rank). */
 static tpdp_status reconstruct_hook(tpdp_module *m, void *ctx) {
   (void)m;
   dp_transform *t = ctx;
-  for (int i = 0; i < t->n; i++) {
-    tpdp_param *p = t->params[i];
+  tpdp_param **params = t->params;
+  const tpdp_spec **specs = t->specs;
+  const int n = t->n;
+  for (int i = 0; i < n; i++) {
+    tpdp_param *p = params[i];
     tpdp_dtensor dt;
-    tpdp_status st = tpdp_dtensor_unflatten(tpdp_param_tensor(p), t->specs[i],
+    tpdp_status st = tpdp_dtensor_unflatten(tpdp_param_tensor(p), specs[i],
                                             &dt);
     if (st != TPDP_SUCCESS) {
-      for (int k = 0; k < i; k++) localize_one(t->params[k], t->specs[k]);
+      for (int k = 0; k < i; k++) localize_one(params[k]);
       return tpdp_set_error(st, "tpdp_pre_dp_transform",
                             "pre-forward reconstruct of parameter '%s': %s",
                             t->fqns[i], tpdp_last_error());
     }
-    tpdp_param_set_tensor(p, &dt.local);
+    /* dt.local is the stored view itself: nothing to write back. */
     tpdp_param_set_form(p, TPDP_PARAM_DTENSOR);
   }
   return TPDP_SUCCESS;
@@ -77,7 +78,9 @@ static tpdp_status reconstruct_hook(tpdp_module *m, void *ctx) {
 static tpdp_status localize_hook(tpdp_module *m, void *ctx) {
   (void)m;
   dp_transform *t = ctx;
-  for (int i = 0; i < t->n; i++) localize_one(t->params[i], t->specs[i]);
+  tpdp_param **params = t->params;
+  const int n = t->n;
+  for (int i = 0; i < n; i++) localize_one(params[i]);
   return TPDP_SUCCESS;
 }
 
@@ -154,7 +157,7 @@ tpdp_status tpdp_pre_dp_transform(tpdp_module *root) {
     tpdp_hook_remove(t->pre);
     goto fail;
   }
-  for (int i = 0; i < t->n; i++) localize_one(t->params[i], t->specs[i]);
+  for (int i = 0; i < t->n; i++) localize_one(t->params[i]);
   return TPDP_SUCCESS;
 
 fail:

@@ -11,9 +11,10 @@
  * Partial). Every step runs on one mesh dim's communicator.
  *
  * Uneven shards and shard dims with non-trivial outer extent are packed
- * into contiguous buffers of equal padded blocks ("d-major": the shard dim
- * outermost) around the collective; even shards on a leading dim of a
- * contiguous tensor go to the collective directly. All byte movement
+ * into contiguous buffers of equal blocks, one per rank (each block
+ * row-major, the shard dim padded to the chunk size, padding zeroed), around
+ * the collective; even shards on a leading dim of a contiguous tensor go to
+ * the collective directly. All byte movement
  * outside the communicator goes through tp/tp_mem.c.
  */
 #include <string.h>
@@ -141,11 +142,10 @@ static int64_t outer_of(int ndim, const int64_t *shape, int d) {
   return n;
 }
 
-/* A view of `data` with `shape`, laid out with dim d outermost and the
- * other dims row-major after it ("d-major"). */
-static tpdp_tensor dmajor_view(void *data, tpdp_dtype dtype,
+/* A contiguous row-major view of `data` with `shape`. */
+static tpdp_tensor contig_view(void *data, tpdp_dtype dtype,
                                tpdp_device device, int ndim,
-                               const int64_t *shape, int d) {
+                               const int64_t *shape) {
   tpdp_tensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
@@ -155,18 +155,10 @@ static tpdp_tensor dmajor_view(void *data, tpdp_dtype dtype,
   int64_t acc = 1;
   for (int e = ndim - 1; e >= 0; e--) {
     t.shape[e] = shape[e];
-    if (e == d) continue;
     t.strides[e] = acc;
     acc *= shape[e];
   }
-  if (d >= 0 && d < ndim) t.strides[d] = acc;
   return t;
-}
-
-static tpdp_tensor contig_view(void *data, tpdp_dtype dtype,
-                               tpdp_device device, int ndim,
-                               const int64_t *shape) {
-  return dmajor_view(data, dtype, device, ndim, shape, -1);
 }
 
 static void *byte_at(void *base, int64_t elems, size_t es) {
@@ -208,15 +200,20 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
   tpdp_device dev = x->spec->device;
   CHECK(tp_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
   tpdp_status st;
-  tpdp_tensor send = dmajor_view(buf, x->spec->dtype, dev, x->ndim, B, d);
+  tpdp_tensor send = contig_view(buf, x->spec->dtype, dev, x->ndim, B);
   tpdp_tensor part, flat_s, flat_r;
   int64_t sc = x->lin[d];
-  CHECK_GOTO(tpdp_tensor_narrow(&send, d, 0, sc, &part), st, done);
-  CHECK_GOTO(tp_mem_copy(&part, in), st, done);
-  CHECK_GOTO(tpdp_tensor_narrow(&send, d, sc, ch - sc, &part), st, done);
-  CHECK_GOTO(tp_mem_zero(&part), st, done);
+  void *sbuf = buf;
+  if (sc == ch && tpdp_tensor_is_contiguous(in)) {
+    sbuf = in->data; /* this rank's block is the local tensor as it is */
+  } else {
+    CHECK_GOTO(tpdp_tensor_narrow(&send, d, 0, sc, &part), st, done);
+    CHECK_GOTO(tp_mem_copy(&part, in), st, done);
+    CHECK_GOTO(tpdp_tensor_narrow(&send, d, sc, ch - sc, &part), st, done);
+    CHECK_GOTO(tp_mem_zero(&part), st, done);
+  }
   void *rbuf = byte_at(buf, bn, x->es);
-  flat_s = contig_view(buf, x->spec->dtype, dev, 1, &bn);
+  flat_s = contig_view(sbuf, x->spec->dtype, dev, 1, &bn);
   int64_t rn = bn * k;
   flat_r = contig_view(rbuf, x->spec->dtype, dev, 1, &rn);
   CHECK_GOTO(tpdp_allgather(x->comm, &flat_s, &flat_r), st, done);
@@ -224,8 +221,8 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
     int64_t size, start;
     tp_chunk(E, k, r, &size, &start);
     if (size == 0) continue;
-    tpdp_tensor blk = dmajor_view(byte_at(rbuf, r * bn, x->es),
-                                  x->spec->dtype, dev, x->ndim, B, d);
+    tpdp_tensor blk = contig_view(byte_at(rbuf, r * bn, x->es),
+                                  x->spec->dtype, dev, x->ndim, B);
     tpdp_tensor src_part, dst_part;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, d, 0, size, &src_part), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(out, d, start, size, &dst_part), st, done);
@@ -263,8 +260,8 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   for (int64_t r = 0; r < k; r++) {
     int64_t size, start;
     tp_chunk(E, k, r, &size, &start);
-    tpdp_tensor blk = dmajor_view(byte_at(buf, r * bn, x->es),
-                                  x->spec->dtype, dev, x->ndim, B, j);
+    tpdp_tensor blk = contig_view(byte_at(buf, r * bn, x->es),
+                                  x->spec->dtype, dev, x->ndim, B);
     tpdp_tensor a, b;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, size, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(in, j, start, size, &b), st, done);
@@ -274,10 +271,18 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   }
   void *rbuf = byte_at(buf, bn * k, x->es);
   int64_t sn = bn * k;
+  /* This rank's block lands in `out` directly when it has the block's
+   * shape (its chunk is full) and `out` is contiguous. */
+  int direct = x->lout[j] == ch && tpdp_tensor_is_contiguous(out);
   tpdp_tensor flat_s = contig_view(buf, x->spec->dtype, dev, 1, &sn);
-  tpdp_tensor flat_r = contig_view(rbuf, x->spec->dtype, dev, 1, &bn);
+  tpdp_tensor flat_r = contig_view(direct ? out->data : rbuf,
+                                   x->spec->dtype, dev, 1, &bn);
   CHECK_GOTO(tpdp_reduce_scatter(x->comm, &flat_s, &flat_r, op), st, done);
-  tpdp_tensor blk = dmajor_view(rbuf, x->spec->dtype, dev, x->ndim, B, j);
+  if (direct) {
+    st = TPDP_SUCCESS;
+    goto done;
+  }
+  tpdp_tensor blk = contig_view(rbuf, x->spec->dtype, dev, x->ndim, B);
   tpdp_tensor part;
   CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, x->lout[j], &part), st, done);
   CHECK_GOTO(tp_mem_copy(out, &part), st, done);
@@ -360,6 +365,9 @@ static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
 
 /* ------------------------------------------------------------ driver */
 
+#define RD_ERR(status, ...) \
+  tpdp_set_error((status), "tpdp_redistribute", __VA_ARGS__)
+
 static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
                                const char *role) {
   int same = t->ndim == spec->ndim;
@@ -369,24 +377,24 @@ static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
     char want[128], got[128];
     tpdp_shape_format(spec->ndim, spec->self_shape, want, sizeof want);
     tpdp_shape_format(t->ndim, t->shape, got, sizeof got);
-    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+    return RD_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "%s local tensor has shape %s but mesh rank %d needs %s",
                     role, got, spec->self_rank, want);
   }
   if (t->dtype != spec->dtype)
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+    return RD_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "%s local tensor has dtype %s but the spec says %s", role,
                     tpdp_dtype_name(t->dtype), tpdp_dtype_name(spec->dtype));
   if (t->device.type != spec->device.type) {
     char want[32], got[32];
     tpdp_device_format(spec->device, want, sizeof want);
     tpdp_device_format(t->device, got, sizeof got);
-    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+    return RD_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "%s local tensor is on %s but the spec says %s", role, got,
                     want);
   }
   if (t->data == NULL && tpdp_tensor_numel(t) > 0)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+    return RD_ERR(TPDP_ERR_NULL_POINTER,
                     "%s local tensor has NULL data and %lld elements", role,
                     (long long)tpdp_tensor_numel(t));
   return TPDP_SUCCESS;

@@ -147,13 +147,16 @@ void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
 
 /* ------------------------------------------------------------ spec */
 
+#define SPEC_ERR(status, ...) \
+  tpdp_set_error((status), "tpdp_spec_create", __VA_ARGS__)
+
 static tpdp_status check_placements(const tpdp_mesh *mesh,
                                     const tpdp_placement *placements,
                                     int nplacements, int ndim,
                                     tpdp_dtype dtype) {
   int mesh_ndim = tpdp_mesh_ndim(mesh);
   if (nplacements != mesh_ndim)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+    return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "%d placements given for a %d-dim mesh (one per mesh dim "
                     "needed)",
                     nplacements, mesh_ndim);
@@ -164,19 +167,19 @@ static tpdp_status check_placements(const tpdp_mesh *mesh,
       case TPDP_PLACEMENT_REPLICATE: break;
       case TPDP_PLACEMENT_SHARD:
         if (p.dim < 0 || p.dim >= ndim)
-          return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+          return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
                           "placement of mesh dim %d (%s) is Shard(%d) but the "
                           "tensor has %d dims: shard dim must be in [0, %d)",
                           m, tpdp_mesh_dim_name(mesh, m), p.dim, ndim, ndim);
         break;
       case TPDP_PLACEMENT_PARTIAL:
         if ((int)p.op < 0 || p.op >= TPDP_OP_COUNT)
-          return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+          return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
                           "placement of mesh dim %d (%s) is Partial with "
                           "invalid reduce op %d",
                           m, tpdp_mesh_dim_name(mesh, m), (int)p.op);
         if (p.op == TPDP_OP_AVG && !tpdp_dtype_is_float(dtype))
-          return TPDP_ERR(TPDP_ERR_OP_DTYPE,
+          return SPEC_ERR(TPDP_ERR_OP_DTYPE,
                           "placement of mesh dim %d (%s) is Partial(avg) but "
                           "dtype %s is an integer type (avg needs a floating "
                           "dtype; use sum, max or min)",
@@ -184,7 +187,7 @@ static tpdp_status check_placements(const tpdp_mesh *mesh,
                           tpdp_dtype_name(dtype));
         break;
       default:
-        return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+        return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
                         "placement of mesh dim %d has invalid kind %d", m,
                         (int)p.kind);
     }

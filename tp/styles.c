@@ -150,10 +150,11 @@ static tpdp_status style_placement(const tp_match *mt, const char *pname,
   }
 }
 
-/* Parallelize one module: build specs, slice local shards, then (only once
- * everything succeeded) re-point its parameters. */
-static tpdp_status apply_style(const tp_match *mt, const tpdp_mesh *mesh,
-                               int tp_dim, tpdp_comm *tp_comm) {
+/* Prepare one module: build specs and slice local shards into new storage.
+ * Changes nothing in the tree; *out receives the state (freed on failure). */
+static tpdp_status prepare_style(const tp_match *mt, const tpdp_mesh *mesh,
+                                 int tp_dim, tpdp_comm *tp_comm,
+                                 tp_module_state **out) {
   tpdp_module *m = mt->module;
   int np = tpdp_module_num_params(m);
   tp_module_state *st = NULL;
@@ -233,7 +234,19 @@ static tpdp_status apply_style(const tp_match *mt, const tpdp_mesh *mesh,
     tpdp_spec_destroy(full_spec);
     if (res != TPDP_SUCCESS) goto fail;
   }
-  /* Commit: nothing below can fail for valid handles. */
+  *out = st;
+  return TPDP_SUCCESS;
+fail:
+  tp_state_free(st);
+  return res;
+}
+
+/* Re-point a prepared module's parameters at their local shards (tensor,
+ * grad, spec). Cannot fail for valid handles. */
+static void commit_params(const tp_match *mt, const tpdp_mesh *mesh,
+                          const tp_module_state *st) {
+  tpdp_module *m = mt->module;
+  int np = st->nparams;
   for (int i = 0; i < np; i++) {
     tpdp_param *p = tpdp_module_param(m, i, NULL);
     const tpdp_spec *spec = st->specs[i];
@@ -248,16 +261,6 @@ static tpdp_status apply_style(const tp_match *mt, const tpdp_mesh *mesh,
     tpdp_param_set_grad(p, &grad);
     tpdp_param_set_spec(p, (const struct tpdp_spec *)spec);
   }
-  char suffix[48];
-  snprintf(suffix, sizeof suffix, " TP %s", tpdp_tp_style_name(mt->style));
-  for (char *c = suffix; *c; c++)
-    if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 'a' + 'A');
-  CHECK_GOTO(tpdp_module_set_unit(m, "TP", suffix), res, fail);
-  CHECK_GOTO(tpdp_module_set_ext(m, TP_EXT_KEY, st, tp_state_free), res, fail);
-  return TPDP_SUCCESS;
-fail:
-  tp_state_free(st);
-  return res;
 }
 
 tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
@@ -284,6 +287,7 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
                       (int)plan[i].style);
   }
   match_ctx ctx = {plan, nplan, NULL, NULL, 0, 0, TPDP_SUCCESS};
+  tp_module_state **states = NULL;
   tpdp_status res = TPDP_SUCCESS;
   CHECK(TPDP_CALLOC(ctx.hits, (size_t)(nplan > 0 ? nplan : 1)));
   CHECK_GOTO(tpdp_module_apply(root, collect_matches, &ctx), res, done);
@@ -301,12 +305,50 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
                      ctx.matches[i].fqn);
       goto done;
     }
+    const char *kind = tpdp_module_unit_kind(ctx.matches[i].module);
+    if (kind != NULL) {
+      res = TPDP_ERR(TPDP_ERR_ALREADY,
+                     "module '%s' is already a managed unit of kind '%s'",
+                     ctx.matches[i].fqn, kind);
+      goto done;
+    }
   }
-  /* Modules are independent: an error part-way leaves the earlier ones
-   * parallelized, so check everything that can be checked first (above). */
+  /* Two phases, so that an error leaves the tree unchanged: prepare every
+   * module (specs, local shards: all the checks and allocations of tp/),
+   * then attach units and states (undone on failure), and only then
+   * re-point the parameters, which cannot fail. */
+  int nunits = 0, nattached = 0;
+  if (ctx.nmatches > 0)
+    CHECK_GOTO(TPDP_CALLOC(states, (size_t)ctx.nmatches), res, done);
   for (int i = 0; i < ctx.nmatches; i++)
-    CHECK_GOTO(apply_style(&ctx.matches[i], mesh, dim, tp_comm), res, done);
+    CHECK_GOTO(prepare_style(&ctx.matches[i], mesh, dim, tp_comm, &states[i]),
+               res, undo);
+  for (; nunits < ctx.nmatches; nunits++) {
+    char suffix[48];
+    snprintf(suffix, sizeof suffix, " TP %s",
+             tpdp_tp_style_name(ctx.matches[nunits].style));
+    for (char *c = suffix; *c; c++)
+      if (*c >= 'a' && *c <= 'z') *c = (char)(*c - 'a' + 'A');
+    CHECK_GOTO(tpdp_module_set_unit(ctx.matches[nunits].module, "TP", suffix),
+               res, undo);
+  }
+  for (; nattached < ctx.nmatches; nattached++)
+    CHECK_GOTO(tpdp_module_set_ext(ctx.matches[nattached].module, TP_EXT_KEY,
+                                   states[nattached], tp_state_free),
+               res, undo);
+  for (int i = 0; i < ctx.nmatches; i++)
+    commit_params(&ctx.matches[i], mesh, states[i]);
+  goto done;
+undo:
+  for (int i = 0; i < ctx.nmatches; i++) {
+    if (i < nattached) /* owned by the module now: removing frees it */
+      tpdp_module_set_ext(ctx.matches[i].module, TP_EXT_KEY, NULL, NULL);
+    else
+      tp_state_free(states[i]);
+    if (i < nunits) tpdp_module_clear_unit(ctx.matches[i].module);
+  }
 done:
+  free(states);
   free(ctx.hits);
   free(ctx.matches);
   return res;

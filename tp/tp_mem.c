@@ -31,10 +31,38 @@ void tp_mem_free(tpdp_device device, void *p) {
   free(p);
 }
 
+/* Host strided copy: rows of the innermost dim go by memcpy when both
+ * sides are unit-stride there (the common case of packing shards). */
+static void copy_rec(char *d, const char *s, const tpdp_tensor *dt,
+                     const tpdp_tensor *st, int k, size_t es) {
+  int last = dt->ndim - 1;
+  if (k == last) {
+    int64_t n = dt->shape[k];
+    if (dt->strides[k] == 1 && st->strides[k] == 1) {
+      memcpy(d, s, (size_t)n * es);
+      return;
+    }
+    for (int64_t i = 0; i < n; i++)
+      memcpy(d + (ptrdiff_t)(i * dt->strides[k]) * (ptrdiff_t)es,
+             s + (ptrdiff_t)(i * st->strides[k]) * (ptrdiff_t)es, es);
+    return;
+  }
+  for (int64_t i = 0; i < dt->shape[k]; i++)
+    copy_rec(d + (ptrdiff_t)(i * dt->strides[k]) * (ptrdiff_t)es,
+             s + (ptrdiff_t)(i * st->strides[k]) * (ptrdiff_t)es, dt, st,
+             k + 1, es);
+}
+
 tpdp_status tp_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK(tp_mem_supported(dst->device));
   CHECK(tp_mem_supported(src->device));
-  return tpdp_tensor_copy(dst, src);
+  if (dst->ndim == 0 || tpdp_tensor_numel(dst) == 0 ||
+      !tpdp_tensor_same_shape(dst, src) || dst->dtype != src->dtype ||
+      (tpdp_tensor_is_contiguous(dst) && tpdp_tensor_is_contiguous(src)))
+    return tpdp_tensor_copy(dst, src); /* checks, and the contiguous case */
+  copy_rec((char *)dst->data, (const char *)src->data, dst, src, 0,
+           tpdp_dtype_size(dst->dtype));
+  return TPDP_SUCCESS;
 }
 
 static void zero_rec(char *p, const tpdp_tensor *t, int d, size_t es) {

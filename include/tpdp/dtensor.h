@@ -225,10 +225,11 @@ tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
  * dtype, device for this rank); localizes them (form LOCALIZED, the local
  * view kept, gradients untouched); and registers on root a forward pre-hook
  * that reconstructs them (validated unflatten -> form DTENSOR) and a
- * forward hook that localizes them again (flatten -> form LOCALIZED). The
- * hooks touch each DTensor parameter once per call, allocate nothing and
- * do no string work. Specs are captured here: do not change a parameter's
- * spec while the transform is applied (undo first).
+ * forward hook that localizes them again (form LOCALIZED: the parameter
+ * stores its local view in both forms, so flattening changes only the
+ * form). The hooks touch each DTensor parameter once per call, allocate
+ * nothing and do no string work. Specs are captured here: do not change a
+ * parameter's spec while the transform is applied (undo first).
  * Errors (nothing changed on failure): NULL root; TPDP_ERR_ALREADY if root
  * already has the transform; a parameter whose local tensor does not match
  * its spec: the unflatten status, naming the parameter FQN; out of memory.

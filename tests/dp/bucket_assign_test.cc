@@ -72,8 +72,9 @@ TEST(BucketAssign, OvershootByOneTensor) {
 
 // Exactly reaching the limit closes the bucket (>=).
 TEST(BucketAssign, ExactLimitCloses) {
-  auto got = Assign({T(TPDP_F32, 125), T(TPDP_F32, 125), T(TPDP_F32, 1)}, {500});
-  std::vector<Bucket> want = {{{0, 1}, 1000, 500}, {{2}, 4, 500}};
+  // 500 B < 1000, then 1000 B == 1000 closes.
+  auto got = Assign({T(TPDP_F32, 125), T(TPDP_F32, 125), T(TPDP_F32, 1)}, {1000});
+  std::vector<Bucket> want = {{{0, 1}, 1000, 1000}, {{2}, 4, 1000}};
   EXPECT_EQ(got, want);
 }
 

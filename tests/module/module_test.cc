@@ -579,6 +579,38 @@ TEST(Hooks, RemovalFromInsideAHook) {
   ASSERT_TPDP_OK(tpdp_module_destroy(m));
 }
 
+struct AddCtx {
+  int runs = 0;
+  int added_runs = 0;
+  tpdp_hook_handle added{};
+};
+
+tpdp_status Added(tpdp_module *, void *ctx) {
+  static_cast<AddCtx *>(ctx)->added_runs++;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status Adder(tpdp_module *m, void *ctx) {
+  AddCtx *c = static_cast<AddCtx *>(ctx);
+  if (c->runs++ == 0)
+    return tpdp_module_register_forward_pre_hook(m, Added, c, &c->added);
+  return TPDP_SUCCESS;
+}
+
+TEST(Hooks, RegisteredDuringARunWaitsForTheNextRun) {
+  tpdp_module *m = Make("M");
+  AddCtx c;
+  tpdp_hook_handle h;
+  ASSERT_TPDP_OK(tpdp_module_register_forward_pre_hook(m, Adder, &c, &h));
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m));
+  EXPECT_EQ(c.added_runs, 0);
+  EXPECT_EQ(tpdp_module_num_hooks(m), 2);
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m));
+  EXPECT_EQ(c.added_runs, 1);
+  ASSERT_TPDP_OK(tpdp_hook_remove(c.added));
+  ASSERT_TPDP_OK(tpdp_module_destroy(m));
+}
+
 TEST(Hooks, BadArguments) {
   tpdp_module *m = Make("M");
   tpdp_hook_handle h;
@@ -589,6 +621,8 @@ TEST(Hooks, BadArguments) {
                     TPDP_ERR_NULL_POINTER, "no module");
   EXPECT_TPDP_ERROR(tpdp_module_forward_begin(nullptr), TPDP_ERR_NULL_POINTER,
                     "m");
+  EXPECT_TPDP_ERROR(tpdp_module_apply(m, nullptr, nullptr),
+                    TPDP_ERR_NULL_POINTER, "fn");
   ASSERT_TPDP_OK(tpdp_module_destroy(m));
 }
 

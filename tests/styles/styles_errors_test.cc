@@ -142,18 +142,18 @@ TEST_F(StylesErrors, ModuleAlreadyAUnitOfAnotherKind) {
 TEST_F(StylesErrors, BadPlanEntries) {
   tpdp_tp_plan_entry nullpat[] = {{nullptr, TPDP_STYLE_COLWISE}};
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, "tp", nullpat, 1),
-                    TPDP_ERR_NULL_POINTER);
+                    TPDP_ERR_NULL_POINTER, "");
   tpdp_tp_plan_entry badstyle[] = {{"fc1", (tpdp_tp_style)9}};
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, "tp", badstyle, 1),
                     TPDP_ERR_INVALID_ARGUMENT, "fc1");
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, "tp", nullptr, 1),
-                    TPDP_ERR_INVALID_ARGUMENT);
+                    TPDP_ERR_INVALID_ARGUMENT, "");
   EXPECT_TPDP_ERROR(tpdp_parallelize(nullptr, mesh_, "tp", nullpat, 0),
-                    TPDP_ERR_NULL_POINTER);
+                    TPDP_ERR_NULL_POINTER, "");
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, nullptr, "tp", nullpat, 0),
-                    TPDP_ERR_NULL_POINTER);
+                    TPDP_ERR_NULL_POINTER, "");
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, nullptr, nullpat, 0),
-                    TPDP_ERR_NULL_POINTER);
+                    TPDP_ERR_NULL_POINTER, "");
   ExpectUntouched();
 }
 
@@ -164,7 +164,7 @@ TEST_F(StylesErrors, LayoutOnlyMesh) {
   ASSERT_TPDP_OK(tpdp_mesh_create(nullptr, 1, sizes, names, &layout));
   tpdp_tp_plan_entry plan[] = {{"fc1", TPDP_STYLE_COLWISE}};
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, layout, "tp", plan, 1),
-                    TPDP_ERR_STATE);
+                    TPDP_ERR_STATE, "");
   ExpectUntouched();
   tpdp_mesh_destroy(layout);
 }
@@ -189,15 +189,43 @@ TEST_F(StylesErrors, CollectivesNeedAParallelizedModule) {
       TPDP_ERR_INVALID_ARGUMENT, "1");
   EXPECT_TPDP_ERROR(tpdp_tp_rowwise_output_reduce_scatter(
                         tree_->Module("fc1"), &t, -1, &o),
-                    TPDP_ERR_INVALID_ARGUMENT);
+                    TPDP_ERR_INVALID_ARGUMENT, "");
   EXPECT_TPDP_ERROR(tpdp_tp_colwise_input_backward(tree_->Module("fc1"),
                                                    nullptr),
-                    TPDP_ERR_NULL_POINTER);
+                    TPDP_ERR_NULL_POINTER, "");
   // The module's communicator is the mesh's tp sub-communicator.
   tpdp_comm *tp = nullptr;
   ASSERT_TPDP_OK(tpdp_tp_module_comm(tree_->Module("fc1"), &c));
   ASSERT_TPDP_OK(tpdp_mesh_dim_comm_by_name(mesh_, "tp", &tp));
   EXPECT_EQ(c, tp);
+}
+
+TEST_F(StylesErrors, EmptyPlanChangesNothing) {
+  EXPECT_TPDP_OK(tpdp_parallelize(tree_->root, mesh_, "tp", nullptr, 0));
+  ExpectUntouched();
+}
+
+TEST_F(StylesErrors, FirstMatchingEntryWins) {
+  // "*" also matches fc1, fc2 and proj; the earlier entries win for fc1 and
+  // fc2, and an entry that only matches modules taken by earlier entries
+  // still counts as matching.
+  tpdp_tp_plan_entry plan[] = {{"fc1", TPDP_STYLE_COLWISE},
+                               {"fc2", TPDP_STYLE_ROWWISE},
+                               {"*", TPDP_STYLE_REPLICATE}};
+  ASSERT_TPDP_OK(tpdp_parallelize(tree_->root, mesh_, "tp", plan, 3));
+  const char *mods[] = {"fc1", "fc2", "norm", "proj"};
+  const tpdp_tp_style want[] = {TPDP_STYLE_COLWISE, TPDP_STYLE_ROWWISE,
+                                TPDP_STYLE_REPLICATE, TPDP_STYLE_REPLICATE};
+  for (int i = 0; i < 4; i++) {
+    tpdp_tp_style s;
+    ASSERT_TPDP_OK(tpdp_tp_module_style(tree_->Module(mods[i]), &s));
+    EXPECT_EQ(s, want[i]) << mods[i];
+  }
+  // fc1 on 2 ranks: F = 7 rows -> 4 and 3.
+  EXPECT_EQ(tpdp_param_tensor(tree_->Param("fc1.weight"))->shape[0],
+            tpdp_test::WorldRank() == 0 ? 4 : 3);
+  tpdp_tp_style s;
+  EXPECT_EQ(tpdp_tp_module_style(tree_->root, &s), TPDP_ERR_NOT_FOUND);
 }
 
 }  // namespace

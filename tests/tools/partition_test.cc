@@ -266,7 +266,7 @@ TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
   EXPECT_TPDP_ERROR(
       tpdp_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx),
       TPDP_ERR_UNSUPPORTED, "edges[1] [\"u1\", \"l2\"]",
-      "given edges[0..0]", "at most 3 stages");
+      "given edges[0];", "at most 3 stages");
   ASSERT_TPDP_OK(tpdp_partition_solve(w.data(), 12, 3, m.e, m.ne, b.data(), &mx));
 }
 

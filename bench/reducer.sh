@@ -1,0 +1,43 @@
+#!/bin/bash
+# The DP reducer on 2 MPI ranks: 25M f32 parameters in 100 tensors of 250k,
+# bucket cap 25 MiB (first bucket 1 MiB), 100 MB of gradients per step.
+#  (a) raw:  blocking MPI_Allreduce over the same buckets' bytes
+#  (b) tpdp: tpdp_reducer prepare, mark_ready 99..0, finalize (view mode)
+#  (c) ddp:  PyTorch DDP (python3-torch, gloo, 2 processes, same layout):
+#            step time minus the same step under no_sync()
+# Also peak RSS (ru_maxrss) with gradient_as_bucket_view on and off.
+# Prints a table and last
+#   reducer: ratio <raw/tpdp>, vs_ddp <ddp_sync/tpdp_sync>
+# (targets: ratio >= 0.9, vs_ddp >= 2.5).
+# Usage: bench/reducer.sh [--steps N]   (default 10)
+# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=10
+[ "${1:-}" = "--steps" ] && steps="${2:-10}"
+ob=()
+[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
+bazel "${ob[@]}" build -c opt //bench:reducer_bench >/dev/null 2>&1 ||
+  bazel "${ob[@]}" build -c opt //bench:reducer_bench
+bin=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/bench/reducer_bench
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun -np 2 --oversubscribe --bind-to none)
+echo "bench/reducer: 2 ranks, 100 x 250k f32, cap 25 MiB, $steps steps"
+t=$("${mpi[@]}" "$bin" time --steps "$steps")
+rv=$("${mpi[@]}" "$bin" rss view --steps 3)
+rc=$("${mpi[@]}" "$bin" rss copy --steps 3)
+d=$(/usr/bin/python3 bench/reducer_ddp.py "$steps")
+field() { echo "$1" | awk -v k="$2" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}'; }
+raw=$(field "$t" raw_ms); tp=$(field "$t" tpdp_ms); nb=$(field "$t" buckets)
+ddp=$(field "$d" ddp_sync_ms); ddp_step=$(field "$d" ddp_sync_step_ms)
+ddp_nosync=$(field "$d" ddp_nosync_step_ms)
+printf '%-44s %10s\n' "measurement (median per step, max over ranks)" "ms"
+printf '%-44s %10.2f\n' "(a) raw MPI_Allreduce, $nb buckets" "$raw"
+printf '%-44s %10.2f\n' "(b) tpdp reducer sync (view mode)" "$tp"
+printf '%-44s %10.2f\n' "(c) ddp step with sync" "$ddp_step"
+printf '%-44s %10.2f\n' "    ddp step under no_sync" "$ddp_nosync"
+printf '%-44s %10.2f\n' "    ddp sync = difference" "$ddp"
+printf '%-44s %10s\n' "peak RSS per rank, view mode (MB)" "$(field "$rv" rss_mb_view)"
+printf '%-44s %10s\n' "peak RSS per rank, copy mode (MB)" "$(field "$rc" rss_mb_copy)"
+awk -v raw="$raw" -v tp="$tp" -v ddp="$ddp" \
+  'BEGIN { printf "reducer: ratio %.2f, vs_ddp %.2f\n", raw / tp, ddp / tp }'

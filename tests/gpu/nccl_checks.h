@@ -1,0 +1,28 @@
+/* NCCL backend checks at world size 1, shared by the GoogleTest suite
+ * (nccl_test.cc, Bazel --config=cuda) and the plain C program nccl_check.c
+ * (scripts/gpu-check, no GoogleTest there). Needs a GPU. */
+#ifndef TPDP_TESTS_GPU_NCCL_CHECKS_H
+#define TPDP_TESTS_GPU_NCCL_CHECKS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  const char *name;
+  /* 0 on success; else a message in msg. */
+  int (*run)(char *msg, size_t len);
+} tpdp_gpu_check;
+
+extern const tpdp_gpu_check tpdp_gpu_checks[];
+extern const int tpdp_gpu_check_count;
+
+/* 1 if cudaGetDeviceCount finds a GPU; else 0 with CUDA's reason in msg. */
+int tpdp_gpu_present(char *msg, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

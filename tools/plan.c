@@ -1,0 +1,625 @@
+/* Sharding plans for `tpdp plan` (see plan.h and docs/model-format.md). */
+#include "tools/plan.h"
+
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "tp/styles.h"
+
+typedef struct {
+  const char *func;
+  const char *source; /* plan file path for messages, or NULL */
+} ctx_t;
+
+static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...) {
+  char msg[1200];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->source != NULL)
+    return tpdp_set_error(st, c->func, "%s: %s", c->source, msg);
+  return tpdp_set_error(st, c->func, "%s", msg);
+}
+
+static tpdp_status oom(const ctx_t *c) {
+  return perr(c, TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+}
+
+/* The parsed plan file. Strings point into the cJSON tree. */
+typedef struct {
+  int ntp;
+  const char **patterns;
+  tpdp_tp_style *styles;
+  int nunits;
+  const char **units;
+} plan_input;
+
+void tpdp_plan_destroy(tpdp_plan *plan) {
+  if (plan == NULL) return;
+  for (int d = 0; d < plan->mesh_ndim; d++) free((void *)plan->mesh_names[d]);
+  free(plan->module_unit);
+  free(plan->module_style);
+  tpdp_tree_report_destroy(plan->report);
+  tpdp_module_destroy(plan->tree);
+  for (int i = 0; plan->params != NULL && i < plan->nparams; i++) {
+    free(plan->params[i].shared);
+    free(plan->params[i].local_shapes);
+    free(plan->params[i].local_bytes);
+  }
+  free(plan->params);
+  free(plan->limits);
+  free(plan->tp_bytes);
+  if (plan->buckets != NULL)
+    for (int64_t t = 0; t < plan->tp_size; t++)
+      tpdp_bucket_assignment_free(&plan->buckets[t]);
+  free(plan->buckets);
+  free(plan);
+}
+
+int64_t tpdp_plan_tp_rank(const tpdp_plan *plan, int64_t rank) {
+  if (plan == NULL || plan->tp_dim < 0) return 0;
+  int64_t inner = 1;
+  for (int d = plan->tp_dim + 1; d < plan->mesh_ndim; d++)
+    inner *= plan->mesh_sizes[d];
+  return (rank / inner) % plan->tp_size;
+}
+
+void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
+  static const char *ops[] = {"sum", "avg", "max", "min"};
+  if (buf == NULL || len == 0) return;
+  switch (p.kind) {
+    case TPDP_PLACEMENT_REPLICATE:
+      snprintf(buf, len, "R");
+      break;
+    case TPDP_PLACEMENT_SHARD:
+      snprintf(buf, len, "S(%d)", p.dim);
+      break;
+    default:
+      snprintf(buf, len, "P(%s)",
+               (unsigned)p.op < 4 ? ops[(unsigned)p.op] : "?");
+      break;
+  }
+}
+
+/* ------------------------------------------------------- plan file */
+
+static tpdp_status parse_mesh(const ctx_t *c, const cJSON *mesh,
+                              tpdp_plan *plan) {
+  if (!cJSON_IsObject(mesh))
+    return perr(c, TPDP_ERR_PARSE,
+                "\"mesh\" must be an object of dim name -> size, e.g. "
+                "{\"dp\": 2, \"tp\": 2}");
+  int n = cJSON_GetArraySize(mesh);
+  if (n < 1)
+    return perr(c, TPDP_ERR_PARSE, "\"mesh\" needs at least one dim");
+  if (n > TPDP_MAX_DIMS)
+    return perr(c, TPDP_ERR_TOO_MANY_DIMS,
+                "\"mesh\" has %d dims, at most %d allowed", n, TPDP_MAX_DIMS);
+  plan->world = 1;
+  plan->tp_dim = -1;
+  plan->tp_size = 1;
+  int d = 0;
+  for (const cJSON *it = mesh->child; it != NULL; it = it->next, d++) {
+    const char *name = it->string;
+    if (name == NULL || name[0] == '\0')
+      return perr(c, TPDP_ERR_EMPTY_NAME, "mesh: a dim has an empty name");
+    for (int e = 0; e < d; e++)
+      if (strcmp(plan->mesh_names[e], name) == 0)
+        return perr(c, TPDP_ERR_DUPLICATE, "mesh: dim \"%s\" listed twice",
+                    name);
+    double v = cJSON_IsNumber(it) ? it->valuedouble : 0;
+    if (!cJSON_IsNumber(it) || v < 1 || v > (double)(1 << 30) ||
+        v != (double)(int64_t)v)
+      return perr(c, TPDP_ERR_BAD_DIM_SIZE,
+                  "mesh.%s must be a positive integer size", name);
+    char *copy = strdup(name);
+    if (copy == NULL) return oom(c);
+    plan->mesh_names[d] = copy;
+    plan->mesh_ndim = d + 1;
+    plan->mesh_sizes[d] = (int64_t)v;
+    plan->world *= plan->mesh_sizes[d];
+    if (plan->world > (int64_t)1 << 30)
+      return perr(c, TPDP_ERR_BAD_DIM_SIZE, "mesh: more than 2^30 ranks");
+    if (strcmp(name, "tp") == 0) {
+      plan->tp_dim = d;
+      plan->tp_size = plan->mesh_sizes[d];
+    }
+  }
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status parse_input(const ctx_t *c, const cJSON *root,
+                               tpdp_plan *plan, plan_input *in) {
+  if (!cJSON_IsObject(root))
+    return perr(c, TPDP_ERR_PARSE,
+                "a plan must be a JSON object with \"mesh\", \"units\", "
+                "\"tp\"");
+  for (const cJSON *it = root->child; it != NULL; it = it->next)
+    if (strcmp(it->string, "mesh") != 0 && strcmp(it->string, "units") != 0 &&
+        strcmp(it->string, "tp") != 0)
+      return perr(c, TPDP_ERR_PARSE,
+                  "unknown key \"%s\" (a plan has \"mesh\", \"units\", "
+                  "\"tp\")",
+                  it->string);
+  const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(root, "mesh");
+  if (mesh == NULL)
+    return perr(c, TPDP_ERR_PARSE,
+                "missing \"mesh\" (e.g. \"mesh\": {\"dp\": 2, \"tp\": 2})");
+  CHECK(parse_mesh(c, mesh, plan));
+
+  const cJSON *units = cJSON_GetObjectItemCaseSensitive(root, "units");
+  if (units != NULL) {
+    if (!cJSON_IsArray(units))
+      return perr(c, TPDP_ERR_PARSE,
+                  "\"units\" must be an array of module FQNs (\"\" is the "
+                  "root)");
+    int n = cJSON_GetArraySize(units);
+    in->units = calloc((size_t)n + 1, sizeof *in->units);
+    if (in->units == NULL) return oom(c);
+    int i = 0;
+    for (const cJSON *it = units->child; it != NULL; it = it->next, i++) {
+      if (!cJSON_IsString(it))
+        return perr(c, TPDP_ERR_PARSE,
+                    "units[%d] must be a string (a module FQN)", i);
+      for (int j = 0; j < i; j++)
+        if (strcmp(in->units[j], it->valuestring) == 0)
+          return perr(c, TPDP_ERR_DUPLICATE, "units: \"%s\" listed twice",
+                      it->valuestring);
+      in->units[i] = it->valuestring;
+      in->nunits = i + 1;
+    }
+  }
+
+  const cJSON *tp = cJSON_GetObjectItemCaseSensitive(root, "tp");
+  if (tp != NULL) {
+    if (!cJSON_IsObject(tp))
+      return perr(c, TPDP_ERR_PARSE,
+                  "\"tp\" must be an object of FQN pattern -> style");
+    int n = cJSON_GetArraySize(tp);
+    in->patterns = calloc((size_t)n + 1, sizeof *in->patterns);
+    in->styles = calloc((size_t)n + 1, sizeof *in->styles);
+    if (in->patterns == NULL || in->styles == NULL) return oom(c);
+    int i = 0;
+    for (const cJSON *it = tp->child; it != NULL; it = it->next, i++) {
+      if (!cJSON_IsString(it) ||
+          tpdp_tp_style_parse(it->valuestring, &in->styles[i]) !=
+              TPDP_SUCCESS)
+        return perr(c, TPDP_ERR_PARSE,
+                    "tp.\"%s\": style must be one of \"colwise\", "
+                    "\"rowwise\", \"sequence_parallel\", \"replicate\"",
+                    it->string);
+      in->patterns[i] = it->string;
+      in->ntp = i + 1;
+    }
+    if (in->ntp > 0 && plan->tp_dim < 0)
+      return perr(c, TPDP_ERR_NOT_FOUND,
+                  "\"tp\" has entries but the mesh has no dim named \"tp\"");
+  }
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------- units and styles */
+
+static tpdp_status mark_units(const ctx_t *c, const tpdp_model_desc *model,
+                              const plan_input *in, tpdp_plan *plan) {
+  /* All unknown names in one message. */
+  char bad[900] = "";
+  size_t used = 0;
+  int nbad = 0;
+  for (int i = 0; i < in->nunits; i++) {
+    const tpdp_model_module *m =
+        tpdp_model_desc_find_module(model, in->units[i]);
+    if (m != NULL) {
+      plan->module_unit[m->index] = TPDP_PLAN_DP_UNIT;
+      continue;
+    }
+    nbad++;
+    if (used < sizeof bad) {
+      int w = snprintf(bad + used, sizeof bad - used, "%s\"%s\"",
+                       nbad > 1 ? ", " : "", in->units[i]);
+      if (w > 0) used += (size_t)w;
+    }
+  }
+  if (nbad > 0)
+    return perr(c, TPDP_ERR_NOT_FOUND, "units: no module named %s%s", bad,
+                used >= sizeof bad ? "..." : "");
+  return TPDP_SUCCESS;
+}
+
+/* As tpdp_parallelize: each module takes the first pattern matching its
+ * FQN; a pattern that wins no module is an error. */
+static tpdp_status match_styles(const ctx_t *c, const tpdp_model_desc *model,
+                                const plan_input *in, tpdp_plan *plan) {
+  int *hits = calloc((size_t)in->ntp + 1, sizeof *hits);
+  if (hits == NULL) return oom(c);
+  for (int i = 0; i < model->nmodules; i++) {
+    const tpdp_model_module *m = model->modules[i];
+    for (int k = 0; k < in->ntp; k++) {
+      if (!tpdp_fqn_match(in->patterns[k], m->fqn)) continue;
+      hits[k]++;
+      plan->module_style[m->index] = (int)in->styles[k];
+      if (plan->module_unit[m->index] == TPDP_PLAN_NOT_UNIT)
+        plan->module_unit[m->index] = TPDP_PLAN_TP_UNIT;
+      break;
+    }
+  }
+  tpdp_status st = TPDP_SUCCESS;
+  for (int k = 0; k < in->ntp && st == TPDP_SUCCESS; k++) {
+    if (hits[k] > 0) continue;
+    int any = 0;
+    for (int i = 0; i < model->nmodules && !any; i++)
+      any = tpdp_fqn_match(in->patterns[k], model->modules[i]->fqn);
+    st = perr(c, TPDP_ERR_NOT_FOUND,
+              any ? "tp: pattern \"%s\" matches only modules an earlier "
+                    "pattern already claims"
+                  : "tp: pattern \"%s\" matches no module",
+              in->patterns[k]);
+  }
+  free(hits);
+  return st;
+}
+
+/* Placement on the tp dim of parameter `p` of module `m` under `style`,
+ * with tp/styles.c's rules. */
+static tpdp_status style_placement(const ctx_t *c, const tpdp_model_module *m,
+                                   const tpdp_model_param *p, int style,
+                                   tpdp_placement *out) {
+  if (style != TPDP_STYLE_COLWISE && style != TPDP_STYLE_ROWWISE) {
+    *out = tpdp_replicate();
+    return TPDP_SUCCESS;
+  }
+  const char *sname = tpdp_tp_style_name((tpdp_tp_style)style);
+  int64_t out_size = -1;
+  for (int i = 0; i < m->nparams; i++)
+    if (strcmp(m->params[i].name, "weight") == 0 && m->params[i].ndim == 2)
+      out_size = m->params[i].shape[0];
+  int is_weight = strcmp(p->name, "weight") == 0;
+  if (is_weight && p->ndim != 2)
+    return perr(c, TPDP_ERR_SHAPE_MISMATCH,
+                "%s style: parameter '%s' must be a 2-D Linear weight "
+                "[out, in], got %d dims",
+                sname, p->fqn, p->ndim);
+  if (!is_weight &&
+      (p->ndim != 1 || (out_size >= 0 && p->shape[0] != out_size)))
+    return perr(c, TPDP_ERR_SHAPE_MISMATCH,
+                "%s style: parameter '%s' must be a 1-D bias of the "
+                "weight's out size %lld, got %d dims (size %lld)",
+                sname, p->fqn, (long long)out_size, p->ndim,
+                (long long)(p->ndim ? p->shape[0] : 0));
+  if (style == TPDP_STYLE_COLWISE)
+    *out = tpdp_shard(0);
+  else
+    *out = is_weight ? tpdp_shard(1) : tpdp_replicate();
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------ module tree */
+
+static tpdp_status build_tree(const ctx_t *c, const tpdp_model_desc *model,
+                              tpdp_plan *plan) {
+  tpdp_status st = TPDP_SUCCESS;
+  tpdp_module **mods = calloc((size_t)model->nmodules, sizeof *mods);
+  tpdp_param **params = calloc((size_t)model->nparams + 1, sizeof *params);
+  if (mods == NULL || params == NULL) {
+    st = oom(c);
+    goto done;
+  }
+  for (int i = 0; i < model->nparams; i++) {
+    const tpdp_model_param *p = model->params[i];
+    if (p->canonical != p) continue;
+    tpdp_tensor t;
+    tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+    CHECK_GOTO(tpdp_tensor_init(&t, NULL, p->dtype, cpu, p->ndim, p->shape),
+               st, done);
+    CHECK_GOTO(tpdp_param_create(&t, &params[i]), st, done);
+  }
+  for (int i = 0; i < model->nmodules; i++) {
+    const tpdp_model_module *m = model->modules[i];
+    tpdp_module *tm = NULL;
+    CHECK_GOTO(tpdp_module_create(m->class_name, &tm), st, done);
+    if (m->parent == NULL) {
+      plan->tree = tm;
+    } else {
+      st = tpdp_module_add_child(mods[m->parent->index], m->name, tm);
+      if (st != TPDP_SUCCESS) {
+        tpdp_module_destroy(tm);
+        goto done;
+      }
+    }
+    mods[i] = tm;
+    for (int j = 0; j < m->nparams; j++)
+      CHECK_GOTO(tpdp_module_add_param(
+                     tm, m->params[j].name,
+                     params[m->params[j].canonical->index]),
+                 st, done);
+    if (plan->module_unit[i] == TPDP_PLAN_DP_UNIT) {
+      CHECK_GOTO(tpdp_module_set_unit(tm, "DP", " FULLY SHARDED"), st, done);
+    } else if (plan->module_unit[i] == TPDP_PLAN_TP_UNIT) {
+      char suffix[48];
+      snprintf(suffix, sizeof suffix, " TP %s",
+               tpdp_tp_style_name((tpdp_tp_style)plan->module_style[i]));
+      for (char *s = suffix; *s; s++)
+        if (*s >= 'a' && *s <= 'z') *s = (char)(*s - 'a' + 'A');
+      CHECK_GOTO(tpdp_module_set_unit(tm, "TP", suffix), st, done);
+    }
+  }
+  CHECK_GOTO(tpdp_tree_report_create(plan->tree, NULL, 0, &plan->report), st,
+             done);
+done:
+  if (params != NULL)
+    for (int i = 0; i < model->nparams; i++) tpdp_param_release(params[i]);
+  free(params);
+  free(mods);
+  return st;
+}
+
+/* ------------------------------------------------- params, buckets */
+
+static tpdp_status place_params(const ctx_t *c, const tpdp_model_desc *model,
+                                tpdp_plan *plan) {
+  tpdp_status st = TPDP_SUCCESS;
+  int *slot = calloc((size_t)model->nparams + 1, sizeof *slot);
+  if (slot == NULL) return oom(c);
+  int n = 0;
+  for (int i = 0; i < model->nparams; i++)
+    if (model->params[i]->canonical == model->params[i]) n++;
+  plan->params = calloc((size_t)n + 1, sizeof *plan->params);
+  if (plan->params == NULL) {
+    st = oom(c);
+    goto done;
+  }
+  plan->nparams = n;
+  n = 0;
+  for (int i = 0; i < model->nparams; i++) {
+    const tpdp_model_param *p = model->params[i];
+    if (p->canonical == p) {
+      tpdp_plan_param *pp = &plan->params[n];
+      pp->param = p;
+      pp->style = -1;
+      for (int d = 0; d < plan->mesh_ndim; d++)
+        pp->placements[d] = tpdp_replicate();
+      slot[i] = n++;
+      continue;
+    }
+    tpdp_plan_param *pp = &plan->params[slot[p->canonical->index]];
+    const tpdp_model_param **grown =
+        realloc(pp->shared, sizeof *grown * (size_t)(pp->nshared + 1));
+    if (grown == NULL) {
+      st = oom(c);
+      goto done;
+    }
+    grown[pp->nshared++] = p;
+    pp->shared = grown;
+  }
+  /* TP styles, per registration (a shared parameter can be reached from
+   * several modules). */
+  for (int i = 0; i < model->nmodules; i++) {
+    const tpdp_model_module *m = model->modules[i];
+    int style = plan->module_style[i];
+    if (style < 0) continue;
+    for (int j = 0; j < m->nparams; j++) {
+      const tpdp_model_param *p = &m->params[j];
+      tpdp_plan_param *pp = &plan->params[slot[p->canonical->index]];
+      if (pp->tp_module != NULL) {
+        st = perr(c, TPDP_ERR_ALREADY,
+                  "parameter '%s' is shared with '%s' and sharded by both "
+                  "'%s' and '%s'",
+                  p->fqn, pp->param->fqn, pp->tp_module->fqn, m->fqn);
+        goto done;
+      }
+      tpdp_placement pl;
+      CHECK_GOTO(style_placement(c, m, p, style, &pl), st, done);
+      pp->tp_module = m;
+      pp->style = style;
+      pp->placements[plan->tp_dim] = pl;
+    }
+  }
+  /* Local shapes per tp rank, through DTensor specs on a layout-only mesh
+   * (the same arithmetic tp/ uses at run time). */
+  tpdp_mesh *mesh = NULL;
+  CHECK_GOTO(tpdp_mesh_create(NULL, plan->mesh_ndim, plan->mesh_sizes,
+                              plan->mesh_names, &mesh),
+             st, done);
+  for (int k = 0; k < plan->nparams && st == TPDP_SUCCESS; k++) {
+    tpdp_plan_param *pp = &plan->params[k];
+    const tpdp_model_param *p = pp->param;
+    pp->local_shapes =
+        calloc((size_t)plan->tp_size * TPDP_MAX_DIMS, sizeof(int64_t));
+    pp->local_bytes = calloc((size_t)plan->tp_size, sizeof(size_t));
+    if (pp->local_shapes == NULL || pp->local_bytes == NULL) {
+      st = oom(c);
+      break;
+    }
+    tpdp_spec *spec = NULL;
+    tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+    st = tpdp_spec_create(mesh, pp->placements, plan->mesh_ndim, p->ndim,
+                          p->shape, p->dtype, cpu, &spec);
+    for (int64_t t = 0; t < plan->tp_size && st == TPDP_SUCCESS; t++) {
+      int64_t coords[TPDP_MAX_DIMS] = {0};
+      if (plan->tp_dim >= 0) coords[plan->tp_dim] = t;
+      int rank = 0;
+      int64_t *shape = &pp->local_shapes[t * TPDP_MAX_DIMS];
+      st = tpdp_mesh_rank_of(mesh, coords, &rank);
+      if (st == TPDP_SUCCESS)
+        st = tpdp_spec_local_shape(spec, rank, shape, NULL);
+      if (st == TPDP_SUCCESS) {
+        size_t numel = 1;
+        for (int d = 0; d < p->ndim; d++) numel *= (size_t)shape[d];
+        pp->local_bytes[t] = numel * tpdp_dtype_size(p->dtype);
+      }
+    }
+    tpdp_spec_destroy(spec);
+  }
+  tpdp_mesh_destroy(mesh);
+done:
+  free(slot);
+  return st;
+}
+
+/* Reverse the bucket list of an assignment in place. */
+static tpdp_status reverse_buckets(const ctx_t *c, tpdp_bucket_assignment *a,
+                                   int64_t ntensors) {
+  int64_t nb = a->nbuckets;
+  int64_t *idx = malloc(sizeof *idx * (size_t)(ntensors + 1));
+  int64_t *off = malloc(sizeof *off * (size_t)(nb + 1));
+  if (idx == NULL || off == NULL) {
+    free(idx);
+    free(off);
+    return oom(c);
+  }
+  int64_t pos = 0;
+  for (int64_t j = 0; j < nb; j++) {
+    int64_t src = nb - 1 - j;
+    off[j] = pos;
+    for (int64_t k = a->offsets[src]; k < a->offsets[src + 1]; k++)
+      idx[pos++] = a->indices[k];
+  }
+  off[nb] = pos;
+  memcpy(a->indices, idx, sizeof *idx * (size_t)ntensors);
+  memcpy(a->offsets, off, sizeof *off * (size_t)(nb + 1));
+  for (int64_t j = 0; j < nb / 2; j++) {
+    size_t b = a->bytes[j], l = a->limits[j];
+    a->bytes[j] = a->bytes[nb - 1 - j];
+    a->limits[j] = a->limits[nb - 1 - j];
+    a->bytes[nb - 1 - j] = b;
+    a->limits[nb - 1 - j] = l;
+  }
+  free(idx);
+  free(off);
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status assign_buckets(const ctx_t *c, tpdp_plan *plan) {
+  tpdp_status st = TPDP_SUCCESS;
+  plan->tp_bytes = calloc((size_t)plan->tp_size, sizeof *plan->tp_bytes);
+  plan->buckets = calloc((size_t)plan->tp_size, sizeof *plan->buckets);
+  tpdp_tensor *ts = calloc((size_t)plan->nparams + 1, sizeof *ts);
+  if (plan->tp_bytes == NULL || plan->buckets == NULL || ts == NULL) {
+    free(ts);
+    return oom(c);
+  }
+  for (int64_t t = 0; t < plan->tp_size && st == TPDP_SUCCESS; t++) {
+    tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+    for (int k = 0; k < plan->nparams && st == TPDP_SUCCESS; k++) {
+      const tpdp_plan_param *pp = &plan->params[k];
+      plan->tp_bytes[t] += pp->local_bytes[t];
+      st = tpdp_tensor_init(&ts[k], NULL, pp->param->dtype, cpu,
+                            pp->param->ndim,
+                            &pp->local_shapes[t * TPDP_MAX_DIMS]);
+    }
+    if (st != TPDP_SUCCESS || plan->nparams == 0) continue;
+    st = tpdp_bucket_assign(ts, plan->nparams, plan->limits, plan->nlimits,
+                            NULL, &plan->buckets[t]);
+    if (st == TPDP_SUCCESS)
+      st = reverse_buckets(c, &plan->buckets[t], plan->nparams);
+  }
+  free(ts);
+  return st;
+}
+
+/* ------------------------------------------------------------ entry */
+
+static tpdp_status compute(const ctx_t *c, const tpdp_model_desc *model,
+                           const char *plan_json, const size_t *limits,
+                           int64_t nlimits, tpdp_plan **out) {
+  tpdp_status st = TPDP_SUCCESS;
+  plan_input in = {0, NULL, NULL, 0, NULL};
+  tpdp_plan *plan = calloc(1, sizeof *plan);
+  cJSON *root = NULL;
+  if (plan == NULL) return oom(c);
+  plan->model = model;
+  if (limits == NULL || nlimits == 0) {
+    static const size_t dflt[2] = {TPDP_BUCKET_FIRST_BYTES,
+                                   TPDP_BUCKET_CAP_BYTES};
+    limits = dflt;
+    nlimits = 2;
+  }
+  for (int64_t k = 0; k < nlimits; k++)
+    if (limits[k] == 0) {
+      st = perr(c, TPDP_ERR_INVALID_ARGUMENT,
+                "bucket limit %lld is 0 (limits must be > 0)", (long long)k);
+      goto fail;
+    }
+  plan->limits = malloc(sizeof *limits * (size_t)nlimits);
+  if (plan->limits == NULL) {
+    st = oom(c);
+    goto fail;
+  }
+  memcpy(plan->limits, limits, sizeof *limits * (size_t)nlimits);
+  plan->nlimits = nlimits;
+
+  const char *err_at = NULL;
+  root = cJSON_ParseWithOpts(plan_json, &err_at, 1);
+  if (root == NULL) {
+    int line = 1, col = 1;
+    for (const char *s = plan_json; err_at != NULL && s < err_at; s++) {
+      if (*s == '\n') {
+        line++;
+        col = 1;
+      } else {
+        col++;
+      }
+    }
+    st = perr(c, TPDP_ERR_PARSE, "not valid JSON (near line %d, column %d)",
+              line, col);
+    goto fail;
+  }
+  CHECK_GOTO(parse_input(c, root, plan, &in), st, fail);
+  plan->module_unit = calloc((size_t)model->nmodules, sizeof(int));
+  plan->module_style = malloc(sizeof(int) * (size_t)model->nmodules);
+  if (plan->module_unit == NULL || plan->module_style == NULL) {
+    st = oom(c);
+    goto fail;
+  }
+  for (int i = 0; i < model->nmodules; i++) plan->module_style[i] = -1;
+  CHECK_GOTO(mark_units(c, model, &in, plan), st, fail);
+  CHECK_GOTO(match_styles(c, model, &in, plan), st, fail);
+  CHECK_GOTO(place_params(c, model, plan), st, fail);
+  CHECK_GOTO(build_tree(c, model, plan), st, fail);
+  CHECK_GOTO(assign_buckets(c, plan), st, fail);
+  goto done;
+fail:
+  tpdp_plan_destroy(plan);
+  plan = NULL;
+done:
+  free(in.patterns);
+  free(in.styles);
+  free(in.units);
+  cJSON_Delete(root);
+  *out = plan;
+  return st;
+}
+
+tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
+                              const char *plan_json, const size_t *limits,
+                              int64_t nlimits, tpdp_plan **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(model);
+  CHECK_PTR(plan_json);
+  ctx_t c = {__func__, NULL};
+  return compute(&c, model, plan_json, limits, nlimits, out);
+}
+
+tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
+                           const size_t *limits, int64_t nlimits,
+                           tpdp_plan **out) {
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(model);
+  CHECK_PTR(path);
+  char *buf = NULL;
+  CHECK(tpdp_tools_read_file(path, &buf));
+  ctx_t c = {__func__, path};
+  tpdp_status st = compute(&c, model, buf, limits, nlimits, out);
+  free(buf);
+  return st;
+}
