@@ -34,6 +34,8 @@ ddp_nosync=$(field "$d" ddp_nosync_step_ms)
 printf '%-44s %10s\n' "measurement (median per step, max over ranks)" "ms"
 printf '%-44s %10.2f\n' "(a) raw MPI_Allreduce, $nb buckets" "$raw"
 printf '%-44s %10.2f\n' "(b) tpdp reducer sync (view mode)" "$tp"
+printf '%-44s %10.2f\n' "    diag: raw MPI_Iallreduce + Waitall" "$(field "$t" raw_async_ms)"
+printf '%-44s %10.2f\n' "    diag: tpdp with divide_factor 1" "$(field "$t" tpdp_nodiv_ms)"
 printf '%-44s %10.2f\n' "(c) ddp step with sync" "$ddp_step"
 printf '%-44s %10.2f\n' "    ddp step under no_sync" "$ddp_nosync"
 printf '%-44s %10.2f\n' "    ddp sync = difference" "$ddp"

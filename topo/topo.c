@@ -139,7 +139,7 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
   for (hwloc_obj_t o = hwloc_get_next_pcidev(t->h, NULL); o != NULL;
        o = hwloc_get_next_pcidev(t->h, o))
     if (is_gpu(o)) t->gpus[k++] = o;
-  qsort(t->gpus, (size_t)n, sizeof *t->gpus, cmp_pci);
+  if (n > 0) qsort(t->gpus, (size_t)n, sizeof *t->gpus, cmp_pci);
   t->counts.gpus = n;
 
   hwloc_obj_t *switches = NULL;
