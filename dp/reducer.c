@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/check.h"
 #include "dp/buffers.h"
@@ -82,7 +83,30 @@ struct tpdp_reducer {
 
   int64_t *unused;
   int64_t nunused;
+
+  tpdp_reducer_stats stats;
 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Run `call` (a tpdp_status expression) adding its time to stats.field;
+ * the status lands in `st_out`. */
+#define TIMED(r, field, st_out, call)        \
+  do {                                       \
+    double t0_ = now_s();                    \
+    (st_out) = (call);                       \
+    (r)->stats.field += now_s() - t0_;       \
+  } while (0)
+#define CHECK_TIMED(r, field, call)          \
+  do {                                       \
+    tpdp_status ct_;                         \
+    TIMED(r, field, ct_, call);              \
+    if (ct_ != TPDP_SUCCESS) return ct_;     \
+  } while (0)
 
 /* "3 ('fc.weight')" or "3" */
 static void pdesc(const tpdp_reducer *r, int64_t i, char *buf, size_t len) {
@@ -198,9 +222,10 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
     size_t nbytes = tpdp_tensor_nbytes(&slot);
     if (nbytes == 0) continue;
     if (!r->touched[p])
-      CHECK(dp_buf_zero(b->device, slot.data, nbytes));
+      CHECK_TIMED(r, data_seconds, dp_buf_zero(b->device, slot.data, nbytes));
     else if (!r->opt.gradient_as_bucket_view)
-      CHECK(dp_buf_copy_tensor(&slot, &r->params[p].grad));
+      CHECK_TIMED(r, data_seconds,
+                  dp_buf_copy_tensor(&slot, &r->params[p].grad));
   }
   size_t es = tpdp_dtype_size(b->dtype);
   size_t n = b->bytes / es;
@@ -227,19 +252,27 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
           CHECK(dp_buf_alloc(b->device, n * 2, &b->half));
           b->half_dtype = hd;
         }
-        CHECK(dp_buf_cast_divide(b->device, b->dtype, b->buf, hd, b->half, n,
-                                 r->divide));
+        CHECK_TIMED(r, data_seconds,
+                    dp_buf_cast_divide(b->device, b->dtype, b->buf, hd,
+                                       b->half, n, r->divide));
         tpdp_tensor h = tpdp_tensor_1d(b->half, hd, (int64_t)n);
         h.device = b->device;
-        return tpdp_allreduce_async(r->comm, &h, &h, TPDP_OP_SUM, &b->work);
+        CHECK_TIMED(r, comm_seconds,
+                    tpdp_allreduce_async(r->comm, &h, &h, TPDP_OP_SUM,
+                                         &b->work));
+        return TPDP_SUCCESS;
       }
       break; /* already 16-bit of the hook's type: as NONE */
     }
     case TPDP_REDUCER_HOOK_NONE:
       break;
   }
-  CHECK(dp_buf_divide(b->device, b->dtype, b->buf, n, r->divide));
-  return tpdp_allreduce_async(r->comm, &flat, &flat, TPDP_OP_SUM, &b->work);
+  CHECK_TIMED(r, data_seconds,
+              dp_buf_divide(b->device, b->dtype, b->buf, n, r->divide));
+  CHECK_TIMED(r, comm_seconds,
+              tpdp_allreduce_async(r->comm, &flat, &flat, TPDP_OP_SUM,
+                                   &b->work));
+  return TPDP_SUCCESS;
 }
 
 static tpdp_status launch_ready(tpdp_reducer *r) {
@@ -257,7 +290,7 @@ static tpdp_status progress(tpdp_reducer *r) {
     dp_bucket *b = &r->buckets[r->first_inflight];
     if (b->work && !b->done) {
       int d = 0;
-      CHECK(tpdp_work_test(b->work, &d));
+      CHECK_TIMED(r, comm_seconds, tpdp_work_test(b->work, &d));
       if (!d) return TPDP_SUCCESS;
       b->done = 1;
     }
@@ -271,7 +304,7 @@ static tpdp_status complete(tpdp_reducer *r, int64_t j) {
   dp_bucket *b = &r->buckets[j];
   tpdp_status st = TPDP_SUCCESS;
   if (b->work) {
-    st = tpdp_work_wait(b->work);
+    TIMED(r, comm_seconds, st, tpdp_work_wait(b->work));
     b->work = NULL;
     CHECK(st);
   }
@@ -281,14 +314,16 @@ static tpdp_status complete(tpdp_reducer *r, int64_t j) {
       b->half_dtype != b->dtype &&
       ((r->opt.comm_hook == TPDP_REDUCER_HOOK_BF16 && b->half_dtype == TPDP_BF16) ||
        (r->opt.comm_hook == TPDP_REDUCER_HOOK_F16 && b->half_dtype == TPDP_F16)))
-    CHECK(dp_buf_cast_divide(b->device, b->half_dtype, b->half, b->dtype,
-                             b->buf, n, 1.0));
+    CHECK_TIMED(r, data_seconds,
+                dp_buf_cast_divide(b->device, b->half_dtype, b->half, b->dtype,
+                                   b->buf, n, 1.0));
   if (!r->opt.gradient_as_bucket_view) {
     for (int64_t k = 0; k < b->n; k++) {
       int64_t p = b->params[k];
       tpdp_tensor slot = slot_view(r, b, k);
       if (tpdp_tensor_numel(&slot) == 0) continue;
-      CHECK(dp_buf_copy_tensor(&r->params[p].grad, &slot));
+      CHECK_TIMED(r, data_seconds,
+                  dp_buf_copy_tensor(&r->params[p].grad, &slot));
     }
   }
   return TPDP_SUCCESS;
@@ -685,21 +720,20 @@ done:
   return st;
 }
 
-tpdp_status tpdp_reducer_prepare(tpdp_reducer *r) {
+static tpdp_status reducer_prepare_impl(tpdp_reducer *r) {
   CHECK_PTR(r);
   if (r->in_iter) {
     char list[1024];
     int64_t cnt = list_unmarked(r, list, sizeof list);
     if (cnt > 0)
-      return TPDP_ERR(
-          TPDP_ERR_STATE,
+      return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_prepare",
           "a new iteration started before the previous reduction finished: "
           "%lld parameter(s) were never marked ready: %s. If they do not "
           "take part in the loss, create the reducer with "
           "find_unused_parameters = 1; otherwise mark them and call "
           "tpdp_reducer_finalize",
           (long long)cnt, list);
-    return TPDP_ERR(TPDP_ERR_STATE,
+    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_prepare",
                     "a new iteration started before the previous one was "
                     "finalized: call tpdp_reducer_finalize after backward");
   }
@@ -742,17 +776,17 @@ static tpdp_status check_alias(tpdp_reducer *r, int64_t i) {
                   d, (long long)r->bucket_of[i], g->data, v->data);
 }
 
-tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
+static tpdp_status reducer_mark_ready_impl(tpdp_reducer *r, int64_t index) {
   CHECK_PTR(r);
   if (index < 0 || index >= r->n)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
+    return tpdp_set_error(TPDP_ERR_NOT_FOUND, "tpdp_reducer_mark_ready",
                     "unknown parameter index %lld: the reducer has %lld "
                     "parameters",
                     (long long)index, (long long)r->n);
   char d[300];
   if (!r->in_iter) {
     pdesc(r, index, d, sizeof d);
-    return TPDP_ERR(TPDP_ERR_STATE,
+    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_mark_ready",
                     "parameter %s marked ready outside an iteration: call "
                     "tpdp_reducer_prepare before backward",
                     d);
@@ -763,12 +797,12 @@ tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
   if (!learning && r->marks[index] >= expect) {
     pdesc(r, index, d, sizeof d);
     if (r->static_learned)
-      return TPDP_ERR(TPDP_ERR_ALREADY,
+      return tpdp_set_error(TPDP_ERR_ALREADY, "tpdp_reducer_mark_ready",
                       "parameter %s was marked ready %d time(s) this "
                       "iteration, more than the %d recorded in the first "
                       "iteration of the static graph: the graph changed",
                       d, r->marks[index] + 1, expect);
-    return TPDP_ERR(TPDP_ERR_ALREADY,
+    return tpdp_set_error(TPDP_ERR_ALREADY, "tpdp_reducer_mark_ready",
                     "parameter %s was marked ready twice in one iteration. "
                     "Likely causes: the parameter is shared and used more "
                     "than once in forward (its gradient hook fires once per "
@@ -808,10 +842,10 @@ tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data) {
                   "no parameter of this reducer has data pointer %p", data);
 }
 
-tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
+static tpdp_status reducer_finalize_impl(tpdp_reducer *r) {
   CHECK_PTR(r);
   if (!r->in_iter)
-    return TPDP_ERR(TPDP_ERR_STATE,
+    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_finalize",
                     "finalize without prepare: call tpdp_reducer_prepare at "
                     "the start of the iteration (before backward)");
   if (!r->sync) {
@@ -823,8 +857,7 @@ tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
     char list[1024];
     int64_t cnt = list_unmarked(r, list, sizeof list);
     if (cnt > 0)
-      return TPDP_ERR(
-          TPDP_ERR_STATE,
+      return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_finalize",
           "%lld parameter(s) were never marked ready in this iteration: %s. "
           "If they do not take part in the loss, create the reducer with "
           "find_unused_parameters = 1; otherwise mark them ready and call "
@@ -942,3 +975,35 @@ tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
 }
 
 int tpdp_reducer_rebuilt(const tpdp_reducer *r) { return r ? r->rebuilt : 0; }
+
+/* ------------------------------------------------------------ timing */
+
+tpdp_status tpdp_reducer_prepare(tpdp_reducer *r) {
+  CHECK_PTR(r);
+  tpdp_status st;
+  TIMED(r, total_seconds, st, reducer_prepare_impl(r));
+  return st;
+}
+
+tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
+  CHECK_PTR(r);
+  tpdp_status st;
+  TIMED(r, total_seconds, st, reducer_mark_ready_impl(r, index));
+  return st;
+}
+
+tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
+  CHECK_PTR(r);
+  tpdp_status st;
+  TIMED(r, total_seconds, st, reducer_finalize_impl(r));
+  if (st == TPDP_SUCCESS) r->stats.iterations++;
+  return st;
+}
+
+tpdp_status tpdp_reducer_get_stats(const tpdp_reducer *r,
+                                   tpdp_reducer_stats *out) {
+  CHECK_PTR(r);
+  CHECK_PTR(out);
+  *out = r->stats;
+  return TPDP_SUCCESS;
+}

@@ -10,7 +10,7 @@
 #include "tools/commands.h"
 #include "tools/model_json.h"
 #include "tools/plan.h"
-#include "tp/styles.h"
+#include "tpdp/dtensor.h"
 
 void cmd_plan_usage(void) {
   printf(

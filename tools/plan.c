@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "tp/styles.h"
+#include "tpdp/dtensor.h"
 
 typedef struct {
   const char *func;
@@ -267,37 +267,20 @@ static tpdp_status match_styles(const ctx_t *c, const tpdp_model_desc *model,
   return st;
 }
 
-/* Placement on the tp dim of parameter `p` of module `m` under `style`,
- * with tp/styles.c's rules. */
+/* Placement on the tp dim of parameter `p` of module `m` under `style`
+ * (the library's rule, tpdp_tp_style_placement). */
 static tpdp_status style_placement(const ctx_t *c, const tpdp_model_module *m,
                                    const tpdp_model_param *p, int style,
                                    tpdp_placement *out) {
-  if (style != TPDP_STYLE_COLWISE && style != TPDP_STYLE_ROWWISE) {
-    *out = tpdp_replicate();
-    return TPDP_SUCCESS;
-  }
-  const char *sname = tpdp_tp_style_name((tpdp_tp_style)style);
   int64_t out_size = -1;
   for (int i = 0; i < m->nparams; i++)
     if (strcmp(m->params[i].name, "weight") == 0 && m->params[i].ndim == 2)
       out_size = m->params[i].shape[0];
-  int is_weight = strcmp(p->name, "weight") == 0;
-  if (is_weight && p->ndim != 2)
-    return perr(c, TPDP_ERR_SHAPE_MISMATCH,
-                "%s style: parameter '%s' must be a 2-D Linear weight "
-                "[out, in], got %d dims",
-                sname, p->fqn, p->ndim);
-  if (!is_weight &&
-      (p->ndim != 1 || (out_size >= 0 && p->shape[0] != out_size)))
-    return perr(c, TPDP_ERR_SHAPE_MISMATCH,
-                "%s style: parameter '%s' must be a 1-D bias of the "
-                "weight's out size %lld, got %d dims (size %lld)",
-                sname, p->fqn, (long long)out_size, p->ndim,
-                (long long)(p->ndim ? p->shape[0] : 0));
-  if (style == TPDP_STYLE_COLWISE)
-    *out = tpdp_shard(0);
-  else
-    *out = is_weight ? tpdp_shard(1) : tpdp_replicate();
+  tpdp_status st = tpdp_tp_style_placement(
+      (tpdp_tp_style)style, p->fqn, p->name, p->ndim,
+      p->ndim ? p->shape[0] : 0, out_size, out);
+  if (st != TPDP_SUCCESS)
+    return perr(c, st, "%s", strchr(tpdp_last_error(), ':') + 2);
   return TPDP_SUCCESS;
 }
 

@@ -1,7 +1,7 @@
 /*
  * Sharding plans for `tpdp plan` (docs/model-format.md, "tpdp plan"): how a
  * model description (tools/model_json.h) will be sharded over a device mesh
- * by tensor parallelism (the styles of tp/styles.h over the mesh dim "tp")
+ * by tensor parallelism (the styles of tpdp/dtensor.h over the mesh dim "tp")
  * and data parallelism (managed units, the reducer's DDP buckets), computed
  * without a communicator.
  *

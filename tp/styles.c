@@ -6,7 +6,8 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "tp/styles.h"
+#include "tpdp/dtensor.h"
+#include "tpdp/module.h"
 
 #define TP_EXT_KEY "tp.style"
 
@@ -119,35 +120,48 @@ static tpdp_status collect_matches(tpdp_module *m, const char *prefix,
   return TPDP_SUCCESS;
 }
 
-/* Placement of a module's parameter `name` (ndim dims) under a style. */
+tpdp_status tpdp_tp_style_placement(tpdp_tp_style style, const char *fqn,
+                                    const char *name, int ndim, int64_t size0,
+                                    int64_t out_size, tpdp_placement *out) {
+  CHECK_PTR(fqn);
+  CHECK_PTR(name);
+  CHECK_PTR(out);
+  if (style != TPDP_STYLE_COLWISE && style != TPDP_STYLE_ROWWISE) {
+    *out = tpdp_replicate();
+    return TPDP_SUCCESS;
+  }
+  int is_weight = strcmp(name, "weight") == 0;
+  if (is_weight && ndim != 2)
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "%s style: parameter '%s' must be a 2-D Linear weight "
+                    "[out, in], got %d dims",
+                    tpdp_tp_style_name(style), fqn, ndim);
+  if (!is_weight && (ndim != 1 || (out_size >= 0 && size0 != out_size)))
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "%s style: parameter '%s' must be a 1-D bias of the "
+                    "weight's out size %lld, got %d dims (size %lld)",
+                    tpdp_tp_style_name(style), fqn, (long long)out_size, ndim,
+                    (long long)(ndim ? size0 : 0));
+  if (style == TPDP_STYLE_COLWISE)
+    *out = tpdp_shard(0);
+  else
+    *out = is_weight ? tpdp_shard(1) : tpdp_replicate();
+  return TPDP_SUCCESS;
+}
+
+/* Placement of a module's parameter `pname` under its matched style. */
 static tpdp_status style_placement(const tp_match *mt, const char *pname,
                                    const tpdp_tensor *t, int64_t out_size,
                                    tpdp_placement *out) {
-  int is_weight = strcmp(pname, "weight") == 0;
-  switch (mt->style) {
-    case TPDP_STYLE_COLWISE:
-    case TPDP_STYLE_ROWWISE:
-      if (is_weight && t->ndim != 2)
-        return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                        "%s style: parameter '%s.%s' must be a 2-D Linear "
-                        "weight [out, in], got %d dims",
-                        tpdp_tp_style_name(mt->style), mt->fqn, pname, t->ndim);
-      if (!is_weight && (t->ndim != 1 || (out_size >= 0 && t->shape[0] != out_size)))
-        return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                        "%s style: parameter '%s.%s' must be a 1-D bias of "
-                        "the weight's out size %lld, got %d dims (size %lld)",
-                        tpdp_tp_style_name(mt->style), mt->fqn, pname,
-                        (long long)out_size, t->ndim,
-                        (long long)(t->ndim ? t->shape[0] : 0));
-      if (mt->style == TPDP_STYLE_COLWISE)
-        *out = tpdp_shard(0);
-      else
-        *out = is_weight ? tpdp_shard(1) : tpdp_replicate();
-      return TPDP_SUCCESS;
-    default:
-      *out = tpdp_replicate();
-      return TPDP_SUCCESS;
-  }
+  char fqn[320];
+  snprintf(fqn, sizeof fqn, "%s%s%s", mt->fqn, mt->fqn[0] ? "." : "", pname);
+  tpdp_status st = tpdp_tp_style_placement(mt->style, fqn, pname, t->ndim,
+                                           t->ndim ? t->shape[0] : 0,
+                                           out_size, out);
+  if (st != TPDP_SUCCESS) /* report the public entry point */
+    return tpdp_set_error(st, "tpdp_parallelize", "%s",
+                          strchr(tpdp_last_error(), ':') + 2);
+  return st;
 }
 
 /* Prepare one module: build specs and slice local shards into new storage.
@@ -311,6 +325,30 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
                      "module '%s' is already a managed unit of kind '%s'",
                      ctx.matches[i].fqn, kind);
       goto done;
+    }
+  }
+  /* A parameter object registered in two matched modules would get two
+   * shards; refuse rather than let the last one win silently. */
+  for (int i = 0; i < ctx.nmatches; i++) {
+    tpdp_module *mi = ctx.matches[i].module;
+    for (int a = 0; a < tpdp_module_num_params(mi); a++) {
+      const char *na = NULL;
+      tpdp_param *pa = tpdp_module_param(mi, a, &na);
+      for (int j = i + 1; j < ctx.nmatches; j++) {
+        tpdp_module *mj = ctx.matches[j].module;
+        for (int b = 0; b < tpdp_module_num_params(mj); b++) {
+          const char *nb = NULL;
+          if (tpdp_module_param(mj, b, &nb) != pa) continue;
+          res = TPDP_ERR(TPDP_ERR_DUPLICATE,
+                         "parameter '%s.%s' is shared with '%s.%s': both "
+                         "modules are matched by the plan (%s and %s), so "
+                         "the parameter would be sharded twice",
+                         ctx.matches[i].fqn, na, ctx.matches[j].fqn, nb,
+                         tpdp_tp_style_name(ctx.matches[i].style),
+                         tpdp_tp_style_name(ctx.matches[j].style));
+          goto done;
+        }
+      }
     }
   }
   /* Two phases, so that an error leaves the tree unchanged: prepare every

@@ -265,6 +265,21 @@ tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
 /* 1 once the buckets have been rebuilt in gradient-ready order. */
 int tpdp_reducer_rebuilt(const tpdp_reducer *r);
 
+/* Where the reducer's time went, accumulated since creation. total covers
+ * everything inside prepare, mark_ready(_ptr) and finalize; comm and data
+ * are the parts spent in collectives (launch, test, wait) and in passes
+ * over bucket data (divide, cast, copy, zero). total - comm - data is
+ * tpdp's own bookkeeping. */
+typedef struct {
+  double total_seconds;
+  double comm_seconds;
+  double data_seconds;
+  int64_t iterations; /* successful finalize calls */
+} tpdp_reducer_stats;
+
+tpdp_status tpdp_reducer_get_stats(const tpdp_reducer *r,
+                                   tpdp_reducer_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -8,7 +8,7 @@
 #include "tests/test_util.h"
 #include "tools/model_json.h"
 #include "tools/plan.h"
-#include "tp/styles.h"
+#include "tpdp/dtensor.h"
 
 namespace {
 

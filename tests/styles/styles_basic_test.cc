@@ -1,8 +1,8 @@
-// Single-process tests of tp/styles.h: FQN pattern matching and style names.
+// Single-process tests of tpdp/dtensor.h: FQN pattern matching and style names.
 #include <string>
 
 #include "tests/test_util.h"
-#include "tp/styles.h"
+#include "tpdp/dtensor.h"
 
 namespace {
 

@@ -229,3 +229,39 @@ TEST_F(StylesErrors, FirstMatchingEntryWins) {
 }
 
 }  // namespace
+
+namespace {
+
+// One parameter object registered in two modules that the plan both
+// matches: it would be sharded twice, so parallelize refuses and names both.
+TEST(StylesSharedParam, SharedAcrossMatchedModulesIsRefused) {
+  tpdp_mesh *mesh = nullptr;
+  ASSERT_TPDP_OK(
+      tpdp_mesh_create_from_string(tpdp_test::World(), "tp=2", &mesh));
+  float w[12] = {0};
+  int64_t shape[2] = {4, 3};
+  tpdp_tensor t;
+  tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+  ASSERT_TPDP_OK(tpdp_tensor_init(&t, w, TPDP_F32, cpu, 2, shape));
+  tpdp_module *root = nullptr, *enc = nullptr, *dec = nullptr;
+  ASSERT_TPDP_OK(tpdp_module_create("Tied", &root));
+  ASSERT_TPDP_OK(tpdp_module_create("Linear", &enc));
+  ASSERT_TPDP_OK(tpdp_module_create("Linear", &dec));
+  ASSERT_TPDP_OK(tpdp_module_add_child(root, "enc", enc));
+  ASSERT_TPDP_OK(tpdp_module_add_child(root, "dec", dec));
+  tpdp_param *p = nullptr;
+  ASSERT_TPDP_OK(tpdp_param_create(&t, &p));
+  ASSERT_TPDP_OK(tpdp_module_add_param(enc, "weight", p));
+  ASSERT_TPDP_OK(tpdp_module_add_param(dec, "weight", p));
+  tpdp_tp_plan_entry plan[] = {{"enc", TPDP_STYLE_COLWISE},
+                               {"dec", TPDP_STYLE_ROWWISE}};
+  EXPECT_TPDP_ERROR(tpdp_parallelize(root, mesh, "tp", plan, 2),
+                    TPDP_ERR_DUPLICATE, "enc.weight", "dec.weight");
+  EXPECT_EQ(tpdp_param_spec(p), nullptr);
+  EXPECT_EQ(tpdp_param_tensor(p)->data, (void *)w);
+  tpdp_param_release(p);
+  tpdp_module_destroy(root);
+  tpdp_mesh_destroy(mesh);
+}
+
+}  // namespace

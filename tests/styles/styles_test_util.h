@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tests/test_util.h"
-#include "tp/styles.h"
+#include "tpdp/dtensor.h"
 
 namespace styles_test {
 
