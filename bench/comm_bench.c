@@ -6,8 +6,8 @@
  * send buffer for reduce_scatter) and each collective, `rounds` pairs of
  * measurements alternate raw-first and tpdp-first; each measurement times
  * `k` back-to-back calls (k shrinks as sizes grow) and keeps the slowest
- * rank's time per call. The medians over rounds give the table; the last
- * line is
+ * rank's time per call. The table shows the median times and the median of
+ * the per-round ratios raw/tpdp; the last line is
  *   comm: ratio <min over sizes >= 1 MiB and collectives of raw/tpdp>
  * (1.0 = no overhead; above 1 = tpdp faster).
  *
@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
   }
   long long min_bytes = arg_ll(argc, argv, "--min-bytes", 1024);
   long long max_bytes = arg_ll(argc, argv, "--max-bytes", 256LL << 20);
-  int rounds = (int)arg_ll(argc, argv, "--rounds", 7);
+  int rounds = (int)arg_ll(argc, argv, "--rounds", 9);
   if (rounds < 1) rounds = 1;
   if (rounds > 64) rounds = 64;
   bench_ctx c;
@@ -135,12 +135,13 @@ int main(int argc, char **argv) {
     int64_t n = bytes / 4;
     n -= n % c.p;
     if (n < c.p) continue;
-    /* About 16 MiB of traffic per measurement, at least one call. */
-    int k = (int)((16LL << 20) / bytes);
-    if (k < 1) k = 1;
-    if (k > 200) k = 200;
+    /* About 64 MiB of traffic per measurement, at least two calls below
+     * 64 MiB so one slow call weighs less. */
+    int k = (int)((64LL << 20) / bytes);
+    if (k < 2) k = bytes <= (64LL << 20) ? 2 : 1;
+    if (k > 1000) k = 1000;
     for (int coll = 0; coll < NCOLL && !failed; coll++) {
-      double raw[64], tp[64];
+      double raw[64], tp[64], pair[64];
       if (measure(&c, coll, n, 1, 1) < 0 || measure(&c, coll, n, 0, 1) < 0) {
         failed = 1;
         break;
@@ -152,10 +153,14 @@ int main(int argc, char **argv) {
         if (a < 0 || b < 0) { failed = 1; break; }
         raw[r] = raw_first ? a : b;
         tp[r] = raw_first ? b : a;
+        pair[r] = tp[r] > 0 ? raw[r] / tp[r] : 0;
       }
       if (failed) break;
+      /* The ratio is the median of per-round ratios: the two runs of a
+       * round are back to back, so load from other processes affects both
+       * alike, and a disturbed round is an outlier the median drops. */
       double mr = median(raw, rounds), mt = median(tp, rounds);
-      double ratio = mt > 0 ? mr / mt : 0;
+      double ratio = median(pair, rounds);
       if (bytes >= (1LL << 20) && ratio < min_ratio) min_ratio = ratio;
       if (me == 0)
         printf("%12lld %-15s %6d %12.1f %12.1f %8.3f\n", bytes, names[coll], k,

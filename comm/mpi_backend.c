@@ -29,6 +29,13 @@ typedef struct {
   void *scratch;        /* temporary buffer to free */
 } mpi_work_impl;
 
+/* A work handle and its MPI state in one allocation; `work` comes first so
+ * that free(work) releases the block. */
+typedef struct {
+  tpdp_work work;
+  mpi_work_impl impl;
+} mpi_work_block;
+
 /* user-defined ops for 16-bit floats: [dtype f16=0 bf16=1][op sum max min] */
 static MPI_Op half_ops[2][3];
 static int half_ops_ready;
@@ -253,8 +260,8 @@ static void mpi_work_release(tpdp_work *work) {
   if (!w->done && w->request != MPI_REQUEST_NULL)
     MPI_Wait(&w->request, MPI_STATUS_IGNORE);
   free(w->scratch);
-  free(w);
-  work->impl = NULL;
+  w->scratch = NULL;
+  work->impl = NULL; /* w lives in the same allocation as work */
 }
 
 /* ---------------------------------------------------------- collectives */
@@ -263,11 +270,13 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
                                   tpdp_work **out) {
   mpi_comm_impl *impl = (mpi_comm_impl *)comm->impl;
   MPI_Comm mc = impl->comm;
-  tpdp_work *work = NULL;
-  mpi_work_impl *w = NULL;
+  /* One allocation per call for the handle and its MPI state (the front
+   * end frees `work`; release frees only what hangs off it). */
+  mpi_work_block *blk = NULL;
   tpdp_status st = TPDP_SUCCESS;
-  CHECK(TPDP_CALLOC(work, 1));
-  CHECK_GOTO(TPDP_CALLOC(w, 1), st, fail);
+  CHECK(TPDP_CALLOC(blk, 1));
+  tpdp_work *work = &blk->work;
+  mpi_work_impl *w = &blk->impl;
   work->comm = comm;
   work->kind = a->kind;
   work->impl = w;
@@ -384,12 +393,9 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   *out = work;
   return TPDP_SUCCESS;
 fail:
-  if (w) {
-    w->done = 1; /* nothing in flight */
-    free(w->scratch);
-    free(w);
-  }
-  free(work);
+  w->done = 1; /* nothing in flight */
+  free(w->scratch);
+  free(blk);
   return st;
 }
 
