@@ -38,13 +38,6 @@ static int parse_u64(const char *s, unsigned long long *out) {
   return 0;
 }
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tpdp buckets: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tpdp buckets --help)\n");
-  return 2;
-}
-
 /* Parse "L1,L2,..." into a new array. */
 static int parse_limits(const char *text, size_t **out, int64_t *n) {
   int64_t cap = 1;
@@ -55,7 +48,7 @@ static int parse_limits(const char *text, size_t **out, int64_t *n) {
   if (lim == NULL || copy == NULL) {
     free(lim);
     free(copy);
-    return usage_error("%s", "out of memory");
+    return tpdp_cli_usage_error("buckets", "%s", "out of memory");
   }
   int64_t k = 0;
   char *tok = copy;
@@ -66,13 +59,13 @@ static int parse_limits(const char *text, size_t **out, int64_t *n) {
     if (comma) *comma = '\0';
     unsigned long long v = 0;
     if (parse_u64(tok, &v) != 0) {
-      rc = usage_error("bad --limits-bytes value '%s': expected a comma-"
+      rc = tpdp_cli_usage_error("buckets", "bad --limits-bytes value '%s': expected a comma-"
                        "separated list of byte counts, e.g. 1048576,26214400",
                        *tok ? tok : "(empty)");
       break;
     }
     if (v == 0) {
-      rc = usage_error("bad --limits-bytes value '%s': limits must be > 0",
+      rc = tpdp_cli_usage_error("buckets", "bad --limits-bytes value '%s': limits must be > 0",
                        tok);
       break;
     }
@@ -99,7 +92,7 @@ int cmd_buckets(int argc, char **argv) {
   int64_t n = 0;
   int rc = 0;
   tensors = (tpdp_tensor *)calloc((size_t)(argc > 1 ? argc : 1), sizeof *tensors);
-  if (tensors == NULL) return usage_error("%s", "out of memory");
+  if (tensors == NULL) return tpdp_cli_usage_error("buckets", "%s", "out of memory");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) {
@@ -109,7 +102,7 @@ int cmd_buckets(int argc, char **argv) {
       const char *val = a[14] == '=' ? a + 15 : NULL;
       if (val == NULL) {
         if (i + 1 >= argc) {
-          rc = usage_error("%s", "--limits-bytes needs a value, e.g. "
+          rc = tpdp_cli_usage_error("buckets", "%s", "--limits-bytes needs a value, e.g. "
                                  "--limits-bytes 1048576,26214400");
           goto done;
         }
@@ -120,12 +113,12 @@ int cmd_buckets(int argc, char **argv) {
       rc = parse_limits(val, &limits, &nlimits);
       if (rc != 0) goto done;
     } else if (a[0] == '-' && a[1] != '\0') {
-      rc = usage_error("unknown option '%s'", a);
+      rc = tpdp_cli_usage_error("buckets", "unknown option '%s'", a);
       goto done;
     } else {
       const char *colon = strchr(a, ':');
       if (colon == NULL) {
-        rc = usage_error("bad tensor '%s': expected DTYPE:NUMEL, e.g. "
+        rc = tpdp_cli_usage_error("buckets", "bad tensor '%s': expected DTYPE:NUMEL, e.g. "
                          "f32:1000",
                          a);
         goto done;
@@ -133,7 +126,7 @@ int cmd_buckets(int argc, char **argv) {
       char dname[16];
       size_t dl = (size_t)(colon - a);
       if (dl == 0 || dl >= sizeof dname) {
-        rc = usage_error("bad dtype in '%s': use f32 f64 f16 bf16 i32 i64 u8",
+        rc = tpdp_cli_usage_error("buckets", "bad dtype in '%s': use f32 f64 f16 bf16 i32 i64 u8",
                          a);
         goto done;
       }
@@ -141,14 +134,14 @@ int cmd_buckets(int argc, char **argv) {
       dname[dl] = '\0';
       tpdp_dtype dt;
       if (tpdp_dtype_parse(dname, &dt) != TPDP_SUCCESS) {
-        rc = usage_error("unknown dtype in '%s': use f32 f64 f16 bf16 i32 "
+        rc = tpdp_cli_usage_error("buckets", "unknown dtype in '%s': use f32 f64 f16 bf16 i32 "
                          "i64 u8",
                          a);
         goto done;
       }
       unsigned long long numel = 0;
       if (parse_u64(colon + 1, &numel) != 0 || numel > (1ULL << 60)) {
-        rc = usage_error("bad element count in '%s': expected an integer "
+        rc = tpdp_cli_usage_error("buckets", "bad element count in '%s': expected an integer "
                          ">= 0",
                          a);
         goto done;
@@ -160,7 +153,7 @@ int cmd_buckets(int argc, char **argv) {
     }
   }
   if (n == 0) {
-    rc = usage_error("%s", "no tensors given: list them as DTYPE:NUMEL, e.g. "
+    rc = tpdp_cli_usage_error("buckets", "%s", "no tensors given: list them as DTYPE:NUMEL, e.g. "
                            "tpdp buckets f32:1000 f16:300");
     goto done;
   }

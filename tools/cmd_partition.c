@@ -40,27 +40,6 @@ void cmd_partition_usage(void) {
       "error.\n");
 }
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tpdp partition: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tpdp partition --help)\n");
-  return 2;
-}
-
-/* "--name value" or "--name=value"; returns the value or NULL. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name,
-                             int *missing) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 static const char *leaf_name(const tpdp_model_leaf *l) {
   return l->module->fqn[0] ? l->module->fqn : "(root)";
 }
@@ -127,27 +106,27 @@ int cmd_partition(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     int missing = 0;
     const char *v;
-    if ((v = opt_value(argc, argv, &i, "--model", &missing)) != NULL)
+    if ((v = tpdp_cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
       model_path = v;
-    else if ((v = opt_value(argc, argv, &i, "--stages", &missing)) != NULL)
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--stages", &missing)) != NULL)
       stages_s = v;
-    else if ((v = opt_value(argc, argv, &i, "--edges", &missing)) != NULL)
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--edges", &missing)) != NULL)
       edges_path = v;
     else if (missing)
-      return usage_error("option %s needs a value", argv[i]);
+      return tpdp_cli_usage_error("partition", "option %s needs a value", argv[i]);
     else if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else
-      return usage_error("unknown argument '%s'", argv[i]);
+      return tpdp_cli_usage_error("partition", "unknown argument '%s'", argv[i]);
   }
-  if (model_path == NULL) return usage_error("%s", "--model is required");
-  if (stages_s == NULL) return usage_error("%s", "--stages is required");
+  if (model_path == NULL) return tpdp_cli_usage_error("partition", "%s", "--model is required");
+  if (stages_s == NULL) return tpdp_cli_usage_error("partition", "%s", "--stages is required");
   char *end = NULL;
   errno = 0;
   long k = strtol(stages_s, &end, 10);
   if (errno != 0 || end == stages_s || *end != '\0' || k < INT_MIN ||
       k > INT_MAX)
-    return usage_error("--stages '%s' is not an integer", stages_s);
+    return tpdp_cli_usage_error("partition", "--stages '%s' is not an integer", stages_s);
 
   tpdp_model_desc *m = NULL;
   tpdp_partition_edge *edges = NULL;

@@ -42,34 +42,13 @@ void cmd_plan_usage(void) {
       "Exit status: 0 done, 1 bad model or plan, 2 usage error.\n");
 }
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "tpdp plan: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tpdp plan --help)\n");
-  return 2;
-}
-
-/* "--name value" or "--name=value"; returns the value or NULL. */
-static const char *opt_value(int argc, char **argv, int *i, const char *name,
-                             int *missing) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
-
 /* "L1,L2,..." -> new array; 0 on success, else a usage error was printed. */
 static int parse_limits(const char *text, size_t **out, int64_t *n) {
   size_t cap = 1;
   for (const char *s = text; *s; s++)
     if (*s == ',') cap++;
   size_t *lim = calloc(cap, sizeof *lim);
-  if (lim == NULL) return usage_error("%s", "out of memory");
+  if (lim == NULL) return tpdp_cli_usage_error("plan", "%s", "out of memory");
   int64_t k = 0;
   const char *s = text;
   for (;;) {
@@ -82,7 +61,7 @@ static int parse_limits(const char *text, size_t **out, int64_t *n) {
     }
     if (e == s || (*e != ',' && *e != '\0') || v == 0) {
       free(lim);
-      return usage_error("bad --limits-bytes '%s': expected positive byte "
+      return tpdp_cli_usage_error("plan", "bad --limits-bytes '%s': expected positive byte "
                          "counts separated by commas, e.g. 1048576,26214400",
                          text);
     }
@@ -413,22 +392,22 @@ int cmd_plan(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     int missing = 0;
     const char *v;
-    if ((v = opt_value(argc, argv, &i, "--model", &missing)) != NULL)
+    if ((v = tpdp_cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
       model_path = v;
-    else if ((v = opt_value(argc, argv, &i, "--plan", &missing)) != NULL)
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--plan", &missing)) != NULL)
       plan_path = v;
-    else if ((v = opt_value(argc, argv, &i, "--limits-bytes", &missing)) !=
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--limits-bytes", &missing)) !=
              NULL)
       limits_s = v;
     else if (missing)
-      return usage_error("option %s needs a value", argv[i]);
+      return tpdp_cli_usage_error("plan", "option %s needs a value", argv[i]);
     else if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else
-      return usage_error("unknown argument '%s'", argv[i]);
+      return tpdp_cli_usage_error("plan", "unknown argument '%s'", argv[i]);
   }
-  if (model_path == NULL) return usage_error("%s", "--model is required");
-  if (plan_path == NULL) return usage_error("%s", "--plan is required");
+  if (model_path == NULL) return tpdp_cli_usage_error("plan", "%s", "--model is required");
+  if (plan_path == NULL) return tpdp_cli_usage_error("plan", "%s", "--plan is required");
   size_t *limits = NULL;
   int64_t nlimits = 0;
   if (limits_s != NULL) {

@@ -28,4 +28,14 @@ void cmd_partition_usage(void);
 /* 1 if any argv[i] (i >= 1) is -h or --help. */
 int tpdp_cli_wants_help(int argc, char **argv);
 
+/* Print "tpdp CMD: <fmt with arg>" and a pointer to --help on stderr;
+ * returns 2 (the usage-error exit status). */
+int tpdp_cli_usage_error(const char *cmd, const char *fmt, const char *arg);
+
+/* Match argv[*i] against option `name` as "--name value" or "--name=value":
+ * returns the value (advancing *i past a separate value) or NULL if
+ * argv[*i] is another option; sets *missing when the value is absent. */
+const char *tpdp_cli_opt_value(int argc, char **argv, int *i,
+                               const char *name, int *missing);
+
 #endif

@@ -10,30 +10,7 @@
 #include <string.h>
 
 #include "core/check.h"
-
-/* Who reports errors: the public entry point, and for files the path. */
-typedef struct {
-  const char *func;
-  const char *source; /* prefix for messages, or NULL */
-} ctx_t;
-
-static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...) {
-  char msg[900];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (c->source != NULL)
-    return tpdp_set_error(st, c->func, "%s: %s", c->source, msg);
-  return tpdp_set_error(st, c->func, "%s", msg);
-}
-
-static tpdp_status oom(const ctx_t *c) {
-  return perr(c, TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-}
+#include "tools/planning_error.h"
 
 /* malloc'd printf; NULL on failure. */
 static char *fmt_alloc(const char *fmt, ...)
@@ -91,34 +68,34 @@ void tpdp_model_desc_destroy(tpdp_model_desc *desc) {
 /* A child or parameter name: non-empty, no '.', unique within the module
  * (children and parameters share one namespace, as FQNs do). `kind` is
  * "child" or "parameter"; `where` is the JSON path of the container. */
-static tpdp_status check_name(const ctx_t *c, const char *where,
+static tpdp_status check_name(const planning_ctx *c, const char *where,
                               const char *kind, const cJSON *item,
                               const tpdp_model_module *m) {
   const char *name = item->string;
   if (name == NULL || name[0] == '\0')
-    return perr(c, TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name", where,
+    return planning_error(c, TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name", where,
                 kind);
   if (strchr(name, '.') != NULL)
-    return perr(c, TPDP_ERR_INVALID_ARGUMENT,
+    return planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
                 "%s: %s name \"%s\" contains '.'", where, kind, name);
   for (int i = 0; i < m->nparams; i++)
     if (strcmp(m->params[i].name, name) == 0)
-      return perr(c, TPDP_ERR_DUPLICATE,
+      return planning_error(c, TPDP_ERR_DUPLICATE,
                   "%s.%s: name \"%s\" is already used by a parameter of %s",
                   where, name, name, m->fqn[0] ? m->fqn : "the root");
   for (int i = 0; i < m->nchildren; i++)
     if (strcmp(m->children[i]->name, name) == 0)
-      return perr(c, TPDP_ERR_DUPLICATE,
+      return planning_error(c, TPDP_ERR_DUPLICATE,
                   "%s.%s: name \"%s\" is already used by a child of %s", where,
                   name, name, m->fqn[0] ? m->fqn : "the root");
   return TPDP_SUCCESS;
 }
 
 /* Fill *p from {"shape": [...], "dtype": "f32"} at JSON path `path`. */
-static tpdp_status parse_param(const ctx_t *c, const cJSON *obj,
+static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
                                const char *path, tpdp_model_param *p) {
   if (!cJSON_IsObject(obj))
-    return perr(c, TPDP_ERR_PARSE,
+    return planning_error(c, TPDP_ERR_PARSE,
                 "%s must be an object like {\"shape\": [8, 8]}", path);
   const cJSON *shape = NULL, *dtype = NULL;
   for (const cJSON *k = obj->child; k != NULL; k = k->next) {
@@ -128,22 +105,22 @@ static tpdp_status parse_param(const ctx_t *c, const cJSON *obj,
     else if (strcmp(k->string, "dtype") == 0)
       slot = &dtype;
     else
-      return perr(c, TPDP_ERR_PARSE,
+      return planning_error(c, TPDP_ERR_PARSE,
                   "%s: unknown key \"%s\" (expected \"shape\", \"dtype\")",
                   path, k->string);
     if (*slot != NULL)
-      return perr(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice", path,
+      return planning_error(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice", path,
                   k->string);
     *slot = k;
   }
   if (shape == NULL)
-    return perr(c, TPDP_ERR_PARSE, "%s: missing \"shape\"", path);
+    return planning_error(c, TPDP_ERR_PARSE, "%s: missing \"shape\"", path);
   if (!cJSON_IsArray(shape))
-    return perr(c, TPDP_ERR_PARSE, "%s.shape must be an array of integers",
+    return planning_error(c, TPDP_ERR_PARSE, "%s.shape must be an array of integers",
                 path);
   int nd = cJSON_GetArraySize(shape);
   if (nd > TPDP_MAX_DIMS)
-    return perr(c, TPDP_ERR_TOO_MANY_DIMS,
+    return planning_error(c, TPDP_ERR_TOO_MANY_DIMS,
                 "%s.shape has %d dims (at most %d)", path, nd, TPDP_MAX_DIMS);
   p->ndim = nd;
   p->numel = 1;
@@ -157,13 +134,13 @@ static tpdp_status parse_param(const ctx_t *c, const cJSON *obj,
         snprintf(got, sizeof got, "%g", v);
       else
         snprintf(got, sizeof got, "a non-number");
-      return perr(c, TPDP_ERR_BAD_DIM_SIZE,
+      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
                   "%s.shape[%d] must be a positive integer (got %s)", path, d,
                   got);
     }
     p->shape[d] = (int64_t)v;
     if (p->numel > INT64_MAX / p->shape[d])
-      return perr(c, TPDP_ERR_INVALID_ARGUMENT,
+      return planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
                   "%s.shape: element count overflows int64", path);
     p->numel *= p->shape[d];
   }
@@ -171,7 +148,7 @@ static tpdp_status parse_param(const ctx_t *c, const cJSON *obj,
   if (dtype != NULL) {
     if (!cJSON_IsString(dtype) ||
         tpdp_dtype_parse(dtype->valuestring, &p->dtype) != TPDP_SUCCESS)
-      return perr(c, TPDP_ERR_PARSE,
+      return planning_error(c, TPDP_ERR_PARSE,
                   "%s.dtype must be one of f32, f64, f16, bf16, i32, i64, u8 "
                   "(got %s%s%s)",
                   path, cJSON_IsString(dtype) ? "\"" : "",
@@ -182,7 +159,7 @@ static tpdp_status parse_param(const ctx_t *c, const cJSON *obj,
 }
 
 /* Parse the module object `obj` found at JSON path `path` ("" = root). */
-static tpdp_status parse_module(const ctx_t *c, const cJSON *obj,
+static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
                                 const char *path, const char *name,
                                 const char *fqn,
                                 const tpdp_model_module *parent,
@@ -191,7 +168,7 @@ static tpdp_status parse_module(const ctx_t *c, const cJSON *obj,
   char *sub = NULL;
   *out = NULL;
   if (!cJSON_IsObject(obj))
-    return perr(c, TPDP_ERR_PARSE, "%s must be an object (a module)",
+    return planning_error(c, TPDP_ERR_PARSE, "%s must be an object (a module)",
                 path_show(path));
   const cJSON *cls = NULL, *params = NULL, *children = NULL, *shared = NULL;
   for (const cJSON *k = obj->child; k != NULL; k = k->next) {
@@ -205,29 +182,29 @@ static tpdp_status parse_module(const ctx_t *c, const cJSON *obj,
     else if (parent == NULL && strcmp(k->string, "shared") == 0)
       slot = &shared;
     else if (strcmp(k->string, "shared") == 0)
-      return perr(c, TPDP_ERR_PARSE,
+      return planning_error(c, TPDP_ERR_PARSE,
                   "%s: \"shared\" is only allowed on the root module",
                   path_show(path));
     else
-      return perr(c, TPDP_ERR_PARSE,
+      return planning_error(c, TPDP_ERR_PARSE,
                   "%s: unknown key \"%s\" (expected \"class\", \"params\", "
                   "\"children\"%s)",
                   path_show(path), k->string,
                   parent == NULL ? ", \"shared\"" : "");
     if (*slot != NULL)
-      return perr(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice",
+      return planning_error(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice",
                   path_show(path), k->string);
     *slot = k;
   }
   (void)shared; /* handled by the caller once the whole tree exists */
   if (cls == NULL)
-    return perr(c, TPDP_ERR_PARSE, "%s: missing \"class\"", path_show(path));
+    return planning_error(c, TPDP_ERR_PARSE, "%s: missing \"class\"", path_show(path));
   if (!cJSON_IsString(cls) || cls->valuestring[0] == '\0')
-    return perr(c, TPDP_ERR_PARSE, "%s%sclass must be a non-empty string",
+    return planning_error(c, TPDP_ERR_PARSE, "%s%sclass must be a non-empty string",
                 path, path[0] ? "." : "");
 
   tpdp_model_module *m = calloc(1, sizeof *m);
-  if (m == NULL) return oom(c);
+  if (m == NULL) return planning_oom(c);
   m->parent = parent;
   m->name = dup_str(name);
   m->fqn = dup_str(fqn);
@@ -238,7 +215,7 @@ static tpdp_status parse_module(const ctx_t *c, const cJSON *obj,
     sub = path_key(path, "params");
     if (sub == NULL) goto nomem;
     if (!cJSON_IsObject(params)) {
-      st = perr(c, TPDP_ERR_PARSE,
+      st = planning_error(c, TPDP_ERR_PARSE,
                 "%s must be an object (parameter name -> {\"shape\": ...})",
                 sub);
       goto fail;
@@ -269,7 +246,7 @@ static tpdp_status parse_module(const ctx_t *c, const cJSON *obj,
     sub = path_key(path, "children");
     if (sub == NULL) goto nomem;
     if (!cJSON_IsObject(children)) {
-      st = perr(c, TPDP_ERR_PARSE,
+      st = planning_error(c, TPDP_ERR_PARSE,
                 "%s must be an object (child name -> module)", sub);
       goto fail;
     }
@@ -300,7 +277,7 @@ static tpdp_status parse_module(const ctx_t *c, const cJSON *obj,
   return TPDP_SUCCESS;
 
 nomem:
-  st = oom(c);
+  st = planning_oom(c);
 fail:
   free(sub);
   module_free(m);
@@ -348,24 +325,24 @@ static int uf_find(int *up, int i) {
 
 /* Apply the root's "shared" list: tie parameters into groups whose
  * canonical member is the first in pre-order. */
-static tpdp_status apply_shared(const ctx_t *c, tpdp_model_desc *d,
+static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
                                 const cJSON *shared) {
   if (!cJSON_IsArray(shared))
-    return perr(c, TPDP_ERR_PARSE,
+    return planning_error(c, TPDP_ERR_PARSE,
                 "shared must be an array of [\"a.weight\", \"b.weight\"] "
                 "pairs");
   int *up = NULL;
   tpdp_status st = TPDP_SUCCESS;
   if (tpdp_calloc_impl((void **)&up, (size_t)d->nparams + 1, sizeof *up,
                        c->func) != TPDP_SUCCESS)
-    return oom(c);
+    return planning_oom(c);
   for (int i = 0; i < d->nparams; i++) up[i] = i;
   int idx = 0;
   for (const cJSON *pair = shared->child; pair != NULL;
        pair = pair->next, idx++) {
     if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 ||
         !cJSON_IsString(pair->child) || !cJSON_IsString(pair->child->next)) {
-      st = perr(c, TPDP_ERR_PARSE,
+      st = planning_error(c, TPDP_ERR_PARSE,
                 "shared[%d] must be an array of two parameter FQNs", idx);
       goto done;
     }
@@ -376,7 +353,7 @@ static tpdp_status apply_shared(const ctx_t *c, tpdp_model_desc *d,
       if (p[k] == NULL) {
         const tpdp_model_module *mod =
             tpdp_model_desc_find_module(d, e->valuestring);
-        st = perr(c, TPDP_ERR_NOT_FOUND,
+        st = planning_error(c, TPDP_ERR_NOT_FOUND,
                   "shared[%d][%d]: no parameter named \"%s\"%s", idx, k,
                   e->valuestring,
                   mod ? " (that is a module; name one of its parameters)"
@@ -385,7 +362,7 @@ static tpdp_status apply_shared(const ctx_t *c, tpdp_model_desc *d,
       }
     }
     if (p[0] == p[1]) {
-      st = perr(c, TPDP_ERR_INVALID_ARGUMENT,
+      st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
                 "shared[%d]: \"%s\" is paired with itself", idx, p[0]->fqn);
       goto done;
     }
@@ -395,13 +372,13 @@ static tpdp_status apply_shared(const ctx_t *c, tpdp_model_desc *d,
       char s0[128], s1[128];
       tpdp_shape_format(p[0]->ndim, p[0]->shape, s0, sizeof s0);
       tpdp_shape_format(p[1]->ndim, p[1]->shape, s1, sizeof s1);
-      st = perr(c, TPDP_ERR_SHAPE_MISMATCH,
+      st = planning_error(c, TPDP_ERR_SHAPE_MISMATCH,
                 "shared[%d]: \"%s\" has shape %s but \"%s\" has shape %s",
                 idx, p[0]->fqn, s0, p[1]->fqn, s1);
       goto done;
     }
     if (p[0]->dtype != p[1]->dtype) {
-      st = perr(c, TPDP_ERR_DTYPE_MISMATCH,
+      st = planning_error(c, TPDP_ERR_DTYPE_MISMATCH,
                 "shared[%d]: \"%s\" has dtype %s but \"%s\" has dtype %s", idx,
                 p[0]->fqn, tpdp_dtype_name(p[0]->dtype), p[1]->fqn,
                 tpdp_dtype_name(p[1]->dtype));
@@ -421,7 +398,7 @@ done:
   return st;
 }
 
-static tpdp_status parse_impl(const ctx_t *c, const char *json,
+static tpdp_status parse_impl(const planning_ctx *c, const char *json,
                               tpdp_model_desc **out) {
   const char *end = NULL;
   cJSON *doc = cJSON_ParseWithOpts(json, &end, 1);
@@ -437,14 +414,14 @@ static tpdp_status parse_impl(const ctx_t *c, const char *json,
         }
       }
     }
-    return perr(c, TPDP_ERR_PARSE, "not valid JSON (line %d, column %d)",
+    return planning_error(c, TPDP_ERR_PARSE, "not valid JSON (line %d, column %d)",
                 line, col);
   }
   tpdp_status st = TPDP_SUCCESS;
   tpdp_model_desc *d = calloc(1, sizeof *d);
   if (d == NULL) {
     cJSON_Delete(doc);
-    return oom(c);
+    return planning_oom(c);
   }
   CHECK_GOTO(parse_module(c, doc, "", "", "", NULL, &d->root), st, fail);
   int np = 0, nl = 0;
@@ -453,7 +430,7 @@ static tpdp_status parse_impl(const ctx_t *c, const char *json,
   d->params = calloc(np ? (size_t)np : 1, sizeof *d->params);
   d->leaves = calloc((size_t)nl, sizeof *d->leaves);
   if (!d->modules || !d->params || !d->leaves) {
-    st = oom(c);
+    st = planning_oom(c);
     goto fail;
   }
   number(d, d->root);
@@ -467,7 +444,7 @@ static tpdp_status parse_impl(const ctx_t *c, const char *json,
     int64_t *slot = &d->leaves[p->module->first_leaf].params;
     if (__builtin_add_overflow(*slot, p->numel, slot) ||
         __builtin_add_overflow(d->total_params, p->numel, &d->total_params)) {
-      st = perr(c, TPDP_ERR_INVALID_ARGUMENT,
+      st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
                 "parameter count overflows int64 at \"%s\"", p->fqn);
       goto fail;
     }
@@ -485,7 +462,7 @@ tpdp_status tpdp_model_desc_parse(const char *json, tpdp_model_desc **out) {
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(json);
-  ctx_t c = {__func__, NULL};
+  planning_ctx c = {__func__, NULL};
   return parse_impl(&c, json, out);
 }
 
@@ -538,7 +515,7 @@ tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out) {
   CHECK_PTR(path);
   char *buf = NULL;
   CHECK(tpdp_tools_read_file(path, &buf));
-  ctx_t c = {__func__, path};
+  planning_ctx c = {__func__, path};
   tpdp_status st = parse_impl(&c, buf, out);
   free(buf);
   return st;

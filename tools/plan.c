@@ -8,30 +8,9 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "tools/planning_error.h"
 #include "tpdp/dtensor.h"
 
-typedef struct {
-  const char *func;
-  const char *source; /* plan file path for messages, or NULL */
-} ctx_t;
-
-static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static tpdp_status perr(const ctx_t *c, tpdp_status st, const char *fmt, ...) {
-  char msg[1200];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (c->source != NULL)
-    return tpdp_set_error(st, c->func, "%s: %s", c->source, msg);
-  return tpdp_set_error(st, c->func, "%s", msg);
-}
-
-static tpdp_status oom(const ctx_t *c) {
-  return perr(c, TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-}
 
 /* The parsed plan file. Strings point into the cJSON tree. */
 typedef struct {
@@ -91,17 +70,17 @@ void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
 
 /* ------------------------------------------------------- plan file */
 
-static tpdp_status parse_mesh(const ctx_t *c, const cJSON *mesh,
+static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
                               tpdp_plan *plan) {
   if (!cJSON_IsObject(mesh))
-    return perr(c, TPDP_ERR_PARSE,
+    return planning_error(c, TPDP_ERR_PARSE,
                 "\"mesh\" must be an object of dim name -> size, e.g. "
                 "{\"dp\": 2, \"tp\": 2}");
   int n = cJSON_GetArraySize(mesh);
   if (n < 1)
-    return perr(c, TPDP_ERR_PARSE, "\"mesh\" needs at least one dim");
+    return planning_error(c, TPDP_ERR_PARSE, "\"mesh\" needs at least one dim");
   if (n > TPDP_MAX_DIMS)
-    return perr(c, TPDP_ERR_TOO_MANY_DIMS,
+    return planning_error(c, TPDP_ERR_TOO_MANY_DIMS,
                 "\"mesh\" has %d dims, at most %d allowed", n, TPDP_MAX_DIMS);
   plan->world = 1;
   plan->tp_dim = -1;
@@ -110,24 +89,24 @@ static tpdp_status parse_mesh(const ctx_t *c, const cJSON *mesh,
   for (const cJSON *it = mesh->child; it != NULL; it = it->next, d++) {
     const char *name = it->string;
     if (name == NULL || name[0] == '\0')
-      return perr(c, TPDP_ERR_EMPTY_NAME, "mesh: a dim has an empty name");
+      return planning_error(c, TPDP_ERR_EMPTY_NAME, "mesh: a dim has an empty name");
     for (int e = 0; e < d; e++)
       if (strcmp(plan->mesh_names[e], name) == 0)
-        return perr(c, TPDP_ERR_DUPLICATE, "mesh: dim \"%s\" listed twice",
+        return planning_error(c, TPDP_ERR_DUPLICATE, "mesh: dim \"%s\" listed twice",
                     name);
     double v = cJSON_IsNumber(it) ? it->valuedouble : 0;
     if (!cJSON_IsNumber(it) || v < 1 || v > (double)(1 << 30) ||
         v != (double)(int64_t)v)
-      return perr(c, TPDP_ERR_BAD_DIM_SIZE,
+      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
                   "mesh.%s must be a positive integer size", name);
     char *copy = strdup(name);
-    if (copy == NULL) return oom(c);
+    if (copy == NULL) return planning_oom(c);
     plan->mesh_names[d] = copy;
     plan->mesh_ndim = d + 1;
     plan->mesh_sizes[d] = (int64_t)v;
     plan->world *= plan->mesh_sizes[d];
     if (plan->world > (int64_t)1 << 30)
-      return perr(c, TPDP_ERR_BAD_DIM_SIZE, "mesh: more than 2^30 ranks");
+      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE, "mesh: more than 2^30 ranks");
     if (strcmp(name, "tp") == 0) {
       plan->tp_dim = d;
       plan->tp_size = plan->mesh_sizes[d];
@@ -136,42 +115,42 @@ static tpdp_status parse_mesh(const ctx_t *c, const cJSON *mesh,
   return TPDP_SUCCESS;
 }
 
-static tpdp_status parse_input(const ctx_t *c, const cJSON *root,
+static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
                                tpdp_plan *plan, plan_input *in) {
   if (!cJSON_IsObject(root))
-    return perr(c, TPDP_ERR_PARSE,
+    return planning_error(c, TPDP_ERR_PARSE,
                 "a plan must be a JSON object with \"mesh\", \"units\", "
                 "\"tp\"");
   for (const cJSON *it = root->child; it != NULL; it = it->next)
     if (strcmp(it->string, "mesh") != 0 && strcmp(it->string, "units") != 0 &&
         strcmp(it->string, "tp") != 0)
-      return perr(c, TPDP_ERR_PARSE,
+      return planning_error(c, TPDP_ERR_PARSE,
                   "unknown key \"%s\" (a plan has \"mesh\", \"units\", "
                   "\"tp\")",
                   it->string);
   const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(root, "mesh");
   if (mesh == NULL)
-    return perr(c, TPDP_ERR_PARSE,
+    return planning_error(c, TPDP_ERR_PARSE,
                 "missing \"mesh\" (e.g. \"mesh\": {\"dp\": 2, \"tp\": 2})");
   CHECK(parse_mesh(c, mesh, plan));
 
   const cJSON *units = cJSON_GetObjectItemCaseSensitive(root, "units");
   if (units != NULL) {
     if (!cJSON_IsArray(units))
-      return perr(c, TPDP_ERR_PARSE,
+      return planning_error(c, TPDP_ERR_PARSE,
                   "\"units\" must be an array of module FQNs (\"\" is the "
                   "root)");
     int n = cJSON_GetArraySize(units);
     in->units = calloc((size_t)n + 1, sizeof *in->units);
-    if (in->units == NULL) return oom(c);
+    if (in->units == NULL) return planning_oom(c);
     int i = 0;
     for (const cJSON *it = units->child; it != NULL; it = it->next, i++) {
       if (!cJSON_IsString(it))
-        return perr(c, TPDP_ERR_PARSE,
+        return planning_error(c, TPDP_ERR_PARSE,
                     "units[%d] must be a string (a module FQN)", i);
       for (int j = 0; j < i; j++)
         if (strcmp(in->units[j], it->valuestring) == 0)
-          return perr(c, TPDP_ERR_DUPLICATE, "units: \"%s\" listed twice",
+          return planning_error(c, TPDP_ERR_DUPLICATE, "units: \"%s\" listed twice",
                       it->valuestring);
       in->units[i] = it->valuestring;
       in->nunits = i + 1;
@@ -181,18 +160,18 @@ static tpdp_status parse_input(const ctx_t *c, const cJSON *root,
   const cJSON *tp = cJSON_GetObjectItemCaseSensitive(root, "tp");
   if (tp != NULL) {
     if (!cJSON_IsObject(tp))
-      return perr(c, TPDP_ERR_PARSE,
+      return planning_error(c, TPDP_ERR_PARSE,
                   "\"tp\" must be an object of FQN pattern -> style");
     int n = cJSON_GetArraySize(tp);
     in->patterns = calloc((size_t)n + 1, sizeof *in->patterns);
     in->styles = calloc((size_t)n + 1, sizeof *in->styles);
-    if (in->patterns == NULL || in->styles == NULL) return oom(c);
+    if (in->patterns == NULL || in->styles == NULL) return planning_oom(c);
     int i = 0;
     for (const cJSON *it = tp->child; it != NULL; it = it->next, i++) {
       if (!cJSON_IsString(it) ||
           tpdp_tp_style_parse(it->valuestring, &in->styles[i]) !=
               TPDP_SUCCESS)
-        return perr(c, TPDP_ERR_PARSE,
+        return planning_error(c, TPDP_ERR_PARSE,
                     "tp.\"%s\": style must be one of \"colwise\", "
                     "\"rowwise\", \"sequence_parallel\", \"replicate\"",
                     it->string);
@@ -200,7 +179,7 @@ static tpdp_status parse_input(const ctx_t *c, const cJSON *root,
       in->ntp = i + 1;
     }
     if (in->ntp > 0 && plan->tp_dim < 0)
-      return perr(c, TPDP_ERR_NOT_FOUND,
+      return planning_error(c, TPDP_ERR_NOT_FOUND,
                   "\"tp\" has entries but the mesh has no dim named \"tp\"");
   }
   return TPDP_SUCCESS;
@@ -208,7 +187,7 @@ static tpdp_status parse_input(const ctx_t *c, const cJSON *root,
 
 /* ------------------------------------------------- units and styles */
 
-static tpdp_status mark_units(const ctx_t *c, const tpdp_model_desc *model,
+static tpdp_status mark_units(const planning_ctx *c, const tpdp_model_desc *model,
                               const plan_input *in, tpdp_plan *plan) {
   /* All unknown names in one message. */
   char bad[900] = "";
@@ -229,17 +208,17 @@ static tpdp_status mark_units(const ctx_t *c, const tpdp_model_desc *model,
     }
   }
   if (nbad > 0)
-    return perr(c, TPDP_ERR_NOT_FOUND, "units: no module named %s%s", bad,
+    return planning_error(c, TPDP_ERR_NOT_FOUND, "units: no module named %s%s", bad,
                 used >= sizeof bad ? "..." : "");
   return TPDP_SUCCESS;
 }
 
 /* As tpdp_parallelize: each module takes the first pattern matching its
  * FQN; a pattern that wins no module is an error. */
-static tpdp_status match_styles(const ctx_t *c, const tpdp_model_desc *model,
+static tpdp_status match_styles(const planning_ctx *c, const tpdp_model_desc *model,
                                 const plan_input *in, tpdp_plan *plan) {
   int *hits = calloc((size_t)in->ntp + 1, sizeof *hits);
-  if (hits == NULL) return oom(c);
+  if (hits == NULL) return planning_oom(c);
   for (int i = 0; i < model->nmodules; i++) {
     const tpdp_model_module *m = model->modules[i];
     for (int k = 0; k < in->ntp; k++) {
@@ -257,7 +236,7 @@ static tpdp_status match_styles(const ctx_t *c, const tpdp_model_desc *model,
     int any = 0;
     for (int i = 0; i < model->nmodules && !any; i++)
       any = tpdp_fqn_match(in->patterns[k], model->modules[i]->fqn);
-    st = perr(c, TPDP_ERR_NOT_FOUND,
+    st = planning_error(c, TPDP_ERR_NOT_FOUND,
               any ? "tp: pattern \"%s\" matches only modules an earlier "
                     "pattern already claims"
                   : "tp: pattern \"%s\" matches no module",
@@ -269,7 +248,7 @@ static tpdp_status match_styles(const ctx_t *c, const tpdp_model_desc *model,
 
 /* Placement on the tp dim of parameter `p` of module `m` under `style`
  * (the library's rule, tpdp_tp_style_placement). */
-static tpdp_status style_placement(const ctx_t *c, const tpdp_model_module *m,
+static tpdp_status style_placement(const planning_ctx *c, const tpdp_model_module *m,
                                    const tpdp_model_param *p, int style,
                                    tpdp_placement *out) {
   int64_t out_size = -1;
@@ -280,19 +259,19 @@ static tpdp_status style_placement(const ctx_t *c, const tpdp_model_module *m,
       (tpdp_tp_style)style, p->fqn, p->name, p->ndim,
       p->ndim ? p->shape[0] : 0, out_size, out);
   if (st != TPDP_SUCCESS)
-    return perr(c, st, "%s", strchr(tpdp_last_error(), ':') + 2);
+    return planning_error(c, st, "%s", strchr(tpdp_last_error(), ':') + 2);
   return TPDP_SUCCESS;
 }
 
 /* ------------------------------------------------------ module tree */
 
-static tpdp_status build_tree(const ctx_t *c, const tpdp_model_desc *model,
+static tpdp_status build_tree(const planning_ctx *c, const tpdp_model_desc *model,
                               tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   tpdp_module **mods = calloc((size_t)model->nmodules, sizeof *mods);
   tpdp_param **params = calloc((size_t)model->nparams + 1, sizeof *params);
   if (mods == NULL || params == NULL) {
-    st = oom(c);
+    st = planning_oom(c);
     goto done;
   }
   for (int i = 0; i < model->nparams; i++) {
@@ -346,17 +325,17 @@ done:
 
 /* ------------------------------------------------- params, buckets */
 
-static tpdp_status place_params(const ctx_t *c, const tpdp_model_desc *model,
+static tpdp_status place_params(const planning_ctx *c, const tpdp_model_desc *model,
                                 tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   int *slot = calloc((size_t)model->nparams + 1, sizeof *slot);
-  if (slot == NULL) return oom(c);
+  if (slot == NULL) return planning_oom(c);
   int n = 0;
   for (int i = 0; i < model->nparams; i++)
     if (model->params[i]->canonical == model->params[i]) n++;
   plan->params = calloc((size_t)n + 1, sizeof *plan->params);
   if (plan->params == NULL) {
-    st = oom(c);
+    st = planning_oom(c);
     goto done;
   }
   plan->nparams = n;
@@ -376,7 +355,7 @@ static tpdp_status place_params(const ctx_t *c, const tpdp_model_desc *model,
     const tpdp_model_param **grown =
         realloc(pp->shared, sizeof *grown * (size_t)(pp->nshared + 1));
     if (grown == NULL) {
-      st = oom(c);
+      st = planning_oom(c);
       goto done;
     }
     grown[pp->nshared++] = p;
@@ -392,7 +371,7 @@ static tpdp_status place_params(const ctx_t *c, const tpdp_model_desc *model,
       const tpdp_model_param *p = &m->params[j];
       tpdp_plan_param *pp = &plan->params[slot[p->canonical->index]];
       if (pp->tp_module != NULL) {
-        st = perr(c, TPDP_ERR_ALREADY,
+        st = planning_error(c, TPDP_ERR_ALREADY,
                   "parameter '%s' is shared with '%s' and sharded by both "
                   "'%s' and '%s'",
                   p->fqn, pp->param->fqn, pp->tp_module->fqn, m->fqn);
@@ -418,7 +397,7 @@ static tpdp_status place_params(const ctx_t *c, const tpdp_model_desc *model,
         calloc((size_t)plan->tp_size * TPDP_MAX_DIMS, sizeof(int64_t));
     pp->local_bytes = calloc((size_t)plan->tp_size, sizeof(size_t));
     if (pp->local_shapes == NULL || pp->local_bytes == NULL) {
-      st = oom(c);
+      st = planning_oom(c);
       break;
     }
     tpdp_spec *spec = NULL;
@@ -448,7 +427,7 @@ done:
 }
 
 /* Reverse the bucket list of an assignment in place. */
-static tpdp_status reverse_buckets(const ctx_t *c, tpdp_bucket_assignment *a,
+static tpdp_status reverse_buckets(const planning_ctx *c, tpdp_bucket_assignment *a,
                                    int64_t ntensors) {
   int64_t nb = a->nbuckets;
   int64_t *idx = malloc(sizeof *idx * (size_t)(ntensors + 1));
@@ -456,7 +435,7 @@ static tpdp_status reverse_buckets(const ctx_t *c, tpdp_bucket_assignment *a,
   if (idx == NULL || off == NULL) {
     free(idx);
     free(off);
-    return oom(c);
+    return planning_oom(c);
   }
   int64_t pos = 0;
   for (int64_t j = 0; j < nb; j++) {
@@ -480,14 +459,14 @@ static tpdp_status reverse_buckets(const ctx_t *c, tpdp_bucket_assignment *a,
   return TPDP_SUCCESS;
 }
 
-static tpdp_status assign_buckets(const ctx_t *c, tpdp_plan *plan) {
+static tpdp_status assign_buckets(const planning_ctx *c, tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   plan->tp_bytes = calloc((size_t)plan->tp_size, sizeof *plan->tp_bytes);
   plan->buckets = calloc((size_t)plan->tp_size, sizeof *plan->buckets);
   tpdp_tensor *ts = calloc((size_t)plan->nparams + 1, sizeof *ts);
   if (plan->tp_bytes == NULL || plan->buckets == NULL || ts == NULL) {
     free(ts);
-    return oom(c);
+    return planning_oom(c);
   }
   for (int64_t t = 0; t < plan->tp_size && st == TPDP_SUCCESS; t++) {
     tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
@@ -510,14 +489,14 @@ static tpdp_status assign_buckets(const ctx_t *c, tpdp_plan *plan) {
 
 /* ------------------------------------------------------------ entry */
 
-static tpdp_status compute(const ctx_t *c, const tpdp_model_desc *model,
+static tpdp_status compute(const planning_ctx *c, const tpdp_model_desc *model,
                            const char *plan_json, const size_t *limits,
                            int64_t nlimits, tpdp_plan **out) {
   tpdp_status st = TPDP_SUCCESS;
   plan_input in = {0, NULL, NULL, 0, NULL};
   tpdp_plan *plan = calloc(1, sizeof *plan);
   cJSON *root = NULL;
-  if (plan == NULL) return oom(c);
+  if (plan == NULL) return planning_oom(c);
   plan->model = model;
   if (limits == NULL || nlimits == 0) {
     static const size_t dflt[2] = {TPDP_BUCKET_FIRST_BYTES,
@@ -527,13 +506,13 @@ static tpdp_status compute(const ctx_t *c, const tpdp_model_desc *model,
   }
   for (int64_t k = 0; k < nlimits; k++)
     if (limits[k] == 0) {
-      st = perr(c, TPDP_ERR_INVALID_ARGUMENT,
+      st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
                 "bucket limit %lld is 0 (limits must be > 0)", (long long)k);
       goto fail;
     }
   plan->limits = malloc(sizeof *limits * (size_t)nlimits);
   if (plan->limits == NULL) {
-    st = oom(c);
+    st = planning_oom(c);
     goto fail;
   }
   memcpy(plan->limits, limits, sizeof *limits * (size_t)nlimits);
@@ -551,7 +530,7 @@ static tpdp_status compute(const ctx_t *c, const tpdp_model_desc *model,
         col++;
       }
     }
-    st = perr(c, TPDP_ERR_PARSE, "not valid JSON (near line %d, column %d)",
+    st = planning_error(c, TPDP_ERR_PARSE, "not valid JSON (near line %d, column %d)",
               line, col);
     goto fail;
   }
@@ -559,7 +538,7 @@ static tpdp_status compute(const ctx_t *c, const tpdp_model_desc *model,
   plan->module_unit = calloc((size_t)model->nmodules, sizeof(int));
   plan->module_style = malloc(sizeof(int) * (size_t)model->nmodules);
   if (plan->module_unit == NULL || plan->module_style == NULL) {
-    st = oom(c);
+    st = planning_oom(c);
     goto fail;
   }
   for (int i = 0; i < model->nmodules; i++) plan->module_style[i] = -1;
@@ -588,7 +567,7 @@ tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
   *out = NULL;
   CHECK_PTR(model);
   CHECK_PTR(plan_json);
-  ctx_t c = {__func__, NULL};
+  planning_ctx c = {__func__, NULL};
   return compute(&c, model, plan_json, limits, nlimits, out);
 }
 
@@ -601,7 +580,7 @@ tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
   CHECK_PTR(path);
   char *buf = NULL;
   CHECK(tpdp_tools_read_file(path, &buf));
-  ctx_t c = {__func__, path};
+  planning_ctx c = {__func__, path};
   tpdp_status st = compute(&c, model, buf, limits, nlimits, out);
   free(buf);
   return st;

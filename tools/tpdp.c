@@ -28,6 +28,26 @@ int tpdp_cli_wants_help(int argc, char **argv) {
   return 0;
 }
 
+int tpdp_cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
+  fprintf(stderr, "tpdp %s: ", cmd);
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(see tpdp %s --help)\n", cmd);
+  return 2;
+}
+
+const char *tpdp_cli_opt_value(int argc, char **argv, int *i,
+                               const char *name, int *missing) {
+  size_t n = strlen(name);
+  if (strncmp(argv[*i], name, n) != 0) return NULL;
+  if (argv[*i][n] == '=') return argv[*i] + n + 1;
+  if (argv[*i][n] != '\0') return NULL;
+  if (*i + 1 >= argc) {
+    *missing = 1;
+    return NULL;
+  }
+  return argv[++*i];
+}
+
 static void usage(FILE *out) {
   fprintf(out,
           "usage: tpdp <command> [options]\n"

@@ -142,22 +142,14 @@ static int64_t outer_of(int ndim, const int64_t *shape, int d) {
   return n;
 }
 
-/* A contiguous row-major view of `data` with `shape`. */
+/* A contiguous row-major view of `data` with `shape` (from a valid spec,
+ * so tpdp_tensor_init cannot fail here). */
 static tpdp_tensor contig_view(void *data, tpdp_dtype dtype,
                                tpdp_device device, int ndim,
                                const int64_t *shape) {
   tpdp_tensor t;
   memset(&t, 0, sizeof t);
-  t.data = data;
-  t.dtype = dtype;
-  t.device = device;
-  t.ndim = ndim;
-  int64_t acc = 1;
-  for (int e = ndim - 1; e >= 0; e--) {
-    t.shape[e] = shape[e];
-    t.strides[e] = acc;
-    acc *= shape[e];
-  }
+  (void)tpdp_tensor_init(&t, data, dtype, device, ndim, shape);
   return t;
 }
 
