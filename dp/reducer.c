@@ -52,6 +52,7 @@ static int cmp_key(const void *a, const void *b) {
 
 struct tpdp_reducer {
   tpdp_comm *comm;
+  void *stream; /* the comm's CUDA stream (NCCL) for bucket ops; NULL on MPI */
   tpdp_reducer_param *params; /* the caller's array */
   int64_t n;
   tpdp_reducer_options opt;
@@ -202,7 +203,8 @@ static tpdp_status install_buckets(tpdp_reducer *r, dp_bucket *bs,
       tpdp_tensor v = slot_view(r, b, k);
       const tpdp_tensor *old = r->views[p].data ? &r->views[p] : NULL;
       if (old == NULL && r->params[p].grad.data) old = &r->params[p].grad;
-      if (old && tpdp_tensor_numel(&v) > 0) CHECK(dp_buf_copy_tensor(&v, old));
+      if (old && tpdp_tensor_numel(&v) > 0)
+        CHECK(dp_buf_copy_tensor(r->stream, &v, old));
       r->views[p] = v;
       r->params[p].grad = v;
     }
@@ -216,22 +218,25 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
   dp_bucket *b = &r->buckets[j];
   b->launched = 1;
   b->done = 0;
+  /* Device buckets: everything below runs on the communicator's stream,
+   * after the gradient producer (MPI: a no-op). */
+  CHECK(tpdp_comm_order_after(r->comm, r->opt.producer_stream));
   for (int64_t k = 0; k < b->n; k++) {
     int64_t p = b->params[k];
     tpdp_tensor slot = slot_view(r, b, k);
     size_t nbytes = tpdp_tensor_nbytes(&slot);
     if (nbytes == 0) continue;
     if (!r->touched[p])
-      CHECK_TIMED(r, data_seconds, dp_buf_zero(b->device, slot.data, nbytes));
+      CHECK_TIMED(r, data_seconds,
+                  dp_buf_zero(b->device, r->stream, slot.data, nbytes));
     else if (!r->opt.gradient_as_bucket_view)
       CHECK_TIMED(r, data_seconds,
-                  dp_buf_copy_tensor(&slot, &r->params[p].grad));
+                  dp_buf_copy_tensor(r->stream, &slot, &r->params[p].grad));
   }
   size_t es = tpdp_dtype_size(b->dtype);
   size_t n = b->bytes / es;
   tpdp_tensor flat = tpdp_tensor_1d(b->buf, b->dtype, (int64_t)n);
   flat.device = b->device;
-  CHECK(tpdp_comm_order_after(r->comm, r->opt.producer_stream));
   switch (r->opt.comm_hook) {
     case TPDP_REDUCER_HOOK_USER: {
       tpdp_reducer_hook_args args = {r->comm, j, &flat, r->divide,
@@ -253,8 +258,8 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
           b->half_dtype = hd;
         }
         CHECK_TIMED(r, data_seconds,
-                    dp_buf_cast_divide(b->device, b->dtype, b->buf, hd,
-                                       b->half, n, r->divide));
+                    dp_buf_cast_divide(b->device, r->stream, b->dtype, b->buf,
+                                       hd, b->half, n, r->divide));
         tpdp_tensor h = tpdp_tensor_1d(b->half, hd, (int64_t)n);
         h.device = b->device;
         CHECK_TIMED(r, comm_seconds,
@@ -268,7 +273,8 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
       break;
   }
   CHECK_TIMED(r, data_seconds,
-              dp_buf_divide(b->device, b->dtype, b->buf, n, r->divide));
+              dp_buf_divide(b->device, r->stream, b->dtype, b->buf, n,
+                            r->divide));
   CHECK_TIMED(r, comm_seconds,
               tpdp_allreduce_async(r->comm, &flat, &flat, TPDP_OP_SUM,
                                    &b->work));
@@ -315,15 +321,15 @@ static tpdp_status complete(tpdp_reducer *r, int64_t j) {
       ((r->opt.comm_hook == TPDP_REDUCER_HOOK_BF16 && b->half_dtype == TPDP_BF16) ||
        (r->opt.comm_hook == TPDP_REDUCER_HOOK_F16 && b->half_dtype == TPDP_F16)))
     CHECK_TIMED(r, data_seconds,
-                dp_buf_cast_divide(b->device, b->half_dtype, b->half, b->dtype,
-                                   b->buf, n, 1.0));
+                dp_buf_cast_divide(b->device, r->stream, b->half_dtype, b->half,
+                                   b->dtype, b->buf, n, 1.0));
   if (!r->opt.gradient_as_bucket_view) {
     for (int64_t k = 0; k < b->n; k++) {
       int64_t p = b->params[k];
       tpdp_tensor slot = slot_view(r, b, k);
       if (tpdp_tensor_numel(&slot) == 0) continue;
       CHECK_TIMED(r, data_seconds,
-                  dp_buf_copy_tensor(&r->params[p].grad, &slot));
+                  dp_buf_copy_tensor(r->stream, &r->params[p].grad, &slot));
     }
   }
   return TPDP_SUCCESS;
@@ -466,7 +472,7 @@ static tpdp_status agree(tpdp_comm *comm, tpdp_status mine) {
   CHECK(TPDP_CALLOC(all, (size_t)size));
   tpdp_tensor s = tpdp_tensor_1d(&me, TPDP_I32, 1);
   tpdp_tensor rv = tpdp_tensor_1d(all, TPDP_I32, size);
-  tpdp_status st = tpdp_allgather(comm, &s, &rv);
+  tpdp_status st = dp_buf_host_allgather(comm, &s, &rv);
   if (st != TPDP_SUCCESS) {
     free(all);
     return st;
@@ -495,7 +501,7 @@ static tpdp_status check_across(tpdp_comm *comm, tpdp_reducer_param *params,
   CHECK(TPDP_CALLOC(counts, (size_t)size));
   tpdp_tensor s = tpdp_tensor_1d(&n, TPDP_I64, 1);
   tpdp_tensor rv = tpdp_tensor_1d(counts, TPDP_I64, size);
-  CHECK_GOTO(tpdp_allgather(comm, &s, &rv), st, done);
+  CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
   for (int k = 1; k < size; k++)
     if (counts[k] != counts[0]) {
       st = CREATE_ERR(TPDP_ERR_SHAPE_MISMATCH,
@@ -510,7 +516,7 @@ static tpdp_status check_across(tpdp_comm *comm, tpdp_reducer_param *params,
   for (int64_t i = 0; i < n; i++) fill_desc(&params[i].param, mine + i * DESC_LEN);
   s = tpdp_tensor_1d(mine, TPDP_I64, n * DESC_LEN);
   rv = tpdp_tensor_1d(all, TPDP_I64, n * DESC_LEN * size);
-  CHECK_GOTO(tpdp_allgather(comm, &s, &rv), st, done);
+  CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
   for (int64_t i = 0; i < n; i++) {
     const int64_t *d0 = all + i * DESC_LEN;
     for (int k = 1; k < size; k++) {
@@ -555,6 +561,7 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   tpdp_tensor *metas = NULL;
   CHECK(TPDP_CALLOC(r, 1));
   r->comm = comm;
+  r->stream = tpdp_comm_nccl_stream(comm);
   r->params = params;
   r->n = nparams;
   r->opt = o;
@@ -600,6 +607,9 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   /* The duplicate check is local; agree so that no rank hangs. */
   CHECK_GOTO(agree(comm, st), st, fail);
 
+  /* Device parameters: the broadcast runs on the communicator's stream,
+   * after whatever wrote them on the producer stream (MPI: a no-op). */
+  CHECK_GOTO(tpdp_comm_order_after(comm, o.producer_stream), st, fail);
   for (int64_t i = 0; i < n; i++) {
     tpdp_tensor *p = &params[i].param;
     if (tpdp_tensor_numel(p) == 0) continue;
@@ -612,6 +622,8 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   CHECK_GOTO(tpdp_bucket_assign(metas, n, limits, 2, NULL, &a), st, fail);
   CHECK_GOTO(build_buckets(r, &a, 1, &r->buckets, &r->nbuckets), st, fail);
   CHECK_GOTO(install_buckets(r, r->buckets, r->nbuckets), st, fail);
+  /* Device gradient views hold their values before the caller uses them. */
+  CHECK_GOTO(dp_buf_sync(params[0].param.device, r->stream), st, fail);
   tpdp_bucket_assignment_free(&a);
   free(metas);
   TPDP_INFO("reducer on %s: %lld parameters in %lld buckets, %s mode, "
@@ -682,7 +694,7 @@ static tpdp_status rebuild(tpdp_reducer *r) {
   dp_bucket *nb = NULL;
   int64_t nnb = 0;
   tpdp_tensor ord = tpdp_tensor_1d(r->rebuild_order, TPDP_I64, r->n);
-  CHECK(tpdp_broadcast(r->comm, &ord, &ord, 0));
+  CHECK(dp_buf_host_broadcast(r->comm, &ord, 0));
   size_t limits[2] = {r->opt.first_bucket_bytes, r->opt.bucket_cap_bytes};
   CHECK(TPDP_CALLOC(metas, (size_t)r->n));
   for (int64_t i = 0; i < r->n; i++) metas[i] = r->params[i].param;
@@ -693,6 +705,7 @@ static tpdp_status rebuild(tpdp_reducer *r) {
     /* nothing lives in the buckets between iterations */
   }
   CHECK_GOTO(install_buckets(r, nb, nnb), st, done);
+  CHECK_GOTO(dp_buf_sync(r->params[0].param.device, r->stream), st, done);
   free_buckets(r->buckets, r->nbuckets);
   r->buckets = nb;
   r->nbuckets = nnb;
@@ -885,6 +898,10 @@ static tpdp_status reducer_finalize_impl(tpdp_reducer *r) {
     st2 = complete(r, j);
     if (st == TPDP_SUCCESS) st = st2;
   }
+  /* Device buckets: the casts and copy-backs queued by complete() are done
+   * before the caller reads the gradients (MPI: a no-op). */
+  st2 = dp_buf_sync(r->params[0].param.device, r->stream);
+  if (st == TPDP_SUCCESS) st = st2;
   if (st != TPDP_SUCCESS) {
     /* the buckets are consumed: end the iteration */
     memset(r->touched, 0, (size_t)r->n);

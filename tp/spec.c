@@ -360,7 +360,8 @@ tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
 
 void tpdp_dtensor_free_local(tpdp_dtensor *dt) {
   if (dt == NULL) return;
-  free(dt->local.data);
+  /* host memory from malloc, or device memory from cudaMalloc */
+  tp_mem_free(dt->local.device, dt->local.data);
   dt->local.data = NULL;
 }
 

@@ -33,11 +33,13 @@ void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
 void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size, int64_t *start);
 
 /* ---- memory: the only place that touches tensor bytes outside the
- * communicator. Host memory here; a CUDA build adds cudaMemcpy*Async /
- * cudaMemsetAsync / cudaMalloc paths in tp/tp_mem.c only. */
+ * communicator (tp/tp_mem.c). Host memory always; CUDA device memory in a
+ * build with TPDP_WITH_CUDA (cudaMalloc/cudaFree and core/tensor_cuda.h's
+ * copies and zero fill, synchronous: each returns once the bytes are in
+ * place). */
 
-/* TPDP_SUCCESS if redistribute can move memory on `device`, else
- * TPDP_ERR_UNSUPPORTED naming the device. */
+/* TPDP_SUCCESS if redistribute can move memory on `device` (cpu; cuda when
+ * built with CUDA), else TPDP_ERR_UNSUPPORTED naming the device. */
 tpdp_status tp_mem_supported(tpdp_device device);
 /* Allocate `bytes` (may be 0: *out gets a non-NULL dummy-free pointer or
  * NULL) on `device`. */

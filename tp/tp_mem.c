@@ -1,14 +1,70 @@
 /* Memory helpers of tp/: every copy, pack, zero-fill and temporary
  * allocation redistribute does goes through these four functions, so that
- * device memory needs changes in this file only. This build handles host
- * memory; a CUDA tensor is TPDP_ERR_UNSUPPORTED. */
+ * device memory needs changes in this file only. Host memory always; CUDA
+ * device memory when built with --config=cuda (TPDP_WITH_CUDA), else a
+ * CUDA tensor is TPDP_ERR_UNSUPPORTED.
+ *
+ * The CUDA forms are synchronous: they run on the legacy default stream
+ * and return once the bytes are in place. Redistribute's collectives are
+ * the blocking ones (the host waits for the communicator's stream), so
+ * every step sees the previous one complete without further events. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tp/tp_internal.h"
 
+#ifdef TPDP_WITH_CUDA
+#include <cuda_runtime.h>
+
+#include "core/tensor_cuda.h"
+
+/* Make `dev` the current device for a call, restoring the caller's. */
+typedef struct {
+  int prev;
+  int changed;
+} tp_dev_guard;
+
+static tpdp_status tp_guard_enter(tp_dev_guard *g, int dev) {
+  g->changed = 0;
+  TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
+  if (g->prev != dev) {
+    TPDP_CUDA_CHECK(cudaSetDevice(dev));
+    g->changed = 1;
+  }
+  return TPDP_SUCCESS;
+}
+
+static void tp_guard_exit(tp_dev_guard *g) {
+  if (g->changed) (void)cudaSetDevice(g->prev);
+}
+
+static tpdp_status cuda_alloc(int dev, size_t bytes, void **out) {
+  tp_dev_guard g;
+  CHECK(tp_guard_enter(&g, dev));
+  tpdp_status st = tpdp_cuda_status(cudaMalloc(out, bytes ? bytes : 1),
+                                    "cudaMalloc", __func__);
+  tp_guard_exit(&g);
+  if (st != TPDP_SUCCESS) *out = NULL;
+  return st;
+}
+
+static tpdp_status cuda_zero(tpdp_tensor *t) {
+  tp_dev_guard g;
+  CHECK(tp_guard_enter(&g, t->device.index));
+  tpdp_status st = tpdp_cuda_tensor_zero_async(t, NULL);
+  if (st == TPDP_SUCCESS)
+    st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
+                          "cudaStreamSynchronize", __func__);
+  tp_guard_exit(&g);
+  return st;
+}
+#endif /* TPDP_WITH_CUDA */
+
 tpdp_status tp_mem_supported(tpdp_device device) {
   if (device.type == TPDP_DEVICE_CPU) return TPDP_SUCCESS;
+#ifdef TPDP_WITH_CUDA
+  if (device.type == TPDP_DEVICE_CUDA) return TPDP_SUCCESS;
+#endif
   char dev[32];
   tpdp_device_format(device, dev, sizeof dev);
   return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
@@ -20,6 +76,10 @@ tpdp_status tp_mem_supported(tpdp_device device) {
 
 tpdp_status tp_mem_alloc(tpdp_device device, size_t bytes, void **out) {
   CHECK(tp_mem_supported(device));
+#ifdef TPDP_WITH_CUDA
+  if (device.type == TPDP_DEVICE_CUDA)
+    return cuda_alloc(device.index, bytes, out);
+#endif
   *out = malloc(bytes ? bytes : 1);
   if (*out == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "cannot allocate %zu bytes", bytes);
@@ -27,7 +87,15 @@ tpdp_status tp_mem_alloc(tpdp_device device, size_t bytes, void **out) {
 }
 
 void tp_mem_free(tpdp_device device, void *p) {
+#ifdef TPDP_WITH_CUDA
+  if (device.type == TPDP_DEVICE_CUDA) {
+    /* Nothing to report to: the frees follow completed work. */
+    if (p != NULL) (void)cudaFree(p);
+    return;
+  }
+#else
   (void)device;
+#endif
   free(p);
 }
 
@@ -56,6 +124,12 @@ static void copy_rec(char *d, const char *s, const tpdp_tensor *dt,
 tpdp_status tp_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK(tp_mem_supported(dst->device));
   CHECK(tp_mem_supported(src->device));
+#ifdef TPDP_WITH_CUDA
+  /* Any strides, device<->device or host<->device; checks shape/dtype. */
+  if (dst->device.type == TPDP_DEVICE_CUDA ||
+      src->device.type == TPDP_DEVICE_CUDA)
+    return tpdp_cuda_tensor_copy(dst, src);
+#endif
   if (dst->ndim == 0 || tpdp_tensor_numel(dst) == 0 ||
       !tpdp_tensor_same_shape(dst, src) || dst->dtype != src->dtype ||
       (tpdp_tensor_is_contiguous(dst) && tpdp_tensor_is_contiguous(src)))
@@ -82,6 +156,9 @@ static void zero_rec(char *p, const tpdp_tensor *t, int d, size_t es) {
 tpdp_status tp_mem_zero(tpdp_tensor *dst) {
   CHECK(tp_mem_supported(dst->device));
   if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
+#ifdef TPDP_WITH_CUDA
+  if (dst->device.type == TPDP_DEVICE_CUDA) return cuda_zero(dst);
+#endif
   size_t es = tpdp_dtype_size(dst->dtype);
   if (dst->ndim == 0 || tpdp_tensor_is_contiguous(dst)) {
     memset(dst->data, 0, tpdp_tensor_nbytes(dst));

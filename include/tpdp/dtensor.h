@@ -164,7 +164,8 @@ tpdp_status tpdp_dtensor_flatten(const tpdp_dtensor *dt, tpdp_tensor *local,
 tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
                                    const tpdp_spec *spec, tpdp_dtensor *out);
 /* Free the local data of a DTensor made by one of the *_alloc functions
- * below (host memory from malloc) and clear out->local.data. */
+ * below (host memory from malloc, or device memory from cudaMalloc for a
+ * CUDA spec) and clear out->local.data. */
 void tpdp_dtensor_free_local(tpdp_dtensor *dt);
 
 /* --------------------------------------------------------- redistribute
@@ -188,8 +189,13 @@ void tpdp_dtensor_free_local(tpdp_dtensor *dt);
  * uneven shards or non-leading shard dims, intermediate steps) are
  * allocated and freed inside the call.
  *
- * Memory: host (CPU) tensors over an MPI mesh. Device (CUDA) tensors need a
- * build with CUDA copies; in this build they are TPDP_ERR_UNSUPPORTED.
+ * Memory: host (CPU) tensors over an MPI mesh, or device (CUDA) tensors
+ * over an NCCL mesh in a --config=cuda build (elsewhere CUDA tensors are
+ * TPDP_ERR_UNSUPPORTED). Device inputs must be complete when the call is
+ * made (the collectives run on the communicator's stream, which is not
+ * ordered after the caller's: synchronise the producing stream, or order
+ * the communicator after it with tpdp_comm_order_after). The call returns
+ * once the destination holds the result.
  *
  * Errors: NULL arguments; TPDP_ERR_STATE (layout-only mesh);
  * TPDP_ERR_MESH_MISMATCH (src and dst specs on different meshes);
@@ -199,8 +205,8 @@ void tpdp_dtensor_free_local(tpdp_dtensor *dt);
 tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
                               const tpdp_spec *dst_spec,
                               tpdp_tensor *dst_local);
-/* Same, allocating the destination (host memory; release with
- * tpdp_dtensor_free_local). out->spec = dst_spec. */
+/* Same, allocating the destination (host memory, or device memory for a
+ * CUDA spec; release with tpdp_dtensor_free_local). out->spec = dst_spec. */
 tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
                                     const tpdp_spec *dst_spec,
                                     tpdp_dtensor *out);
@@ -208,7 +214,9 @@ tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
  * out: contiguous, the global shape, spec dtype and device. Collective. */
 tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
                                      tpdp_tensor *out);
-/* Same into malloc'd host memory (*data receives it; free with free()). */
+/* Same into memory it allocates: malloc'd host memory for a host spec (free
+ * with free()), cudaMalloc'd for a CUDA spec (free with cudaFree); or
+ * wrap it as {out, spec} and call tpdp_dtensor_free_local. */
 tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
                                            tpdp_tensor *out);
 

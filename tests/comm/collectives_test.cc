@@ -354,27 +354,49 @@ TEST(Collectives, MultiDimTensorsAreFlattened) {
 }
 
 // Large counts: every dtype, sum and one more op, in place and out of place
-// (blocking for one, async for the other).
-TEST(CollectivesLarge, AllreduceAndReduceScatter) {
+// (blocking for one, async for the other). One test per collective so each
+// runs as its own Bazel target (see BUILD).
+const tpdp_reduce_op kLargeOps[] = {TPDP_OP_SUM, TPDP_OP_AVG, TPDP_OP_MAX};
+
+TEST(CollectivesLarge, Allreduce) {
   Comms comms;
   for (const Target &t : comms.targets())
     for (tpdp_dtype dt : coll::kDtypes)
-      for (tpdp_reduce_op op : {TPDP_OP_SUM, dt % 2 ? TPDP_OP_MAX : TPDP_OP_AVG})
+      for (tpdp_reduce_op op : {TPDP_OP_SUM, kLargeOps[1 + dt % 2]})
         for (Mode m : {Mode{false, false}, Mode{true, true}}) {
           SCOPED_TRACE(Describe(t, dt, tpdp_reduce_op_name(op), kLarge, m));
           CheckAllreduce(t.comm, dt, op, kLarge, m);
+        }
+}
+
+TEST(CollectivesLarge, ReduceScatter) {
+  Comms comms;
+  for (const Target &t : comms.targets())
+    for (tpdp_dtype dt : coll::kDtypes)
+      for (tpdp_reduce_op op : {TPDP_OP_SUM, dt % 2 ? TPDP_OP_AVG : TPDP_OP_MIN})
+        for (Mode m : {Mode{false, true}, Mode{true, false}}) {
+          SCOPED_TRACE(Describe(t, dt, tpdp_reduce_op_name(op), kLarge, m));
           CheckReduceScatter(t.comm, dt, op, kLarge, m);
         }
 }
 
-TEST(CollectivesLarge, AllgatherBroadcastAlltoall) {
+TEST(CollectivesLarge, AllgatherAndBroadcast) {
   Comms comms;
   for (const Target &t : comms.targets())
     for (tpdp_dtype dt : coll::kDtypes)
       for (Mode m : {Mode{false, true}, Mode{true, false}}) {
-        SCOPED_TRACE(Describe(t, dt, "gather/bcast/a2a", kLarge, m));
+        SCOPED_TRACE(Describe(t, dt, "allgather/broadcast", kLarge, m));
         CheckAllgather(t.comm, dt, kLarge, m);
         CheckBroadcast(t.comm, dt, tpdp_comm_size(t.comm) - 1, kLarge, m);
+      }
+}
+
+TEST(CollectivesLarge, Alltoall) {
+  Comms comms;
+  for (const Target &t : comms.targets())
+    for (tpdp_dtype dt : coll::kDtypes)
+      for (Mode m : {Mode{false, true}, Mode{true, false}}) {
+        SCOPED_TRACE(Describe(t, dt, "alltoall", kLarge, m));
         CheckAlltoall(t.comm, dt, kLarge, m);
       }
 }

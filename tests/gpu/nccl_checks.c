@@ -342,6 +342,16 @@ const tpdp_gpu_check tpdp_gpu_checks[] = {
     {"alltoall_inplace", check_alltoall_inplace},
     {"async_streams", check_async_streams},
     {"tensor_copy", check_tensor_copy},
+    /* tp/ and dp/ on device memory (device_checks.c) */
+    {"redistribute_device", tpdp_gpu_check_redistribute},
+    {"full_tensor_device", tpdp_gpu_check_full_tensor},
+    {"reducer_device_view", tpdp_gpu_check_reducer_view},
+    {"reducer_device_copy", tpdp_gpu_check_reducer_copy},
+    {"reducer_device_bf16_view", tpdp_gpu_check_reducer_bf16_view},
+    {"reducer_device_bf16_copy", tpdp_gpu_check_reducer_bf16_copy},
+    {"reducer_device_f16_view", tpdp_gpu_check_reducer_f16_view},
+    {"reducer_host_params_on_nccl", tpdp_gpu_check_reducer_host_params},
+    /* last: it aborts its communicator */
     {"timeout", check_timeout},
 };
 const int tpdp_gpu_check_count =

@@ -22,6 +22,18 @@ extern const int tpdp_gpu_check_count;
 /* 1 if cudaGetDeviceCount finds a GPU; else 0 with CUDA's reason in msg. */
 int tpdp_gpu_present(char *msg, size_t len);
 
+/* Device-memory paths of tp/ and dp/ (device_checks.c), listed in
+ * tpdp_gpu_checks too: redistribute / full_tensor of CUDA tensors on a
+ * 1-rank NCCL mesh, the reducer over CUDA parameters. */
+int tpdp_gpu_check_redistribute(char *msg, size_t len);
+int tpdp_gpu_check_full_tensor(char *msg, size_t len);
+int tpdp_gpu_check_reducer_view(char *msg, size_t len);
+int tpdp_gpu_check_reducer_copy(char *msg, size_t len);
+int tpdp_gpu_check_reducer_bf16_view(char *msg, size_t len);
+int tpdp_gpu_check_reducer_bf16_copy(char *msg, size_t len);
+int tpdp_gpu_check_reducer_f16_view(char *msg, size_t len);
+int tpdp_gpu_check_reducer_host_params(char *msg, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

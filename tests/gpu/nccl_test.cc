@@ -1,7 +1,9 @@
 // NCCL backend tests at world size 1: one GoogleTest per check of
 // tests/gpu/nccl_checks.c (every collective x dtype x op, in place, async
 // test/wait, wait_stream, order_after, split, device tensor copies, the
-// timeout path). They skip when cudaGetDeviceCount finds no GPU, and in a
+// timeout path) and of tests/gpu/device_checks.c (redistribute and
+// full_tensor of CUDA tensors on a 1-rank mesh; the reducer over CUDA
+// parameters in view/copy mode with the bf16/f16 hooks). They skip when cudaGetDeviceCount finds no GPU, and in a
 // build without --config=cuda they check the backend reports
 // TPDP_ERR_UNSUPPORTED and skip.
 #include <string>
