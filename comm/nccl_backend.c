@@ -133,24 +133,6 @@ static tpdp_status settle_comm(tpdp_comm *comm, ncclResult_t rc,
   return st;
 }
 
-typedef struct {
-  int prev;
-  int changed;
-} device_guard;
-
-static tpdp_status guard_enter(device_guard *g, int dev) {
-  g->changed = 0;
-  TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
-  if (g->prev != dev) {
-    TPDP_CUDA_CHECK(cudaSetDevice(dev));
-    g->changed = 1;
-  }
-  return TPDP_SUCCESS;
-}
-
-static void guard_exit(device_guard *g) {
-  if (g->changed) (void)cudaSetDevice(g->prev);
-}
 
 static tpdp_status aborted_error(const tpdp_comm *comm, const char *what,
                                  const char *func) {
@@ -361,8 +343,8 @@ static tpdp_status nccl_destroy(tpdp_comm *comm) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
   if (impl == NULL) return TPDP_SUCCESS;
   tpdp_status st = TPDP_SUCCESS;
-  device_guard g;
-  tpdp_status gst = guard_enter(&g, comm->device_index);
+  tpdp_cuda_device_guard g;
+  tpdp_status gst = tpdp_cuda_guard_enter(&g, comm->device_index);
   if (!impl->aborted && impl->nccl != NULL) {
     /* Finalize flushes outstanding operations (non-blocking: poll). */
     st = settle_comm(comm, ncclCommFinalize(impl->nccl), "ncclCommFinalize",
@@ -383,7 +365,7 @@ static tpdp_status nccl_destroy(tpdp_comm *comm) {
   cst = tpdp_cuda_status(cudaStreamDestroy(impl->stream), "cudaStreamDestroy",
                          __func__);
   if (st == TPDP_SUCCESS) st = cst;
-  if (gst == TPDP_SUCCESS) guard_exit(&g);
+  if (gst == TPDP_SUCCESS) tpdp_cuda_guard_exit(&g);
   free(impl);
   comm->impl = NULL;
   return st != TPDP_SUCCESS ? st : gst;
@@ -393,8 +375,8 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
                               tpdp_comm **out) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
   if (impl->aborted) return aborted_error(comm, "split", __func__);
-  device_guard g;
-  CHECK(guard_enter(&g, comm->device_index));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, comm->device_index));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nc = NULL;
@@ -417,15 +399,15 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
   } else {
     st = wrap_comm(nc, comm->device_index, name, impl->timeout_s, out);
   }
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 
 static tpdp_status nccl_order_after(tpdp_comm *comm, void *stream) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
   if (impl->aborted) return aborted_error(comm, "order_after", __func__);
-  device_guard g;
-  CHECK(guard_enter(&g, comm->device_index));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, comm->device_index));
   tpdp_status st = tpdp_cuda_status(
       cudaEventRecord(impl->order_event, (cudaStream_t)stream),
       "cudaEventRecord", __func__);
@@ -433,7 +415,7 @@ static tpdp_status nccl_order_after(tpdp_comm *comm, void *stream) {
     st = tpdp_cuda_status(
         cudaStreamWaitEvent(impl->stream, impl->order_event, 0),
         "cudaStreamWaitEvent", __func__);
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 
@@ -505,12 +487,12 @@ static tpdp_status nccl_work_wait(tpdp_work *work) {
 static tpdp_status nccl_work_wait_stream(tpdp_work *work, void *stream) {
   nccl_work_impl *w = (nccl_work_impl *)work->impl;
   if (!w->completed) CHECK(poll_async(work, __func__));
-  device_guard g;
-  CHECK(guard_enter(&g, work->comm->device_index));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, work->comm->device_index));
   tpdp_status st = tpdp_cuda_status(
       cudaStreamWaitEvent((cudaStream_t)stream, w->done, 0),
       "cudaStreamWaitEvent", __func__);
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 
@@ -618,8 +600,8 @@ static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   nccl_impl *impl = (nccl_impl *)comm->impl;
   if (impl->aborted)
     return aborted_error(comm, tpdp_coll_name(a->kind), __func__);
-  device_guard g;
-  CHECK(guard_enter(&g, comm->device_index));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, comm->device_index));
   tpdp_status st = TPDP_SUCCESS;
   tpdp_work *work = NULL;
   nccl_work_impl *w = NULL;
@@ -641,14 +623,14 @@ static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   CHECK_GOTO(tpdp_cuda_status(cudaEventRecord(w->done, impl->stream),
                               "cudaEventRecord", __func__),
              st, fail);
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   *out = work;
   return TPDP_SUCCESS;
 fail:
   if (w != NULL && w->done != NULL) (void)cudaEventDestroy(w->done);
   free(w);
   free(work);
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 

@@ -50,6 +50,11 @@ tpdp_status tpdp_calloc_impl(void **out, size_t count, size_t size,
 #define TPDP_INFO(...) tpdp_log(TPDP_LOG_INFO, __VA_ARGS__)
 #define TPDP_TRACE(...) tpdp_log(TPDP_LOG_TRACE, __VA_ARGS__)
 
+/* Same shape and dtype, else TPDP_ERR_SHAPE_MISMATCH / DTYPE_MISMATCH
+ * naming both (reported as `func`). Used by the host and CUDA copies. */
+tpdp_status tpdp_check_copy_pair(const tpdp_tensor *dst, const tpdp_tensor *src,
+                                 const char *func);
+
 /* Read an integer environment variable; `dflt` when unset or malformed. */
 long tpdp_env_long(const char *name, long dflt);
 

@@ -189,6 +189,23 @@ static void copy_rec(char *dst, const char *src, const tpdp_tensor *d,
              src + (size_t)(i * s->strides[dim]) * es, d, s, dim + 1, es);
 }
 
+tpdp_status tpdp_check_copy_pair(const tpdp_tensor *dst, const tpdp_tensor *src,
+                                 const char *func) {
+  if (!tpdp_tensor_same_shape(dst, src)) {
+    char a[128], b[128];
+    tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
+    tpdp_shape_format(src->ndim, src->shape, b, sizeof b);
+    return tpdp_set_error(TPDP_ERR_SHAPE_MISMATCH, func,
+                          "dst shape %s != src shape %s", a, b);
+  }
+  if (dst->dtype != src->dtype)
+    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, func,
+                          "dst dtype %s != src dtype %s",
+                          tpdp_dtype_name(dst->dtype),
+                          tpdp_dtype_name(src->dtype));
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK_PTR(dst);
   CHECK_PTR(src);
@@ -197,16 +214,7 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
                     "dst ndim %d / src ndim %d outside [0, %d]", dst->ndim,
                     src->ndim, TPDP_MAX_DIMS);
-  if (!tpdp_tensor_same_shape(dst, src)) {
-    char a[128], b[128];
-    tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
-    tpdp_shape_format(src->ndim, src->shape, b, sizeof b);
-    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH, "dst shape %s != src shape %s",
-                    a, b);
-  }
-  if (dst->dtype != src->dtype)
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "dst dtype %s != src dtype %s",
-                    tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
+  CHECK(tpdp_check_copy_pair(dst, src, __func__));
   if (dst->device.type != TPDP_DEVICE_CPU ||
       src->device.type != TPDP_DEVICE_CPU)
 #ifdef TPDP_WITH_CUDA

@@ -40,27 +40,8 @@ static void make_layout(const tpdp_tensor *dst, const int64_t *dst_strides,
   }
 }
 
-static tpdp_status check_pair(const tpdp_tensor *dst, const tpdp_tensor *src) {
-  if (!tpdp_tensor_same_shape(dst, src)) {
-    char a[128], b[128];
-    tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
-    tpdp_shape_format(src->ndim, src->shape, b, sizeof b);
-    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH, "dst shape %s != src shape %s",
-                    a, b);
-  }
-  if (dst->dtype != src->dtype)
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "dst dtype %s != src dtype %s",
-                    tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
-  return TPDP_SUCCESS;
-}
 
-/* Run `body` with the current device set to `dev`, restoring the caller's. */
-typedef struct {
-  int prev;
-  int changed;
-} device_guard;
-
-static tpdp_status guard_enter(device_guard *g, int dev) {
+tpdp_status tpdp_cuda_guard_enter(tpdp_cuda_device_guard *g, int dev) {
   g->changed = 0;
   TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
   if (g->prev != dev) {
@@ -70,7 +51,7 @@ static tpdp_status guard_enter(device_guard *g, int dev) {
   return TPDP_SUCCESS;
 }
 
-static void guard_exit(device_guard *g) {
+void tpdp_cuda_guard_exit(tpdp_cuda_device_guard *g) {
   if (g->changed) (void)cudaSetDevice(g->prev);
 }
 
@@ -78,7 +59,7 @@ tpdp_status tpdp_cuda_tensor_copy_async(tpdp_tensor *dst,
                                         const tpdp_tensor *src, void *stream) {
   CHECK_PTR(dst);
   CHECK_PTR(src);
-  CHECK(check_pair(dst, src));
+  CHECK(tpdp_check_copy_pair(dst, src, __func__));
   if (dst->device.type != TPDP_DEVICE_CUDA ||
       src->device.type != TPDP_DEVICE_CUDA) {
     char a[32], b[32];
@@ -97,15 +78,15 @@ tpdp_status tpdp_cuda_tensor_copy_async(tpdp_tensor *dst,
                                     cudaMemcpyDeviceToDevice, s));
     return TPDP_SUCCESS;
   }
-  device_guard g;
-  CHECK(guard_enter(&g, dst->device.index));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, dst->device.index));
   tpdp_cuda_layout l;
   make_layout(dst, dst->strides, src->strides, &l);
   tpdp_status st = tpdp_cuda_status(
       tpdp_cuda_launch_strided_copy(dst->data, src->data,
                                     tpdp_dtype_size(dst->dtype), &l, stream),
       "strided_copy kernel launch", __func__);
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 
@@ -122,15 +103,15 @@ tpdp_status tpdp_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
     TPDP_CUDA_CHECK(cudaMemsetAsync(t->data, 0, tpdp_tensor_nbytes(t), s));
     return TPDP_SUCCESS;
   }
-  device_guard g;
-  CHECK(guard_enter(&g, t->device.index));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, t->device.index));
   tpdp_cuda_layout l;
   make_layout(t, t->strides, t->strides, &l);
   tpdp_status st = tpdp_cuda_status(
       tpdp_cuda_launch_strided_zero(t->data, tpdp_dtype_size(t->dtype), &l,
                                     stream),
       "strided_zero kernel launch", __func__);
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 
@@ -147,7 +128,7 @@ static tpdp_tensor contiguous_like(const tpdp_tensor *t, void *data,
 tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK_PTR(dst);
   CHECK_PTR(src);
-  CHECK(check_pair(dst, src));
+  CHECK(tpdp_check_copy_pair(dst, src, __func__));
   if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
   size_t bytes = tpdp_tensor_nbytes(dst);
   int dst_dev = dst->device.type == TPDP_DEVICE_CUDA;
@@ -191,8 +172,8 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
                  st, done);
       goto done;
     }
-    device_guard g;
-    CHECK_GOTO(guard_enter(&g, dst->device.index), st, done);
+    tpdp_cuda_device_guard g;
+    CHECK_GOTO(tpdp_cuda_guard_enter(&g, dst->device.index), st, done);
     st = tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc", __func__);
     if (st == TPDP_SUCCESS)
       st = tpdp_cuda_status(
@@ -205,7 +186,7 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     if (st == TPDP_SUCCESS)
       st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
                             "cudaStreamSynchronize", __func__);
-    guard_exit(&g);
+    tpdp_cuda_guard_exit(&g);
     goto done;
   }
   /* device -> host: pack src on the device if it has strides, copy, then
@@ -213,15 +194,15 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   {
     const void *packed = src->data;
     if (!src_contig) {
-      device_guard g;
-      CHECK_GOTO(guard_enter(&g, src->device.index), st, done);
+      tpdp_cuda_device_guard g;
+      CHECK_GOTO(tpdp_cuda_guard_enter(&g, src->device.index), st, done);
       st = tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc",
                             __func__);
       if (st == TPDP_SUCCESS) {
         tpdp_tensor d = contiguous_like(src, dev_tmp, src->device);
         st = tpdp_cuda_tensor_copy_async(&d, src, NULL);
       }
-      guard_exit(&g);
+      tpdp_cuda_guard_exit(&g);
       if (st != TPDP_SUCCESS) goto done;
       packed = dev_tmp;
     }

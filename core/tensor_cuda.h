@@ -47,6 +47,18 @@ tpdp_status tpdp_cuda_tensor_copy_async(tpdp_tensor *dst,
 /* Stream-ordered zero fill of a device view (any strides). */
 tpdp_status tpdp_cuda_tensor_zero_async(tpdp_tensor *t, void *stream);
 
+/* Make a GPU the current device for a few calls and restore the caller's
+ * afterwards: streams, kernels and allocations belong to the current one.
+ *   tpdp_cuda_device_guard g;
+ *   CHECK(tpdp_cuda_guard_enter(&g, dev)); ...; tpdp_cuda_guard_exit(&g); */
+typedef struct {
+  int prev;
+  int changed;
+} tpdp_cuda_device_guard;
+
+tpdp_status tpdp_cuda_guard_enter(tpdp_cuda_device_guard *g, int dev);
+void tpdp_cuda_guard_exit(tpdp_cuda_device_guard *g);
+
 /* Turn a cudaError_t into TPDP_ERR_CUDA naming the call and CUDA's error
  * string; TPDP_SUCCESS for cudaSuccess. */
 tpdp_status tpdp_cuda_status(int cuda_error, const char *call,

@@ -18,44 +18,23 @@
 
 static int on_gpu(tpdp_device d) { return d.type == TPDP_DEVICE_CUDA; }
 
-/* Make `dev` the current device for a call, restoring the caller's: the
- * communicator's stream belongs to its GPU, and kernels, memsets and
- * allocations go to the current one. */
-typedef struct {
-  int prev;
-  int changed;
-} dev_guard;
-
-static tpdp_status guard_enter(dev_guard *g, int dev) {
-  g->changed = 0;
-  TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
-  if (g->prev != dev) {
-    TPDP_CUDA_CHECK(cudaSetDevice(dev));
-    g->changed = 1;
-  }
-  return TPDP_SUCCESS;
-}
-
-static void guard_exit(dev_guard *g) {
-  if (g->changed) (void)cudaSetDevice(g->prev);
-}
 
 /* Run one cudaError_t-returning expression with `dev` current; the status
  * names the call. */
 #define ON_DEVICE(dev, call)                                          \
   do {                                                                \
-    dev_guard g_;                                                     \
-    CHECK(guard_enter(&g_, (dev)));                                   \
+    tpdp_cuda_device_guard g_;                                                     \
+    CHECK(tpdp_cuda_guard_enter(&g_, (dev)));                                   \
     tpdp_status st_ = tpdp_cuda_status((int)(call), #call, __func__); \
-    guard_exit(&g_);                                                  \
+    tpdp_cuda_guard_exit(&g_);                                                  \
     return st_;                                                       \
   } while (0)
 
 static tpdp_status dev_alloc(tpdp_device device, size_t bytes, void **out) {
-  dev_guard g;
+  tpdp_cuda_device_guard g;
   void *p = NULL;
   size_t n = bytes ? bytes : 1;
-  CHECK(guard_enter(&g, device.index));
+  CHECK(tpdp_cuda_guard_enter(&g, device.index));
   tpdp_status st = tpdp_cuda_status(cudaMalloc(&p, n), "cudaMalloc", __func__);
   /* Zeroed and complete before any stream uses it. */
   if (st == TPDP_SUCCESS)
@@ -63,7 +42,7 @@ static tpdp_status dev_alloc(tpdp_device device, size_t bytes, void **out) {
   if (st == TPDP_SUCCESS)
     st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
                           "cudaStreamSynchronize", __func__);
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   if (st != TPDP_SUCCESS) {
     if (p) (void)cudaFree(p);
     return tpdp_set_error(st, "tpdp_reducer",
@@ -166,11 +145,11 @@ tpdp_status dp_buf_copy_tensor(void *stream, tpdp_tensor *dst,
     if (dst->data == src->data && tpdp_tensor_is_contiguous(dst) &&
         tpdp_tensor_is_contiguous(src))
       return TPDP_SUCCESS;
-    dev_guard g;
-    CHECK(guard_enter(&g, dst->device.index));
+    tpdp_cuda_device_guard g;
+    CHECK(tpdp_cuda_guard_enter(&g, dst->device.index));
     /* Stream-ordered, any strides; a host side is an error it names. */
     tpdp_status st = tpdp_cuda_tensor_copy_async(dst, src, stream);
-    guard_exit(&g);
+    tpdp_cuda_guard_exit(&g);
     return st;
   }
 #else
@@ -327,8 +306,8 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
   void *buf = NULL;
   char *dsend = NULL, *drecv = NULL;
   tpdp_tensor sv, rv;
-  dev_guard g;
-  CHECK(guard_enter(&g, dev));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, dev));
   tpdp_status st = tpdp_cuda_status(cudaMalloc(&buf, (sb + rb) ? (sb + rb) : 1),
                                     "cudaMalloc", __func__);
   if (st != TPDP_SUCCESS) goto done;
@@ -369,7 +348,7 @@ done:
     if (st != TPDP_SUCCESS) (void)cudaStreamSynchronize(s);
     (void)cudaFree(buf);
   }
-  guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 #endif /* TPDP_WITH_CUDA */

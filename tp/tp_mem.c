@@ -18,44 +18,25 @@
 
 #include "core/tensor_cuda.h"
 
-/* Make `dev` the current device for a call, restoring the caller's. */
-typedef struct {
-  int prev;
-  int changed;
-} tp_dev_guard;
-
-static tpdp_status tp_guard_enter(tp_dev_guard *g, int dev) {
-  g->changed = 0;
-  TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
-  if (g->prev != dev) {
-    TPDP_CUDA_CHECK(cudaSetDevice(dev));
-    g->changed = 1;
-  }
-  return TPDP_SUCCESS;
-}
-
-static void tp_guard_exit(tp_dev_guard *g) {
-  if (g->changed) (void)cudaSetDevice(g->prev);
-}
 
 static tpdp_status cuda_alloc(int dev, size_t bytes, void **out) {
-  tp_dev_guard g;
-  CHECK(tp_guard_enter(&g, dev));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, dev));
   tpdp_status st = tpdp_cuda_status(cudaMalloc(out, bytes ? bytes : 1),
                                     "cudaMalloc", __func__);
-  tp_guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   if (st != TPDP_SUCCESS) *out = NULL;
   return st;
 }
 
 static tpdp_status cuda_zero(tpdp_tensor *t) {
-  tp_dev_guard g;
-  CHECK(tp_guard_enter(&g, t->device.index));
+  tpdp_cuda_device_guard g;
+  CHECK(tpdp_cuda_guard_enter(&g, t->device.index));
   tpdp_status st = tpdp_cuda_tensor_zero_async(t, NULL);
   if (st == TPDP_SUCCESS)
     st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
                           "cudaStreamSynchronize", __func__);
-  tp_guard_exit(&g);
+  tpdp_cuda_guard_exit(&g);
   return st;
 }
 #endif /* TPDP_WITH_CUDA */

@@ -37,8 +37,9 @@ class StylesErrors : public ::testing::Test {
       tpdp_tp_style s;
       EXPECT_EQ(tpdp_tp_module_style(tree_->Module(m), &s), TPDP_ERR_NOT_FOUND)
           << m;
-      if (std::string(m) != "fc1")  // fc1 may carry a test's own unit
+      if (std::string(m) != "fc1") {  // fc1 may carry a test's own unit
         EXPECT_EQ(tpdp_module_unit_kind(tree_->Module(m)), nullptr) << m;
+      }
     }
   }
 
