@@ -11,7 +11,7 @@
  *   comm: ratio <min over sizes >= 1 MiB and collectives of raw/tpdp>
  * (1.0 = no overhead; above 1 = tpdp faster).
  *
- * usage: mpirun -np 2 comm_bench [--min-bytes B] [--max-bytes B] [--rounds R]
+ * usage: mpirun -np 2 comm_bench [--min-bytes B] [--max-bytes B] [--rounds R (default 15)]
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
   }
   long long min_bytes = arg_ll(argc, argv, "--min-bytes", 1024);
   long long max_bytes = arg_ll(argc, argv, "--max-bytes", 256LL << 20);
-  int rounds = (int)arg_ll(argc, argv, "--rounds", 9);
+  int rounds = (int)arg_ll(argc, argv, "--rounds", 15);
   if (rounds < 1) rounds = 1;
   if (rounds > 64) rounds = 64;
   bench_ctx c;

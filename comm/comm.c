@@ -86,6 +86,10 @@ const char *tpdp_comm_name(const tpdp_comm *comm) {
 const char *tpdp_comm_backend(const tpdp_comm *comm) {
   return comm ? comm->ops->backend : "(null)";
 }
+int tpdp_comm_concurrent_threads(const tpdp_comm *comm) {
+  return comm ? comm->concurrent_threads : 0;
+}
+
 tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm) {
   return comm ? comm->ops->device_type : TPDP_DEVICE_CPU;
 }

@@ -50,6 +50,9 @@ struct tpdp_comm {
   int size;
   char name[96];
   int device_index; /* CUDA ordinal for NCCL, 0 for MPI */
+  /* 1 if collectives on *different* communicators may be issued from
+   * different threads at the same time (MPI: MPI_THREAD_MULTIPLE). */
+  int concurrent_threads;
   void *impl;       /* backend state */
 };
 

@@ -38,6 +38,8 @@ typedef struct {
 
 /* user-defined ops for 16-bit floats: [dtype f16=0 bf16=1][op sum max min] */
 static MPI_Op half_ops[2][3];
+/* The thread support MPI was initialised with (MPI_Query_thread). */
+static int thread_level = MPI_THREAD_SINGLE;
 static int half_ops_ready;
 
 static tpdp_status mpi_error(int code, const char *call, const tpdp_comm *c) {
@@ -120,10 +122,13 @@ tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv,
   MPI_CHECK(MPI_Initialized(&flag), NULL);
   if (!flag) {
     int provided = 0;
-    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided),
+    /* MULTIPLE lets the reducer's communication thread run a bucket's
+     * allreduce while the caller's thread runs TP collectives. */
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided),
               NULL);
     *we_initialized = 1;
   }
+  MPI_CHECK(MPI_Query_thread(&thread_level), NULL);
   /* Errors come back as codes so tpdp can report them, never abort. */
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), NULL);
   if (!half_ops_ready) CHECK(create_half_ops());
@@ -157,6 +162,7 @@ static tpdp_status wrap_comm(MPI_Comm mc, const char *name, tpdp_comm **out) {
     return st;
   }
   c->impl = impl;
+  c->concurrent_threads = thread_level == MPI_THREAD_MULTIPLE;
   *out = c;
   return TPDP_SUCCESS;
 }

@@ -4,6 +4,7 @@
  * parameters each bucket still waits for, and the next bucket to launch
  * (buckets launch strictly in order). Bucket memory is touched only through
  * dp/buffers.h so that the device path stays in one file. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,27 @@ typedef struct {
   int launched;
   int done;          /* reduction complete (tested) */
   tpdp_work *work;
+  tpdp_tensor comm_view; /* what the communication thread reduces */
+  int thread_prepares;   /* the thread divides (and casts) before reducing */
 } dp_bucket;
+
+/* The communication thread of a host (MPI) reducer. Open MPI's
+ * non-blocking collectives progress only inside MPI calls and run slower
+ * algorithms than the blocking ones, so a launched bucket is handed to this
+ * thread, which runs the blocking allreduce while the caller goes on with
+ * backward. Buckets launch in order, so the queue is two counters. */
+typedef struct {
+  int active;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t more;   /* launched grew, or stop */
+  pthread_cond_t done;   /* finished grew */
+  int64_t launched;      /* buckets [0, launched) handed over this iteration */
+  int64_t finished;      /* buckets [0, finished) reduced (or failed) */
+  int stop;
+  tpdp_status status;    /* first failure of this iteration */
+  char message[1024];    /* its tpdp_last_error(), from the thread */
+} comm_thread;
 
 typedef struct {
   const void *ptr;
@@ -86,6 +107,7 @@ struct tpdp_reducer {
   int64_t nunused;
 
   tpdp_reducer_stats stats;
+  comm_thread ct;
 };
 
 static double now_s(void) {
@@ -127,6 +149,7 @@ tpdp_reducer_options tpdp_reducer_options_default(void) {
   o.static_graph = 0;
   o.divide_factor = 0.0;
   o.comm_hook = TPDP_REDUCER_HOOK_NONE;
+  o.comm_thread = 1;
   return o;
 }
 
@@ -214,6 +237,136 @@ static tpdp_status install_buckets(tpdp_reducer *r, dp_bucket *bs,
 
 /* ------------------------------------------------------------ launch */
 
+static void *comm_thread_main(void *arg) {
+  tpdp_reducer *r = arg;
+  comm_thread *ct = &r->ct;
+  pthread_mutex_lock(&ct->mu);
+  for (;;) {
+    while (!ct->stop && ct->finished == ct->launched)
+      pthread_cond_wait(&ct->more, &ct->mu);
+    if (ct->stop) break;
+    int64_t j = ct->finished;
+    int failed = ct->status != TPDP_SUCCESS;
+    pthread_mutex_unlock(&ct->mu);
+    /* After a failure the rest of the iteration is skipped: its peers
+     * may be stuck in the failed collective. */
+    tpdp_status st = TPDP_SUCCESS;
+    if (!failed) {
+      dp_bucket *b = &r->buckets[j];
+      tpdp_tensor *v = &b->comm_view;
+      size_t n = b->bytes / tpdp_dtype_size(b->dtype);
+      /* divide before the reduction (16-bit: cast and divide, which also
+       * keeps the sum from overflowing) */
+      if (b->thread_prepares)
+        st = v->data == b->buf
+                 ? dp_buf_divide(b->device, r->stream, b->dtype, b->buf, n,
+                                 r->divide)
+                 : dp_buf_cast_divide(b->device, r->stream, b->dtype, b->buf,
+                                      v->dtype, v->data, n, r->divide);
+      if (st == TPDP_SUCCESS) st = tpdp_allreduce(r->comm, v, v, TPDP_OP_SUM);
+    }
+    pthread_mutex_lock(&ct->mu);
+    if (st != TPDP_SUCCESS && ct->status == TPDP_SUCCESS) {
+      ct->status = st;
+      snprintf(ct->message, sizeof ct->message, "bucket %lld: %s",
+               (long long)j, tpdp_last_error());
+    }
+    ct->finished = j + 1;
+    pthread_cond_broadcast(&ct->done);
+  }
+  pthread_mutex_unlock(&ct->mu);
+  return NULL;
+}
+
+/* Start the thread if this reducer can use one: host memory, a backend
+ * that allows collectives from two threads, and no user hook (user hooks
+ * run on the caller's thread, as documented). */
+static tpdp_status comm_thread_start(tpdp_reducer *r) {
+  comm_thread *ct = &r->ct;
+  if (!r->opt.comm_thread || tpdp_comm_device_type(r->comm) != TPDP_DEVICE_CPU ||
+      !tpdp_comm_concurrent_threads(r->comm) ||
+      r->opt.comm_hook == TPDP_REDUCER_HOOK_USER)
+    return TPDP_SUCCESS;
+  if (pthread_mutex_init(&ct->mu, NULL) != 0)
+    return TPDP_ERR(TPDP_ERR_INTERNAL, "pthread_mutex_init failed");
+  if (pthread_cond_init(&ct->more, NULL) != 0 ||
+      pthread_cond_init(&ct->done, NULL) != 0) {
+    pthread_mutex_destroy(&ct->mu);
+    return TPDP_ERR(TPDP_ERR_INTERNAL, "pthread_cond_init failed");
+  }
+  int rc = pthread_create(&ct->thread, NULL, comm_thread_main, r);
+  if (rc != 0) {
+    pthread_cond_destroy(&ct->more);
+    pthread_cond_destroy(&ct->done);
+    pthread_mutex_destroy(&ct->mu);
+    return TPDP_ERR(TPDP_ERR_INTERNAL,
+                    "could not start the reducer's communication thread: %s",
+                    strerror(rc));
+  }
+  ct->active = 1;
+  return TPDP_SUCCESS;
+}
+
+static void comm_thread_stop(tpdp_reducer *r) {
+  comm_thread *ct = &r->ct;
+  if (!ct->active) return;
+  pthread_mutex_lock(&ct->mu);
+  ct->stop = 1;
+  pthread_cond_signal(&ct->more);
+  pthread_mutex_unlock(&ct->mu);
+  pthread_join(ct->thread, NULL);
+  pthread_cond_destroy(&ct->more);
+  pthread_cond_destroy(&ct->done);
+  pthread_mutex_destroy(&ct->mu);
+  ct->active = 0;
+}
+
+/* A new iteration: nothing handed over yet. The thread is idle here (the
+ * previous iteration's finalize waited for every bucket). */
+static void comm_thread_reset(tpdp_reducer *r) {
+  comm_thread *ct = &r->ct;
+  if (!ct->active) return;
+  pthread_mutex_lock(&ct->mu);
+  ct->launched = ct->finished = 0;
+  ct->status = TPDP_SUCCESS;
+  ct->message[0] = '\0';
+  pthread_mutex_unlock(&ct->mu);
+}
+
+/* Reduce `view` (bucket j's buffer or its 16-bit copy): hand it to the
+ * communication thread, or start a non-blocking collective. */
+static tpdp_status start_reduction(tpdp_reducer *r, int64_t j,
+                                   const tpdp_tensor *view) {
+  dp_bucket *b = &r->buckets[j];
+  b->comm_view = *view;
+  if (r->ct.active) {
+    pthread_mutex_lock(&r->ct.mu);
+    r->ct.launched = j + 1;
+    pthread_cond_signal(&r->ct.more);
+    pthread_mutex_unlock(&r->ct.mu);
+    return TPDP_SUCCESS;
+  }
+  CHECK_TIMED(r, comm_seconds,
+              tpdp_allreduce_async(r->comm, &b->comm_view, &b->comm_view,
+                                   TPDP_OP_SUM, &b->work));
+  return TPDP_SUCCESS;
+}
+
+/* Wait until the communication thread has reduced bucket j. */
+static tpdp_status comm_thread_wait(tpdp_reducer *r, int64_t j) {
+  comm_thread *ct = &r->ct;
+  double t0 = now_s();
+  pthread_mutex_lock(&ct->mu);
+  while (ct->finished <= j) pthread_cond_wait(&ct->done, &ct->mu);
+  tpdp_status st = ct->status;
+  pthread_mutex_unlock(&ct->mu);
+  r->stats.comm_seconds += now_s() - t0;
+  if (st != TPDP_SUCCESS)
+    return RED_ERR(st, "allreduce on the reducer's communication thread "
+                   "failed: %s", ct->message);
+  return TPDP_SUCCESS;
+}
+
 static tpdp_status launch(tpdp_reducer *r, int64_t j) {
   dp_bucket *b = &r->buckets[j];
   b->launched = 1;
@@ -257,28 +410,29 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
           CHECK(dp_buf_alloc(b->device, n * 2, &b->half));
           b->half_dtype = hd;
         }
-        CHECK_TIMED(r, data_seconds,
-                    dp_buf_cast_divide(b->device, r->stream, b->dtype, b->buf,
-                                       hd, b->half, n, r->divide));
+        b->thread_prepares = r->ct.active;
+        if (!b->thread_prepares)
+          CHECK_TIMED(r, data_seconds,
+                      dp_buf_cast_divide(b->device, r->stream, b->dtype,
+                                         b->buf, hd, b->half, n, r->divide));
         tpdp_tensor h = tpdp_tensor_1d(b->half, hd, (int64_t)n);
         h.device = b->device;
-        CHECK_TIMED(r, comm_seconds,
-                    tpdp_allreduce_async(r->comm, &h, &h, TPDP_OP_SUM,
-                                         &b->work));
-        return TPDP_SUCCESS;
+        return start_reduction(r, j, &h);
       }
       break; /* already 16-bit of the hook's type: as NONE */
     }
     case TPDP_REDUCER_HOOK_NONE:
       break;
   }
-  CHECK_TIMED(r, data_seconds,
-              dp_buf_divide(b->device, r->stream, b->dtype, b->buf, n,
-                            r->divide));
-  CHECK_TIMED(r, comm_seconds,
-              tpdp_allreduce_async(r->comm, &flat, &flat, TPDP_OP_SUM,
-                                   &b->work));
-  return TPDP_SUCCESS;
+  /* With a communication thread the averaging pass runs there too, so the
+   * caller's thread is free for backward as soon as the bucket is handed
+   * over. */
+  b->thread_prepares = r->ct.active;
+  if (!b->thread_prepares)
+    CHECK_TIMED(r, data_seconds,
+                dp_buf_divide(b->device, r->stream, b->dtype, b->buf, n,
+                              r->divide));
+  return start_reduction(r, j, &flat);
 }
 
 static tpdp_status launch_ready(tpdp_reducer *r) {
@@ -309,6 +463,8 @@ static tpdp_status progress(tpdp_reducer *r) {
 static tpdp_status complete(tpdp_reducer *r, int64_t j) {
   dp_bucket *b = &r->buckets[j];
   tpdp_status st = TPDP_SUCCESS;
+  if (r->ct.active && r->opt.comm_hook != TPDP_REDUCER_HOOK_USER)
+    CHECK(comm_thread_wait(r, j));
   if (b->work) {
     TIMED(r, comm_seconds, st, tpdp_work_wait(b->work));
     b->work = NULL;
@@ -624,6 +780,7 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   CHECK_GOTO(install_buckets(r, r->buckets, r->nbuckets), st, fail);
   /* Device gradient views hold their values before the caller uses them. */
   CHECK_GOTO(dp_buf_sync(params[0].param.device, r->stream), st, fail);
+  CHECK_GOTO(comm_thread_start(r), st, fail);
   tpdp_bucket_assignment_free(&a);
   free(metas);
   TPDP_INFO("reducer on %s: %lld parameters in %lld buckets, %s mode, "
@@ -641,6 +798,14 @@ fail:
 
 tpdp_status tpdp_reducer_destroy(tpdp_reducer *r) {
   if (r == NULL) return TPDP_SUCCESS;
+  if (r->ct.active && r->in_iter) {
+    /* buckets handed over must finish before their memory goes */
+    pthread_mutex_lock(&r->ct.mu);
+    while (r->ct.finished < r->ct.launched)
+      pthread_cond_wait(&r->ct.done, &r->ct.mu);
+    pthread_mutex_unlock(&r->ct.mu);
+  }
+  comm_thread_stop(r);
   free_buckets(r->buckets, r->nbuckets);
   if (r->fqns)
     for (int64_t i = 0; i < r->n; i++) free(r->fqns[i]);
@@ -765,6 +930,7 @@ static tpdp_status reducer_prepare_impl(tpdp_reducer *r) {
   }
   r->next_launch = 0;
   r->first_inflight = 0;
+  comm_thread_reset(r);
   r->in_iter = 1;
   return TPDP_SUCCESS;
 }

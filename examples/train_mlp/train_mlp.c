@@ -9,6 +9,10 @@
  *
  * Launch: mpirun -np D*T train_mlp --dp D --tp T [flags]; --help lists them.
  * --check also trains the same model in one process on rank 0 and compares.
+ *
+ * The loop (train) is written once for every device; what differs is a
+ * train_backend (train.h): cpu_backend below, train_cuda_backend in
+ * train_cuda.c (--device cuda, built with --config=cuda).
  */
 #include <getopt.h>
 #include <math.h>
@@ -17,21 +21,9 @@
 #include <string.h>
 
 #include "examples/train_mlp/mlp.h"
-#ifdef TPDP_EXAMPLES_MLP_CUDA
-#include "examples/train_mlp/mlp_cuda.h"
-#endif
+#include "examples/train_mlp/train.h"
 #include "tpdp/dtensor.h"
 #include "tpdp/tpdp.h"
-
-typedef struct {
-  int dp, tp, layers, hidden, width, inputs, classes, batch, steps;
-  double lr;
-  unsigned long long seed;
-  const char *device;
-  double bucket_mib;
-  int check;
-  int quiet;
-} options;
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -113,16 +105,6 @@ static int parse_options(int argc, char **argv, options *o) {
 }
 
 /* ------------------------------------------------------------ model tree */
-
-typedef struct {
-  mlp_shape shape;
-  tpdp_module *root;
-  int nparams;
-  tpdp_param **params; /* in mlp index order */
-  char (*names)[64];
-  float **full;        /* caller-side full tensors (replicated params keep them) */
-  float **full_grad;
-} model_tree;
 
 static const char *class_of(const char *path) {
   const char *last = strrchr(path, '.');
@@ -222,30 +204,10 @@ static void free_tree(model_tree *t) {
   free(t->names);
 }
 
-/* ------------------------------------------------------------ callbacks */
 
-typedef struct {
-  tpdp_module *fc1[256], *fc2[256];
-  tpdp_status status;
-} tp_ctx;
+/* ------------------------------------------------------------ dp hook */
 
-static int tp_allreduce(int kind, int layer, float *data, int64_t n,
-                        void *vctx) {
-  tp_ctx *ctx = vctx;
-  tpdp_tensor t = tpdp_tensor_1d(data, TPDP_F32, n);
-  ctx->status = kind == MLP_TP_ROWWISE_OUT
-                    ? tpdp_tp_rowwise_output_forward(ctx->fc2[layer], &t)
-                    : tpdp_tp_colwise_input_backward(ctx->fc1[layer], &t);
-  return ctx->status == TPDP_SUCCESS ? 0 : 1;
-}
-
-typedef struct {
-  tpdp_reducer *reducer;
-  tpdp_status status;
-  double seconds;
-} dp_ctx;
-
-static int grad_ready(int i, void *vctx) {
+int train_grad_ready(int i, void *vctx) {
   dp_ctx *ctx = vctx;
   double t0 = mlp_now();
   ctx->status = tpdp_reducer_mark_ready(ctx->reducer, i);
@@ -310,400 +272,382 @@ done:
   return rc;
 }
 
-/* ------------------------------------------------------------ main */
-
-#define TRY(call)                                                         \
-  do {                                                                    \
-    tpdp_status st_ = (call);                                             \
-    if (st_ != TPDP_SUCCESS) {                                            \
-      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s: %s\n", rank,   \
-              #call, tpdp_status_string(st_), tpdp_last_error());         \
-      goto fail;                                                          \
-    }                                                                     \
-  } while (0)
-
-/* ------------------------------------------------------------ GPU path
+/* ------------------------------------------------------------ cpu backend
  *
- * --device cuda (built with --config=cuda). One GPU per rank:
- *  - an NCCL communicator over the MPI world (tpdp_comm_create_nccl; its
- *    GPU is local rank mod visible GPUs) and the dp x tp mesh over it, so
- *    both mesh dims are NCCL communicators over device memory;
- *  - the module tree stays in host memory: tpdp_parallelize slices the
- *    host tensors (no communication) and tpdp_pre_dp_transform and the
- *    forward hooks work on those host shards (bookkeeping only: the model
- *    reads the device copies). Each local shard is copied once to the GPU;
- *    the model (mlp_cuda.cu) and AdamW run there on the model's stream;
- *  - TP collectives: tpdp_allreduce_async on the tp communicator of the
- *    parallelized modules (tpdp_tp_module_comm), ordered after the model
- *    stream (tpdp_comm_order_after) and the stream then ordered after the
- *    collective (tpdp_work_wait_stream): no host synchronisation;
- *  - DP: the reducer over the mesh's NCCL dp communicator with device
- *    parameters and gradients and producer_stream = the model stream;
- *  - --check copies the trained device shards back into the host shards
- *    and assembles sharded parameters by a zero-padded allreduce (sum) over
- *    the tp communicator on the GPU, then compares with the CPU reference.
- * A build without MPI (tpdp_init answering TPDP_ERR_UNSUPPORTED) runs a
- * single rank (--dp 1 --tp 1) on tpdp_comm_create_nccl(NULL, ...). */
-#ifdef TPDP_EXAMPLES_MLP_CUDA
+ * --device cpu: the model (mlp.c) trains the module tree's own local
+ * shards in place; TP collectives go through the parallelized modules'
+ * hooks, and every collective is synchronous on the host. */
 
 typedef struct {
-  tpdp_comm *comm; /* the TP communicator (NCCL) */
-  tpdp_device device;
+  tpdp_module *fc1[256], *fc2[256];
   tpdp_status status;
-  double seconds;  /* host time spent queueing the collectives */
-} cuda_tp_ctx;
+} tp_ctx;
 
-static int tp_allreduce_cuda(int kind, int layer, float *data, int64_t n,
-                             void *stream, void *vctx) {
-  (void)kind;
-  (void)layer;
-  cuda_tp_ctx *c = vctx;
-  double t0 = mlp_now();
-  tpdp_tensor t;
-  tpdp_work *work = NULL;
-  c->status = tpdp_tensor_init(&t, data, TPDP_F32, c->device, 1, &n);
-  if (c->status == TPDP_SUCCESS)
-    c->status = tpdp_comm_order_after(c->comm, stream);
-  if (c->status == TPDP_SUCCESS)
-    c->status = tpdp_allreduce_async(c->comm, &t, &t, TPDP_OP_SUM, &work);
-  if (c->status == TPDP_SUCCESS)
-    c->status = tpdp_work_wait_stream(work, stream);
-  c->seconds += mlp_now() - t0;
-  return c->status == TPDP_SUCCESS ? 0 : 1;
+static int tp_allreduce(int kind, int layer, float *data, int64_t n,
+                        void *vctx) {
+  tp_ctx *ctx = vctx;
+  tpdp_tensor t = tpdp_tensor_1d(data, TPDP_F32, n);
+  ctx->status = kind == MLP_TP_ROWWISE_OUT
+                    ? tpdp_tp_rowwise_output_forward(ctx->fc2[layer], &t)
+                    : tpdp_tp_colwise_input_backward(ctx->fc1[layer], &t);
+  return ctx->status == TPDP_SUCCESS ? 0 : 1;
 }
 
-#define CUDA_OK(call)                                                     \
-  do {                                                                    \
-    if ((call) != 0) {                                                    \
-      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s\n", rank, #call, \
-              mlp_cuda_last_error());                                     \
-      goto fail;                                                          \
-    }                                                                     \
-  } while (0)
+typedef struct {
+  mlp_model model;
+  mlp_timers timers;
+  tp_ctx tp;
+  float **m1, **m2; /* AdamW moments */
+} cpu_state;
 
-/* The full value of parameter i into host memory `out` (collective over
- * the tp communicator for TP-sharded parameters): the host shard `local`
- * (already holding the trained values) placed at its global offset in a
- * zeroed buffer, summed over the tp ranks on the GPU. */
-static tpdp_status gather_param_cuda(const tpdp_param *p, const tpdp_mesh *mesh,
-                                     tpdp_comm *tp_comm, tpdp_device dev,
-                                     float *out) {
-  const tpdp_tensor *lt = tpdp_param_tensor(p);
-  const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
-  int sharded = 0;
-  if (spec != NULL) {
-    const tpdp_placement *pl = tpdp_spec_placements(spec);
-    for (int d = 0; d < tpdp_mesh_ndim(mesh); d++)
-      if (pl[d].kind != TPDP_PLACEMENT_REPLICATE) sharded = 1;
-  }
-  if (!sharded) {
-    memcpy(out, lt->data, sizeof(float) * (size_t)tpdp_tensor_numel(lt));
-    return TPDP_SUCCESS;
-  }
-  int ndim = tpdp_spec_ndim(spec);
-  const int64_t *gshape = tpdp_spec_global_shape(spec);
-  int64_t lshape[TPDP_MAX_DIMS], loff[TPDP_MAX_DIMS];
-  tpdp_status st = tpdp_spec_local_shape(spec, tpdp_mesh_rank(mesh), lshape, loff);
-  if (st != TPDP_SUCCESS) return st;
-  int64_t rows = ndim == 2 ? gshape[0] : 1, cols = gshape[ndim - 1];
-  int64_t lrows = ndim == 2 ? lshape[0] : 1, lcols = lshape[ndim - 1];
-  int64_t roff = ndim == 2 ? loff[0] : 0, coff = loff[ndim - 1];
-  int64_t n = rows * cols;
-  memset(out, 0, sizeof(float) * (size_t)n);
-  const float *src = lt->data;
-  for (int64_t r = 0; r < lrows; r++)
-    for (int64_t c = 0; c < lcols; c++)
-      out[(r + roff) * cols + c + coff] = src[r * lcols + c];
-  void *d = NULL;
-  if (mlp_cuda_alloc(&d, sizeof(float) * (size_t)n) != 0 ||
-      mlp_cuda_to_device(d, out, sizeof(float) * (size_t)n) != 0) {
-    fprintf(stderr, "train_mlp: gathering a parameter: %s\n",
-            mlp_cuda_last_error());
-    mlp_cuda_free(d);
-    return TPDP_ERR_CUDA;
-  }
-  tpdp_tensor t;
-  st = tpdp_tensor_init(&t, d, TPDP_F32, dev, 1, &n);
-  /* the copy above ran on the legacy default stream */
-  if (st == TPDP_SUCCESS) st = tpdp_comm_order_after(tp_comm, NULL);
-  if (st == TPDP_SUCCESS) st = tpdp_allreduce(tp_comm, &t, &t, TPDP_OP_SUM);
-  if (st == TPDP_SUCCESS &&
-      (mlp_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(tp_comm)) != 0 ||
-       mlp_cuda_to_host(out, d, sizeof(float) * (size_t)n) != 0)) {
-    fprintf(stderr, "train_mlp: gathering a parameter: %s\n",
-            mlp_cuda_last_error());
-    st = TPDP_ERR_CUDA;
-  }
-  mlp_cuda_free(d);
-  return st;
+static int cpu_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
+  t->dev = calloc(1, sizeof(cpu_state));
+  *mesh_comm = world;
+  return t->dev ? 0 : 1;
 }
 
-static int main_cuda(const options *opt, int *argc, char ***argv) {
-  const options o = *opt;
-  int rank = 0, exit_code = 1, initialized = 0;
-  model_tree tree;
-  memset(&tree, 0, sizeof tree);
-  tpdp_comm *world = NULL, *nccl = NULL;
-  tpdp_mesh *mesh = NULL;
-  tpdp_reducer *reducer = NULL;
-  tpdp_reducer_param *rparams = NULL;
-  float **dparam = NULL, **dgrad = NULL, **m1 = NULL, **m2 = NULL;
-  void **gown = NULL; /* first gradient buffers (the reducer's buckets
-                         replace them in dgrad) */
-  int64_t *numel = NULL;
+static int cpu_setup(trainer *t) {
+  cpu_state *c = t->dev;
+  if (t->o.layers > 256) {
+    fprintf(stderr, "train_mlp: at most 256 layers\n");
+    goto fail;
+  }
+  for (int l = 0; l < t->o.layers; l++) {
+    char path[64];
+    snprintf(path, sizeof path, "layers.%d.fc1", l);
+    TRY(tpdp_module_get_submodule(t->tree.root, path, &c->tp.fc1[l]));
+    snprintf(path, sizeof path, "layers.%d.fc2", l);
+    TRY(tpdp_module_get_submodule(t->tree.root, path, &c->tp.fc2[l]));
+  }
+  int np = t->tree.nparams;
+  c->m1 = calloc((size_t)np, sizeof *c->m1);
+  c->m2 = calloc((size_t)np, sizeof *c->m2);
+  if (!c->m1 || !c->m2) goto fail;
+  for (int i = 0; i < np; i++) {
+    t->rparams[i].param = *tpdp_param_tensor(t->tree.params[i]);
+    t->rparams[i].grad = *tpdp_param_grad(t->tree.params[i]);
+    t->param[i] = t->rparams[i].param.data;
+    int64_t numel = tpdp_tensor_numel(&t->rparams[i].param);
+    c->m1[i] = calloc((size_t)numel + 1, sizeof(float));
+    c->m2[i] = calloc((size_t)numel + 1, sizeof(float));
+    if (!c->m1[i] || !c->m2[i]) goto fail;
+  }
+  if (mlp_model_init(&c->model, &t->s, t->f_local, t->batch_local, t->param,
+                     t->grad) != 0)
+    goto fail;
+  return 0;
+fail:
+  return 1;
+}
+
+static int cpu_forward(trainer *t, const float *x, const int *labels,
+                       double *loss_sum) {
+  cpu_state *c = t->dev;
+  if (mlp_forward(&c->model, x, labels, (float)t->batch_local, tp_allreduce,
+                  &c->tp, loss_sum, &c->timers) != 0)
+    TRY(c->tp.status);
+  return 0;
+fail:
+  return 1;
+}
+
+static int cpu_backward(trainer *t) {
+  cpu_state *c = t->dev;
+  if (mlp_backward(&c->model, tp_allreduce, &c->tp, train_grad_ready, &t->dp,
+                   &c->timers) != 0) {
+    TRY(c->tp.status);
+    TRY(t->dp.status);
+  }
+  return 0;
+fail:
+  return 1;
+}
+
+static int cpu_optimizer_step(trainer *t, int step) {
+  cpu_state *c = t->dev;
+  for (int i = 0; i < t->tree.nparams; i++)
+    adamw_update(t->param[i], t->grad[i], c->m1[i], c->m2[i],
+                 tpdp_tensor_numel(&t->rparams[i].param), (float)t->o.lr,
+                 step);
+  return 0;
+}
+
+static int cpu_sum_over_dp(trainer *t, double *v) {
+  tpdp_tensor lt = tpdp_tensor_1d(v, TPDP_F64, 1);
+  TRY(tpdp_allreduce(t->dp_comm, &lt, &lt, TPDP_OP_SUM));
+  return 0;
+fail:
+  return 1;
+}
+
+static void cpu_print_time(const trainer *t, const train_times *tm,
+                           const tpdp_reducer_stats *rs) {
+  const cpu_state *c = t->dev;
+  printf("time: compute %.3f s, tp collectives %.3f s, dp reduction %.3f s "
+         "(collectives %.3f, averaging %.3f), optimizer %.3f s\n",
+         c->timers.compute, c->timers.tp_comm,
+         rs->comm_seconds + rs->data_seconds, rs->comm_seconds,
+         rs->data_seconds, tm->optim);
+}
+
+/* full_tensor is collective: every rank gathers, rank 0 compares. */
+static int cpu_gather_param(trainer *t, int i, float *out, int64_t n) {
+  const tpdp_tensor *lt = tpdp_param_tensor(t->tree.params[i]);
+  const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(t->tree.params[i]);
+  if (spec == NULL) {
+    memcpy(out, lt->data, sizeof(float) * (size_t)n);
+    return 0;
+  }
+  tpdp_dtensor dt = {*lt, spec};
+  tpdp_tensor full;
+  TRY(tpdp_dtensor_full_tensor_alloc(&dt, &full));
+  memcpy(out, full.data, sizeof(float) * (size_t)n);
+  free(full.data);
+  return 0;
+fail:
+  return 1;
+}
+
+static void cpu_release(trainer *t) {
+  cpu_state *c = t->dev;
+  if (!c) return;
+  mlp_model_free(&c->model);
+  for (int i = 0; i < t->tree.nparams; i++) {
+    if (c->m1) free(c->m1[i]);
+    if (c->m2) free(c->m2[i]);
+  }
+  free(c->m1);
+  free(c->m2);
+  free(c);
+  t->dev = NULL;
+}
+
+static const train_backend cpu_backend = {
+    .runs_without_mpi = 0,
+    .tree_holds_model = 1,
+    .open = cpu_open,
+    .setup = cpu_setup,
+    .forward = cpu_forward,
+    .backward = cpu_backward,
+    .wait_dp = NULL, /* collectives are synchronous */
+    .optimizer_step = cpu_optimizer_step,
+    .sum_over_dp = cpu_sum_over_dp,
+    .finish = NULL,
+    .print_time = cpu_print_time,
+    .gather_param = cpu_gather_param,
+    .release = cpu_release,
+};
+
+/* ------------------------------------------------------------ training */
+
+static int wait_dp(trainer *t) { return t->b->wait_dp ? t->b->wait_dp(t) : 0; }
+
+/* Elements of parameter i's full (unsharded) tensor. */
+static int64_t full_numel(const mlp_shape *s, int i) {
+  int ndim;
+  int64_t shape[2];
+  char name[64];
+  mlp_param_info(s, i, name, sizeof name, &ndim, shape);
+  return ndim == 2 ? shape[0] * shape[1] : shape[0];
+}
+
+/* The whole run on backend b: exit code 0, 1 (failure or --check above
+ * tolerance) or 2 (wrong number of ranks). */
+static int train(const options *opt, const train_backend *b, int *argc,
+                 char ***argv) {
+  trainer run;
+  memset(&run, 0, sizeof run);
+  trainer *t = &run;
+  t->o = *opt;
+  t->b = b;
+  t->rank = -1;
+  const options *o = &t->o;
+  int exit_code = 1, initialized = 0;
   float *xg = NULL, *full = NULL;
   int *labels_g = NULL;
-  double *losses = NULL, *ref_loss = NULL, *d_loss = NULL;
+  double *losses = NULL, *ref_loss = NULL;
   float **ref_params = NULL;
-  mlp_cuda_model model;
-  memset(&model, 0, sizeof model);
 
+  tpdp_comm *world = NULL;
   tpdp_status ist = tpdp_init(argc, argv);
   if (ist == TPDP_SUCCESS) {
     initialized = 1;
     TRY(tpdp_comm_world(&world));
-    rank = tpdp_comm_rank(world);
-  } else if (ist != TPDP_ERR_UNSUPPORTED || o.dp * o.tp != 1) {
+    t->rank = tpdp_comm_rank(world);
+  } else if (ist != TPDP_ERR_UNSUPPORTED || !b->runs_without_mpi ||
+             o->dp * o->tp != 1) {
     fprintf(stderr, "train_mlp: tpdp_init failed: %s\n", tpdp_last_error());
     return 1;
-  } /* else: no MPI in this build; a single rank */
+  } else {
+    t->rank = 0; /* no MPI in this build; a single rank */
+  }
   int world_size = world ? tpdp_comm_size(world) : 1;
-  if (world_size != o.dp * o.tp) {
-    if (rank == 0)
+  if (world_size != o->dp * o->tp) {
+    if (t->rank == 0)
       fprintf(stderr,
               "train_mlp: launched on %d ranks but --dp %d --tp %d needs %d: "
               "use mpirun -np %d\n",
-              world_size, o.dp, o.tp, o.dp * o.tp, o.dp * o.tp);
+              world_size, o->dp, o->tp, o->dp * o->tp, o->dp * o->tp);
     exit_code = 2;
     goto done;
   }
-  TRY(tpdp_comm_create_nccl(world, -1, &nccl));
-  int cuda_dev = tpdp_comm_cuda_device(nccl);
-  tpdp_device dev = {TPDP_DEVICE_CUDA, cuda_dev};
-  char dev_name[256] = "";
-  CUDA_OK(mlp_cuda_use_device(cuda_dev, dev_name, sizeof dev_name));
-  if (rank == 0) {
-    printf("device: cuda:%d (%s)\n", cuda_dev, dev_name);
-    fflush(stdout);
-  }
-  int64_t sizes[2] = {o.dp, o.tp};
+  tpdp_comm *mesh_comm = NULL;
+  if (b->open(t, world, &mesh_comm) != 0) goto fail;
+  int64_t sizes[2] = {o->dp, o->tp};
   const char *dim_names[2] = {"dp", "tp"};
-  TRY(tpdp_mesh_create(nccl, 2, sizes, dim_names, &mesh));
+  TRY(tpdp_mesh_create(mesh_comm, 2, sizes, dim_names, &t->mesh));
   int64_t coords[2];
-  TRY(tpdp_mesh_coords(mesh, tpdp_mesh_rank(mesh), coords));
-  int dp_rank = (int)coords[0];
-  tpdp_comm *dp_comm = NULL, *tp_comm = NULL;
-  TRY(tpdp_mesh_dim_comm_by_name(mesh, "dp", &dp_comm));
-  TRY(tpdp_mesh_dim_comm_by_name(mesh, "tp", &tp_comm));
+  TRY(tpdp_mesh_coords(t->mesh, tpdp_mesh_rank(t->mesh), coords));
+  t->dp_rank = (int)coords[0];
+  TRY(tpdp_mesh_dim_comm_by_name(t->mesh, "dp", &t->dp_comm));
 
-  mlp_shape s = {o.inputs, o.width, o.hidden, o.classes, o.layers};
-  TRY(build_tree(&s, o.seed, &tree));
+  t->s = (mlp_shape){o->inputs, o->width, o->hidden, o->classes, o->layers};
+  TRY(build_tree(&t->s, o->seed, &t->tree));
+  /* TP: fc1 colwise, fc2 rowwise; everything else replicated. */
   tpdp_tp_plan_entry plan[2] = {{"layers.*.fc1", TPDP_STYLE_COLWISE},
                                 {"layers.*.fc2", TPDP_STYLE_ROWWISE}};
-  TRY(tpdp_parallelize(tree.root, mesh, "tp", plan, o.layers > 0 ? 2 : 0));
-  if (rank == 0 && !o.quiet) {
+  TRY(tpdp_parallelize(t->tree.root, t->mesh, "tp", plan,
+                       o->layers > 0 ? 2 : 0));
+  if (t->rank == 0 && !o->quiet) {
     tpdp_tree_report *report = NULL;
-    TRY(tpdp_tree_report_create(tree.root, NULL, 0, &report));
-    printf("model (mesh dp=%d, tp=%d; module tree on the host, parameters "
-           "copied to cuda:%d):\n%s",
-           o.dp, o.tp, cuda_dev, tpdp_tree_report_text(report));
+    TRY(tpdp_tree_report_create(t->tree.root, NULL, 0, &report));
+    printf("model (mesh dp=%d, tp=%d%s):\n%s", o->dp, o->tp, t->model_note,
+           tpdp_tree_report_text(report));
     tpdp_tree_report_destroy(report);
   }
-  TRY(tpdp_pre_dp_transform(tree.root));
-  /* The TP communicator the parallelized modules use (the mesh's tp dim). */
-  if (o.layers > 0) {
-    tpdp_module *fc1 = NULL;
-    TRY(tpdp_module_get_submodule(tree.root, "layers.0.fc1", &fc1));
-    TRY(tpdp_tp_module_comm(fc1, &tp_comm));
-  }
-  cuda_tp_ctx tctx = {tp_comm, dev, TPDP_SUCCESS, 0};
+  /* DP sees plain local tensors from here on. */
+  TRY(tpdp_pre_dp_transform(t->tree.root));
 
-  int np = tree.nparams;
-  rparams = calloc((size_t)np, sizeof *rparams);
-  dparam = calloc((size_t)np, sizeof *dparam);
-  dgrad = calloc((size_t)np, sizeof *dgrad);
-  m1 = calloc((size_t)np, sizeof *m1);
-  m2 = calloc((size_t)np, sizeof *m2);
-  numel = calloc((size_t)np, sizeof *numel);
-  gown = calloc((size_t)np, sizeof *gown);
-  if (!rparams || !dparam || !dgrad || !m1 || !m2 || !numel || !gown)
-    goto fail;
-  for (int i = 0; i < np; i++) {
-    const tpdp_tensor *host = tpdp_param_tensor(tree.params[i]);
-    numel[i] = tpdp_tensor_numel(host);
-    size_t bytes = sizeof(float) * (size_t)numel[i];
-    void *p = NULL, *g = NULL, *a = NULL, *b = NULL;
-    CUDA_OK(mlp_cuda_alloc(&p, bytes));
-    dparam[i] = p;
-    CUDA_OK(mlp_cuda_alloc(&g, bytes));
-    dgrad[i] = g;
-    gown[i] = g;
-    CUDA_OK(mlp_cuda_alloc(&a, bytes));
-    m1[i] = a;
-    CUDA_OK(mlp_cuda_alloc(&b, bytes));
-    m2[i] = b;
-    CUDA_OK(mlp_cuda_to_device(p, host->data, bytes));
-    TRY(tpdp_tensor_init(&rparams[i].param, p, TPDP_F32, dev, host->ndim,
-                         host->shape));
-    TRY(tpdp_tensor_init(&rparams[i].grad, g, TPDP_F32, dev, host->ndim,
-                         host->shape));
-    rparams[i].fqn = tree.names[i];
-  }
-  int f_local = o.layers > 0
-                    ? (int)rparams[mlp_block_param(0, BLK_FC1_B)].param.shape[0]
-                    : o.hidden;
-  int bl = o.batch / o.dp;
-  CUDA_OK(mlp_cuda_model_init(&model, &s, f_local, bl, dparam, dgrad));
-  void *dp_stream = tpdp_comm_nccl_stream(dp_comm);
+  /* The model's local sizes: fc1's rows on this TP rank (the tree holds the
+   * local shards now), the batch rows on this DP rank. */
+  int np = t->tree.nparams;
+  const tpdp_param *fc1_b =
+      o->layers > 0 ? t->tree.params[mlp_block_param(0, BLK_FC1_B)] : NULL;
+  t->f_local = fc1_b ? (int)tpdp_param_tensor(fc1_b)->shape[0] : o->hidden;
+  t->batch_local = o->batch / o->dp;
+  t->rparams = calloc((size_t)np, sizeof *t->rparams);
+  t->param = calloc((size_t)np, sizeof *t->param);
+  t->grad = calloc((size_t)np, sizeof *t->grad);
+  if (!t->rparams || !t->param || !t->grad) goto fail;
+  if (b->setup(t) != 0) goto fail;
+  for (int i = 0; i < np; i++) t->rparams[i].fqn = t->tree.names[i];
 
   tpdp_reducer_options ropts = tpdp_reducer_options_default();
-  ropts.bucket_cap_bytes = (size_t)(o.bucket_mib * 1048576.0);
+  ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)
     ropts.first_bucket_bytes = ropts.bucket_cap_bytes;
-  ropts.producer_stream = model.stream;
-  /* The host-to-device copies above (legacy default stream) are complete
-   * before the reducer's broadcast reads the parameters on its stream. */
-  CUDA_OK(mlp_cuda_stream_sync(NULL));
-  TRY(tpdp_reducer_create(dp_comm, rparams, np, &ropts, &reducer));
-  /* The reducer broadcast the parameters from dp rank 0 on its stream. */
-  CUDA_OK(mlp_cuda_stream_wait(model.stream, dp_stream));
+  ropts.producer_stream = t->grad_stream;
+  TRY(tpdp_reducer_create(t->dp_comm, t->rparams, np, &ropts, &t->dp.reducer));
+  /* The reducer broadcast the parameters from dp rank 0. */
+  if (wait_dp(t) != 0) goto fail;
 
-  xg = malloc(sizeof(float) * (size_t)o.batch * (size_t)o.inputs);
-  labels_g = malloc(sizeof(int) * (size_t)o.batch);
-  losses = calloc((size_t)o.steps, sizeof(double));
-  void *dl = NULL;
-  CUDA_OK(mlp_cuda_alloc(&dl, sizeof(double)));
-  d_loss = dl;
+  xg = malloc(sizeof(float) * (size_t)o->batch * (size_t)o->inputs);
+  labels_g = malloc(sizeof(int) * (size_t)o->batch);
+  losses = calloc((size_t)o->steps, sizeof(double));
   if (!xg || !labels_g || !losses) goto fail;
 
-  dp_ctx dctx = {reducer, TPDP_SUCCESS, 0};
-  double hooks_s = 0, model_s = 0, finalize_s = 0, optim_s = 0;
+  int bl = t->batch_local;
+  train_times tm = {0, 0, 0, 0};
   double t_start = mlp_now();
-  for (int step = 0; step < o.steps; step++) {
-    mlp_make_batch(&s, o.seed, step, o.batch, xg, labels_g);
+  for (int step = 0; step < o->steps; step++) {
+    /* Every rank draws the global batch; each DP rank takes its rows. */
+    mlp_make_batch(&t->s, o->seed, step, o->batch, xg, labels_g);
     double h0 = mlp_now();
-    TRY(tpdp_module_forward_begin(tree.root));
-    hooks_s += mlp_now() - h0;
+    TRY(tpdp_module_forward_begin(t->tree.root));
+    tm.hooks += mlp_now() - h0;
     double loss_sum = 0;
     h0 = mlp_now();
-    if (mlp_cuda_forward(&model, xg + (size_t)dp_rank * bl * o.inputs,
-                         labels_g + (size_t)dp_rank * bl, (float)bl,
-                         tp_allreduce_cuda, &tctx, &loss_sum) != 0) {
-      TRY(tctx.status);
-      CUDA_OK(1);
-    }
-    model_s += mlp_now() - h0;
+    if (b->forward(t, xg + (size_t)t->dp_rank * bl * o->inputs,
+                   labels_g + (size_t)t->dp_rank * bl, &loss_sum) != 0)
+      goto fail;
+    tm.model += mlp_now() - h0;
     h0 = mlp_now();
-    TRY(tpdp_module_forward_end(tree.root));
-    hooks_s += mlp_now() - h0;
+    TRY(tpdp_module_forward_end(t->tree.root));
+    tm.hooks += mlp_now() - h0;
     h0 = mlp_now();
-    TRY(tpdp_reducer_prepare(reducer));
-    dctx.seconds += mlp_now() - h0;
-    /* Gradients live in the reducer's device buckets; they move once, when
+    TRY(tpdp_reducer_prepare(t->dp.reducer));
+    t->dp.seconds += mlp_now() - h0;
+    /* Gradients live in the reducer's buckets; they move once, when
      * prepare rebuilds the buckets after the first step. */
-    CUDA_OK(mlp_cuda_stream_wait(model.stream, dp_stream));
+    if (wait_dp(t) != 0) goto fail;
     for (int i = 0; i < np; i++) {
       tpdp_tensor gv;
-      TRY(tpdp_reducer_grad_view(reducer, i, &gv));
-      dgrad[i] = gv.data;
+      TRY(tpdp_reducer_grad_view(t->dp.reducer, i, &gv));
+      t->grad[i] = gv.data;
+      if (b->tree_holds_model) TRY(tpdp_param_set_grad(t->tree.params[i], &gv));
     }
     h0 = mlp_now();
-    if (mlp_cuda_backward(&model, tp_allreduce_cuda, &tctx, grad_ready,
-                          &dctx) != 0) {
-      TRY(tctx.status);
-      TRY(dctx.status);
-      CUDA_OK(1);
-    }
-    model_s += mlp_now() - h0;
+    if (b->backward(t) != 0) goto fail;
+    tm.model += mlp_now() - h0;
     h0 = mlp_now();
-    TRY(tpdp_reducer_finalize(reducer));
-    /* AdamW reads the averaged gradients the dp stream wrote. */
-    CUDA_OK(mlp_cuda_stream_wait(model.stream, dp_stream));
-    finalize_s += mlp_now() - h0;
+    TRY(tpdp_reducer_finalize(t->dp.reducer));
+    /* The optimizer reads the averaged gradients. */
+    if (wait_dp(t) != 0) goto fail;
+    tm.finalize += mlp_now() - h0;
     h0 = mlp_now();
-    for (int i = 0; i < np; i++)
-      CUDA_OK(mlp_cuda_adamw(dparam[i], dgrad[i], m1[i], m2[i], numel[i],
-                             (float)o.lr, step + 1, model.stream));
-    optim_s += mlp_now() - h0;
-    /* The step's loss: mean over the global batch (sum over DP ranks, on
-     * the GPU: the dp communicator moves device memory). */
+    if (b->optimizer_step(t, step + 1) != 0) goto fail;
+    tm.optim += mlp_now() - h0;
+    /* The step's loss: mean over the global batch (sum over DP ranks). */
     double lsum = loss_sum;
-    CUDA_OK(mlp_cuda_to_device(d_loss, &lsum, sizeof lsum));
-    tpdp_tensor lt;
-    int64_t one = 1;
-    TRY(tpdp_tensor_init(&lt, d_loss, TPDP_F64, dev, 1, &one));
-    TRY(tpdp_comm_order_after(dp_comm, NULL));
-    TRY(tpdp_allreduce(dp_comm, &lt, &lt, TPDP_OP_SUM));
-    CUDA_OK(mlp_cuda_stream_wait(NULL, dp_stream));
-    CUDA_OK(mlp_cuda_to_host(&lsum, d_loss, sizeof lsum));
-    losses[step] = lsum / o.batch;
-    if (rank == 0 && !o.quiet) printf("step %d loss %.6f\n", step, losses[step]);
+    if (b->sum_over_dp(t, &lsum) != 0) goto fail;
+    losses[step] = lsum / o->batch;
+    if (t->rank == 0 && !o->quiet)
+      printf("step %d loss %.6f\n", step, losses[step]);
   }
-  CUDA_OK(mlp_cuda_stream_sync(model.stream));
+  if (b->finish && b->finish(t) != 0) goto fail;
   double elapsed = mlp_now() - t_start;
   tpdp_reducer_stats rs;
-  TRY(tpdp_reducer_get_stats(reducer, &rs));
-  if (rank == 0) {
+  TRY(tpdp_reducer_get_stats(t->dp.reducer, &rs));
+  if (t->rank == 0) {
+    /* tpdp's own cost: the forward hooks plus the reducer's bookkeeping
+     * (its time minus collectives and passes over gradient data). */
     double bookkeeping = rs.total_seconds - rs.comm_seconds - rs.data_seconds;
-    double overhead = hooks_s + bookkeeping;
+    double overhead = tm.hooks + bookkeeping;
     printf("throughput: %.1f samples/s (%d steps of %d samples in %.3f s)\n",
-           o.batch * o.steps / elapsed, o.steps, o.batch, elapsed);
-    printf("time (host side; GPU work is asynchronous, the forward waits for "
-           "its loss): model %.3f s (queueing tp collectives %.3f s), dp "
-           "finalize %.3f s, optimizer %.3f s\n",
-           model_s, tctx.seconds, finalize_s, optim_s);
+           o->batch * o->steps / elapsed, o->steps, o->batch, elapsed);
+    b->print_time(t, &tm, &rs);
     printf("tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "
            "%.2f%% of step time\n",
-           overhead, hooks_s, bookkeeping, 100.0 * overhead / elapsed);
+           overhead, tm.hooks, bookkeeping, 100.0 * overhead / elapsed);
     printf("reducer: %lld buckets, rebuilt %s\n",
-           (long long)tpdp_reducer_num_buckets(reducer),
-           tpdp_reducer_rebuilt(reducer) ? "yes" : "no");
+           (long long)tpdp_reducer_num_buckets(t->dp.reducer),
+           tpdp_reducer_rebuilt(t->dp.reducer) ? "yes" : "no");
     fflush(stdout);
   }
 
   exit_code = 0;
-  if (o.check) {
-    ref_loss = calloc((size_t)o.steps, sizeof(double));
+  if (o->check) {
+    /* Gather every parameter (collective) and compare on rank 0 with a
+     * single-process run of the same model. */
+    ref_loss = calloc((size_t)o->steps, sizeof(double));
     ref_params = calloc((size_t)np, sizeof *ref_params);
     if (!ref_loss || !ref_params) goto fail;
     for (int i = 0; i < np; i++) {
-      int ndim;
-      int64_t shape[2];
-      char name[64];
-      mlp_param_info(&s, i, name, sizeof name, &ndim, shape);
-      ref_params[i] = calloc((size_t)(ndim == 2 ? shape[0] * shape[1] : shape[0]) + 1,
-                             sizeof(float));
+      ref_params[i] = calloc((size_t)full_numel(&t->s, i) + 1, sizeof(float));
       if (!ref_params[i]) goto fail;
     }
     int ref_rc = 0;
-    if (rank == 0) ref_rc = train_reference(&o, &s, ref_loss, ref_params);
+    if (t->rank == 0) ref_rc = train_reference(o, &t->s, ref_loss, ref_params);
+    /* rel != rel, d != d: a NaN counts as a failure. */
     double max_rel = 0, max_abs = 0;
-    for (int step = 0; step < o.steps && rank == 0; step++) {
+    for (int step = 0; step < o->steps && t->rank == 0; step++) {
       double rel = fabs(losses[step] - ref_loss[step]) /
                    fmax(fabs(ref_loss[step]), 1e-12);
       if (rel > max_rel || rel != rel) max_rel = rel;
     }
     for (int i = 0; i < np; i++) {
-      /* trained device shard -> the host shard of the module tree */
-      const tpdp_tensor *host = tpdp_param_tensor(tree.params[i]);
-      CUDA_OK(mlp_cuda_to_host(host->data, dparam[i],
-                               sizeof(float) * (size_t)numel[i]));
-      int ndim;
-      int64_t shape[2];
-      char name[64];
-      mlp_param_info(&s, i, name, sizeof name, &ndim, shape);
-      int64_t n = ndim == 2 ? shape[0] * shape[1] : shape[0];
+      int64_t n = full_numel(&t->s, i);
       free(full);
       full = malloc(sizeof(float) * (size_t)n + 1);
       if (!full) goto fail;
-      TRY(gather_param_cuda(tree.params[i], mesh, tp_comm, dev, full));
-      if (rank == 0)
+      if (b->gather_param(t, i, full, n) != 0) goto fail;
+      if (t->rank == 0)
         for (int64_t k = 0; k < n; k++) {
           double d = fabs((double)full[k] - (double)ref_params[i][k]);
           if (d > max_abs || d != d) max_abs = d;
         }
     }
-    if (rank == 0) {
+    if (t->rank == 0) {
       printf("check: max_rel_loss_diff %.3e max_abs_param_diff %.3e\n",
              max_rel, max_abs);
       if (ref_rc != 0 || !(max_rel <= 1e-4) || !(max_abs <= 1e-4)) {
@@ -718,37 +662,25 @@ static int main_cuda(const options *opt, int *argc, char ***argv) {
 fail:
   exit_code = 1;
 done:
-  mlp_cuda_model_free(&model);
-  if (reducer) tpdp_reducer_destroy(reducer);
-  for (int i = 0; i < tree.nparams; i++) {
-    if (dparam) mlp_cuda_free(dparam[i]);
-    if (gown) mlp_cuda_free(gown[i]);
-    if (m1) mlp_cuda_free(m1[i]);
-    if (m2) mlp_cuda_free(m2[i]);
-    if (ref_params) free(ref_params[i]);
-  }
-  mlp_cuda_free(d_loss);
-  free(dparam);
-  free(gown);
-  free(dgrad);
-  free(m1);
-  free(m2);
+  tpdp_reducer_destroy(t->dp.reducer);
+  b->release(t);
+  for (int i = 0; i < t->tree.nparams && ref_params; i++) free(ref_params[i]);
   free(ref_params);
   free(ref_loss);
-  free(rparams);
-  free(numel);
+  free(t->rparams);
+  free(t->param);
+  free(t->grad);
   free(xg);
   free(full);
   free(labels_g);
   free(losses);
-  free_tree(&tree);
-  tpdp_mesh_destroy(mesh);
-  tpdp_comm_destroy(nccl);
+  free_tree(&t->tree);
+  tpdp_mesh_destroy(t->mesh);
+  tpdp_comm_destroy(t->own_comm);
   fflush(stdout);
   if (initialized) tpdp_finalize();
   return exit_code;
 }
-#endif /* TPDP_EXAMPLES_MLP_CUDA */
 
 int main(int argc, char **argv) {
   options o;
@@ -756,7 +688,7 @@ int main(int argc, char **argv) {
   if (prc != 0) return prc == 1 ? 0 : 2;
   if (strcmp(o.device, "cuda") == 0) {
 #ifdef TPDP_EXAMPLES_MLP_CUDA
-    return main_cuda(&o, &argc, &argv);
+    return train(&o, &train_cuda_backend, &argc, &argv);
 #else
     fprintf(stderr,
             "train_mlp: --device cuda: built without --config=cuda (rebuild "
@@ -765,264 +697,5 @@ int main(int argc, char **argv) {
     return 2;
 #endif
   }
-  int rank = -1, exit_code = 1;
-  model_tree tree;
-  memset(&tree, 0, sizeof tree);
-  tpdp_mesh *mesh = NULL;
-  tpdp_reducer *reducer = NULL;
-  tpdp_reducer_param *rparams = NULL;
-  float **local = NULL, **grad = NULL, **m1 = NULL, **m2 = NULL;
-  int64_t *numel = NULL;
-  float *xg = NULL, *xl = NULL;
-  int *labels_g = NULL;
-  double *losses = NULL, *ref_loss = NULL;
-  float **ref_params = NULL;
-  mlp_model model;
-  memset(&model, 0, sizeof model);
-
-  if (tpdp_init(&argc, &argv) != TPDP_SUCCESS) {
-    fprintf(stderr, "train_mlp: tpdp_init failed: %s\n", tpdp_last_error());
-    return 1;
-  }
-  tpdp_comm *world = NULL;
-  TRY(tpdp_comm_world(&world));
-  rank = tpdp_comm_rank(world);
-  if (tpdp_comm_size(world) != o.dp * o.tp) {
-    if (rank == 0)
-      fprintf(stderr,
-              "train_mlp: launched on %d ranks but --dp %d --tp %d needs %d: "
-              "use mpirun -np %d\n",
-              tpdp_comm_size(world), o.dp, o.tp, o.dp * o.tp, o.dp * o.tp);
-    tpdp_finalize();
-    return 2;
-  }
-  int64_t sizes[2] = {o.dp, o.tp};
-  const char *dim_names[2] = {"dp", "tp"};
-  TRY(tpdp_mesh_create(world, 2, sizes, dim_names, &mesh));
-  int64_t coords[2];
-  TRY(tpdp_mesh_coords(mesh, rank, coords));
-  int dp_rank = (int)coords[0];
-  tpdp_comm *dp_comm = NULL;
-  TRY(tpdp_mesh_dim_comm_by_name(mesh, "dp", &dp_comm));
-
-  mlp_shape s = {o.inputs, o.width, o.hidden, o.classes, o.layers};
-  TRY(build_tree(&s, o.seed, &tree));
-
-  /* TP: fc1 colwise, fc2 rowwise; everything else replicated. */
-  tpdp_tp_plan_entry plan[2] = {{"layers.*.fc1", TPDP_STYLE_COLWISE},
-                                {"layers.*.fc2", TPDP_STYLE_ROWWISE}};
-  TRY(tpdp_parallelize(tree.root, mesh, "tp", plan, o.layers > 0 ? 2 : 0));
-  if (rank == 0 && !o.quiet) {
-    tpdp_tree_report *report = NULL;
-    TRY(tpdp_tree_report_create(tree.root, NULL, 0, &report));
-    printf("model (mesh dp=%d, tp=%d):\n%s", o.dp, o.tp,
-           tpdp_tree_report_text(report));
-    tpdp_tree_report_destroy(report);
-  }
-  /* DP sees plain local tensors from here on. */
-  TRY(tpdp_pre_dp_transform(tree.root));
-
-  int np = tree.nparams;
-  tp_ctx tctx;
-  memset(&tctx, 0, sizeof tctx);
-  if (o.layers > 256) {
-    fprintf(stderr, "train_mlp: at most 256 layers\n");
-    goto fail;
-  }
-  for (int l = 0; l < o.layers; l++) {
-    char path[64];
-    snprintf(path, sizeof path, "layers.%d.fc1", l);
-    TRY(tpdp_module_get_submodule(tree.root, path, &tctx.fc1[l]));
-    snprintf(path, sizeof path, "layers.%d.fc2", l);
-    TRY(tpdp_module_get_submodule(tree.root, path, &tctx.fc2[l]));
-  }
-  rparams = calloc((size_t)np, sizeof *rparams);
-  local = calloc((size_t)np, sizeof *local);
-  grad = calloc((size_t)np, sizeof *grad);
-  m1 = calloc((size_t)np, sizeof *m1);
-  m2 = calloc((size_t)np, sizeof *m2);
-  numel = calloc((size_t)np, sizeof *numel);
-  if (!rparams || !local || !grad || !m1 || !m2 || !numel) goto fail;
-  for (int i = 0; i < np; i++) {
-    rparams[i].param = *tpdp_param_tensor(tree.params[i]);
-    rparams[i].grad = *tpdp_param_grad(tree.params[i]);
-    rparams[i].fqn = tree.names[i];
-    local[i] = rparams[i].param.data;
-    numel[i] = tpdp_tensor_numel(&rparams[i].param);
-    m1[i] = calloc((size_t)numel[i] + 1, sizeof(float));
-    m2[i] = calloc((size_t)numel[i] + 1, sizeof(float));
-    if (!m1[i] || !m2[i]) goto fail;
-  }
-  tpdp_reducer_options ropts = tpdp_reducer_options_default();
-  ropts.bucket_cap_bytes = (size_t)(o.bucket_mib * 1048576.0);
-  if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)
-    ropts.first_bucket_bytes = ropts.bucket_cap_bytes;
-  TRY(tpdp_reducer_create(dp_comm, rparams, np, &ropts, &reducer));
-
-  int f_local = (int)rparams[mlp_block_param(0, BLK_FC1_B)].param.shape[0];
-  if (o.layers == 0) f_local = o.hidden;
-  int bl = o.batch / o.dp;
-  if (mlp_model_init(&model, &s, f_local, bl, local, grad) != 0) goto fail;
-  xg = malloc(sizeof(float) * (size_t)o.batch * (size_t)o.inputs);
-  labels_g = malloc(sizeof(int) * (size_t)o.batch);
-  losses = calloc((size_t)o.steps, sizeof(double));
-  if (!xg || !labels_g || !losses) goto fail;
-
-  mlp_timers t = {0, 0};
-  dp_ctx dctx = {reducer, TPDP_SUCCESS, 0};
-  double hooks_s = 0, finalize_s = 0, optim_s = 0;
-  double t_start = mlp_now();
-  for (int step = 0; step < o.steps; step++) {
-    /* Every rank draws the global batch; each DP rank takes its rows. */
-    mlp_make_batch(&s, o.seed, step, o.batch, xg, labels_g);
-    double h0 = mlp_now();
-    TRY(tpdp_module_forward_begin(tree.root));
-    hooks_s += mlp_now() - h0;
-    double loss_sum = 0;
-    if (mlp_forward(&model, xg + (size_t)dp_rank * bl * o.inputs,
-                    labels_g + (size_t)dp_rank * bl, (float)bl, tp_allreduce,
-                    &tctx, &loss_sum, &t) != 0)
-      TRY(tctx.status);
-    h0 = mlp_now();
-    TRY(tpdp_module_forward_end(tree.root));
-    hooks_s += mlp_now() - h0;
-    h0 = mlp_now();
-    TRY(tpdp_reducer_prepare(reducer));
-    dctx.seconds += mlp_now() - h0;
-    /* Gradient views live in the reducer's buckets; they move once, when
-     * prepare rebuilds the buckets after the first step. */
-    for (int i = 0; i < np; i++) {
-      tpdp_tensor gv;
-      TRY(tpdp_reducer_grad_view(reducer, i, &gv));
-      grad[i] = gv.data;
-      TRY(tpdp_param_set_grad(tree.params[i], &gv));
-    }
-    if (mlp_backward(&model, tp_allreduce, &tctx, grad_ready, &dctx, &t) != 0) {
-      TRY(tctx.status);
-      TRY(dctx.status);
-    }
-    h0 = mlp_now();
-    TRY(tpdp_reducer_finalize(reducer));
-    finalize_s += mlp_now() - h0;
-    h0 = mlp_now();
-    for (int i = 0; i < np; i++)
-      adamw_update(local[i], grad[i], m1[i], m2[i], numel[i], (float)o.lr,
-                   step + 1);
-    optim_s += mlp_now() - h0;
-    /* The step's loss: mean over the global batch (sum over DP ranks). */
-    double lsum = loss_sum;
-    tpdp_tensor lt = tpdp_tensor_1d(&lsum, TPDP_F64, 1);
-    TRY(tpdp_allreduce(dp_comm, &lt, &lt, TPDP_OP_SUM));
-    losses[step] = lsum / o.batch;
-    if (rank == 0 && !o.quiet) printf("step %d loss %.6f\n", step, losses[step]);
-  }
-  double elapsed = mlp_now() - t_start;
-  tpdp_reducer_stats rs;
-  TRY(tpdp_reducer_get_stats(reducer, &rs));
-  if (rank == 0) {
-    /* tpdp's own cost: the forward hooks plus the reducer's bookkeeping
-     * (its time minus collectives and passes over gradient data). */
-    double bookkeeping = rs.total_seconds - rs.comm_seconds - rs.data_seconds;
-    double overhead = hooks_s + bookkeeping;
-    printf("throughput: %.1f samples/s (%d steps of %d samples in %.3f s)\n",
-           o.batch * o.steps / elapsed, o.steps, o.batch, elapsed);
-    printf("time: compute %.3f s, tp collectives %.3f s, dp reduction %.3f s "
-           "(collectives %.3f, averaging %.3f), optimizer %.3f s\n",
-           t.compute, t.tp_comm, rs.comm_seconds + rs.data_seconds,
-           rs.comm_seconds, rs.data_seconds, optim_s);
-    printf("tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "
-           "%.2f%% of step time\n",
-           overhead, hooks_s, bookkeeping, 100.0 * overhead / elapsed);
-    printf("reducer: %lld buckets, rebuilt %s\n",
-           (long long)tpdp_reducer_num_buckets(reducer),
-           tpdp_reducer_rebuilt(reducer) ? "yes" : "no");
-    fflush(stdout);
-  }
-  (void)finalize_s;
-
-  exit_code = 0;
-  if (o.check) {
-    /* Gather every parameter (full_tensor: collective) and compare on rank 0
-     * with a single-process run of the same model. */
-    ref_loss = calloc((size_t)o.steps, sizeof(double));
-    ref_params = calloc((size_t)np, sizeof *ref_params);
-    if (!ref_loss || !ref_params) goto fail;
-    for (int i = 0; i < np; i++) {
-      int ndim;
-      int64_t shape[2];
-      char name[64];
-      mlp_param_info(&s, i, name, sizeof name, &ndim, shape);
-      ref_params[i] = calloc((size_t)(ndim == 2 ? shape[0] * shape[1] : shape[0]),
-                             sizeof(float));
-      if (!ref_params[i]) goto fail;
-    }
-    int ref_rc = 0;
-    if (rank == 0) ref_rc = train_reference(&o, &s, ref_loss, ref_params);
-    double max_rel = 0, max_abs = 0;
-    for (int step = 0; step < o.steps && rank == 0; step++) {
-      double rel = fabs(losses[step] - ref_loss[step]) /
-                   fmax(fabs(ref_loss[step]), 1e-12);
-      if (rel > max_rel) max_rel = rel;
-    }
-    for (int i = 0; i < np; i++) {
-      tpdp_param *p = tree.params[i];
-      const tpdp_tensor *lt = tpdp_param_tensor(p);
-      const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
-      tpdp_tensor full;
-      int owned = 0;
-      if (spec != NULL) {
-        tpdp_dtensor dt = {*lt, spec};
-        TRY(tpdp_dtensor_full_tensor_alloc(&dt, &full));
-        owned = 1;
-      } else {
-        full = *lt;
-      }
-      if (rank == 0) {
-        const float *a = full.data;
-        for (int64_t k = 0; k < tpdp_tensor_numel(&full); k++) {
-          double d = fabs((double)a[k] - (double)ref_params[i][k]);
-          if (d > max_abs || d != d) max_abs = d;
-        }
-      }
-      if (owned) free(full.data);
-    }
-    if (rank == 0) {
-      printf("check: max_rel_loss_diff %.3e max_abs_param_diff %.3e\n",
-             max_rel, max_abs);
-      if (ref_rc != 0 || !(max_rel <= 1e-4) || !(max_abs <= 1e-4)) {
-        printf("check: FAILED (tolerance 1e-4)\n");
-        exit_code = 1;
-      } else {
-        printf("check: ok\n");
-      }
-    }
-  }
-  goto done;
-fail:
-  exit_code = 1;
-done:
-  mlp_model_free(&model);
-  tpdp_reducer_destroy(reducer);
-  for (int i = 0; i < tree.nparams; i++) {
-    if (m1) free(m1[i]);
-    if (m2) free(m2[i]);
-    if (ref_params) free(ref_params[i]);
-  }
-  free(m1);
-  free(m2);
-  free(ref_params);
-  free(ref_loss);
-  free(rparams);
-  free(local);
-  free(grad);
-  free(numel);
-  free(xg);
-  free(xl);
-  free(labels_g);
-  free(losses);
-  free_tree(&tree);
-  tpdp_mesh_destroy(mesh);
-  fflush(stdout);
-  tpdp_finalize();
-  return exit_code;
+  return train(&o, &cpu_backend, &argc, &argv);
 }

@@ -70,6 +70,11 @@ const char *tpdp_comm_name(const tpdp_comm *comm);
 const char *tpdp_comm_backend(const tpdp_comm *comm);
 /* The kind of memory the communicator moves. */
 tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm);
+/* 1 if collectives on different communicators may run at the same time
+ * from different threads (MPI initialised with MPI_THREAD_MULTIPLE, which
+ * tpdp_init asks for); the same communicator is still one thread at a
+ * time. 0 otherwise, and for NULL. */
+int tpdp_comm_concurrent_threads(const tpdp_comm *comm);
 
 /* Split by color and key as MPI_Comm_split: ranks with the same color form
  * one new communicator, ordered by key then old rank. color < 0 means "not

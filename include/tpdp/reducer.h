@@ -153,6 +153,17 @@ typedef struct {
    * reduction is ordered after it (tpdp_comm_order_after). NULL = the legacy
    * default stream. Ignored on MPI. */
   void *producer_stream;
+  /* 1 (default): on a host (MPI) communicator that allows collectives from
+   * two threads (tpdp_comm_concurrent_threads), a launched bucket's
+   * allreduce runs on the reducer's own communication thread, so it
+   * progresses while the caller's thread goes on with backward (Open MPI's
+   * non-blocking collectives progress only inside MPI calls). Between the
+   * first launch of an iteration and tpdp_reducer_finalize, the caller must
+   * not issue collectives on the reducer's communicator itself (other
+   * communicators, e.g. the TP one, are fine). Not used with a user hook,
+   * which always runs on the caller's thread. 0: non-blocking collectives
+   * from the caller's thread. Ignored on NCCL (streams are asynchronous). */
+  int comm_thread;
 } tpdp_reducer_options;
 
 /* The defaults listed above. */
@@ -269,7 +280,9 @@ int tpdp_reducer_rebuilt(const tpdp_reducer *r);
  * everything inside prepare, mark_ready(_ptr) and finalize; comm and data
  * are the parts spent in collectives (launch, test, wait) and in passes
  * over bucket data (divide, cast, copy, zero). total - comm - data is
- * tpdp's own bookkeeping. */
+ * tpdp's own bookkeeping. With a communication thread (options.comm_thread)
+ * the averaging pass runs on that thread, and the caller's time waiting for
+ * it counts as comm. */
 typedef struct {
   double total_seconds;
   double comm_seconds;

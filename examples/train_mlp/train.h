@@ -1,0 +1,138 @@
+/*
+ * Internals of examples/train_mlp shared by train_mlp.c (options, module
+ * tree, the training loop and --check, and the CPU backend) and
+ * train_cuda.c (the --device cuda backend, built with --config=cuda only).
+ *
+ * The loop is written once against a train_backend: the few things that
+ * differ with the device (where parameters, gradients and optimizer state
+ * live, which model step runs, how TP collectives and the loss sum move
+ * data, how --check reads the trained parameters back) are its functions.
+ */
+#ifndef TPDP_EXAMPLES_TRAIN_H
+#define TPDP_EXAMPLES_TRAIN_H
+
+#include <stdio.h>
+
+#include "examples/train_mlp/mlp.h"
+#include "tpdp/tpdp.h"
+
+typedef struct {
+  int dp, tp, layers, hidden, width, inputs, classes, batch, steps;
+  double lr;
+  unsigned long long seed;
+  const char *device;
+  double bucket_mib;
+  int check;
+  int quiet;
+} options;
+
+typedef struct {
+  mlp_shape shape;
+  tpdp_module *root;
+  int nparams;
+  tpdp_param **params; /* in mlp index order */
+  char (*names)[64];
+  float **full;        /* caller-side full tensors (replicated params keep them) */
+  float **full_grad;
+} model_tree;
+
+/* Host seconds per part of the steps, for the summary's time line. */
+typedef struct {
+  double hooks;    /* tpdp forward_begin / forward_end */
+  double model;    /* the backend's forward and backward calls */
+  double finalize; /* reducer finalize, and the model waiting for it */
+  double optim;    /* the optimizer step */
+} train_times;
+
+/* The context of train_grad_ready, which the backends hand their model's
+ * backward: the reducer starts reducing a bucket as soon as its last
+ * gradient is marked, while backward goes on. */
+typedef struct {
+  tpdp_reducer *reducer;
+  tpdp_status status;
+  double seconds;
+} dp_ctx;
+int train_grad_ready(int i, void *ctx);
+
+typedef struct train_backend train_backend;
+
+/* One training run: what the loop and every backend share. */
+typedef struct {
+  options o;
+  const train_backend *b;
+  int rank;              /* in the world; -1 until known */
+  mlp_shape s;
+  model_tree tree;
+  tpdp_mesh *mesh;
+  tpdp_comm *own_comm;   /* the backend's communicator under the mesh
+                            (cuda: NCCL), destroyed after the mesh */
+  tpdp_comm *dp_comm;
+  int dp_rank;
+  int f_local;           /* this TP rank's rows of F (the fc1 width) */
+  int batch_local;       /* this DP rank's rows of the global batch */
+  /* The model's parameters as the reducer sees them, and the pointers the
+   * model reads: the backend fills them in setup; the loop re-points
+   * grad[i] at the reducer's buckets every step. */
+  tpdp_reducer_param *rparams;
+  float **param, **grad;
+  void *grad_stream;     /* the stream producing gradients (cuda) or NULL */
+  dp_ctx dp;
+  char model_note[96];   /* appended to the "model (mesh ...)" header */
+  void *dev;             /* the backend's own state */
+} trainer;
+
+/* What differs with --device. Every function returns 0, or nonzero after
+ * printing what failed. NULL where a device has nothing to do. */
+struct train_backend {
+  /* 1: a build without MPI (tpdp_init: TPDP_ERR_UNSUPPORTED) still runs a
+   * single rank, on a communicator of the backend's own. */
+  int runs_without_mpi;
+  /* 1: the module tree's tensors are the ones the model trains, so its
+   * gradients follow the reducer's buckets too (cpu; under cuda the tree
+   * is host-side bookkeeping). */
+  int tree_holds_model;
+  /* Its state in t->dev, and the communicator to build the mesh over
+   * (world may be NULL under runs_without_mpi). */
+  int (*open)(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm);
+  /* After tpdp_pre_dp_transform: the TP collectives' context, t->rparams /
+   * param / grad, optimizer state and the model, with the parameters ready
+   * for the reducer's broadcast. */
+  int (*setup)(trainer *t);
+  /* The model's step on this rank's rows; *loss_sum: their summed loss. */
+  int (*forward)(trainer *t, const float *x, const int *labels,
+                 double *loss_sum);
+  /* Backward, calling train_grad_ready(i, &t->dp) per final gradient. */
+  int (*backward)(trainer *t);
+  /* Order the model after what the reducer queued on the dp stream. */
+  int (*wait_dp)(trainer *t);
+  int (*optimizer_step)(trainer *t, int step); /* step counts from 1 */
+  /* In-place sum of one double over the dp communicator. */
+  int (*sum_over_dp)(trainer *t, double *v);
+  /* The last step's work done (the summary times it). */
+  int (*finish)(trainer *t);
+  /* The summary's "time..." line. */
+  void (*print_time)(const trainer *t, const train_times *tm,
+                     const tpdp_reducer_stats *rs);
+  /* Full value of parameter i (n floats) into host `out`; collective. */
+  int (*gather_param)(trainer *t, int i, float *out, int64_t n);
+  /* Frees the model, buffers and t->dev; safe after any failure. */
+  void (*release)(trainer *t);
+};
+
+#ifdef TPDP_EXAMPLES_MLP_CUDA
+extern const train_backend train_cuda_backend;
+#endif
+
+/* On failure of a tpdp call: report it with the rank and go to `fail`
+ * (needs `t`, the trainer, in scope). */
+#define TRY(call)                                                         \
+  do {                                                                    \
+    tpdp_status st_ = (call);                                             \
+    if (st_ != TPDP_SUCCESS) {                                            \
+      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s: %s\n",         \
+              t->rank, #call, tpdp_status_string(st_), tpdp_last_error()); \
+      goto fail;                                                          \
+    }                                                                     \
+  } while (0)
+
+#endif

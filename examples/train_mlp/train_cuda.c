@@ -1,0 +1,312 @@
+/*
+ * train_mlp --device cuda (built with --config=cuda only). One GPU per rank:
+ *  - an NCCL communicator over the MPI world (tpdp_comm_create_nccl; its
+ *    GPU is local rank mod visible GPUs) and the dp x tp mesh over it, so
+ *    both mesh dims are NCCL communicators over device memory;
+ *  - the module tree stays in host memory: tpdp_parallelize slices the
+ *    host tensors (no communication) and tpdp_pre_dp_transform and the
+ *    forward hooks work on those host shards (bookkeeping only: the model
+ *    reads the device copies). Each local shard is copied once to the GPU;
+ *    the model (mlp_cuda.cu) and AdamW run there on the model's stream;
+ *  - TP collectives: tpdp_allreduce_async on the tp communicator of the
+ *    parallelized modules (tpdp_tp_module_comm), ordered after the model
+ *    stream (tpdp_comm_order_after) and the stream then ordered after the
+ *    collective (tpdp_work_wait_stream): no host synchronisation;
+ *  - DP: the reducer over the mesh's NCCL dp communicator with device
+ *    parameters and gradients and producer_stream = the model stream;
+ *  - --check copies the trained device shards back into the host shards
+ *    and assembles sharded parameters by a zero-padded allreduce (sum) over
+ *    the tp communicator on the GPU, then compares with the CPU reference.
+ * A build without MPI (tpdp_init answering TPDP_ERR_UNSUPPORTED) runs a
+ * single rank (--dp 1 --tp 1) on tpdp_comm_create_nccl(NULL, ...).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "examples/train_mlp/mlp_cuda.h"
+#include "examples/train_mlp/train.h"
+#include "tpdp/dtensor.h"
+
+typedef struct {
+  tpdp_comm *comm; /* the TP communicator (NCCL) */
+  tpdp_device device;
+  tpdp_status status;
+  double seconds;  /* host time spent queueing the collectives */
+} cuda_tp_ctx;
+
+typedef struct {
+  int cuda_dev;
+  tpdp_device dev;
+  mlp_cuda_model model;
+  cuda_tp_ctx tp;
+  float **m1, **m2;   /* AdamW moments (device) */
+  void **gown;        /* first gradient buffers (the reducer's buckets
+                         replace them in t->grad) */
+  double *d_loss;     /* the loss sum on the device, for the dp allreduce */
+} cuda_state;
+
+#define CUDA_OK(call)                                                     \
+  do {                                                                    \
+    if ((call) != 0) {                                                    \
+      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s\n", t->rank,    \
+              #call, mlp_cuda_last_error());                              \
+      goto fail;                                                          \
+    }                                                                     \
+  } while (0)
+
+static int tp_allreduce_cuda(int kind, int layer, float *data, int64_t n,
+                             void *stream, void *vctx) {
+  (void)kind;
+  (void)layer;
+  cuda_tp_ctx *c = vctx;
+  double t0 = mlp_now();
+  tpdp_tensor t;
+  tpdp_work *work = NULL;
+  c->status = tpdp_tensor_init(&t, data, TPDP_F32, c->device, 1, &n);
+  if (c->status == TPDP_SUCCESS)
+    c->status = tpdp_comm_order_after(c->comm, stream);
+  if (c->status == TPDP_SUCCESS)
+    c->status = tpdp_allreduce_async(c->comm, &t, &t, TPDP_OP_SUM, &work);
+  if (c->status == TPDP_SUCCESS)
+    c->status = tpdp_work_wait_stream(work, stream);
+  c->seconds += mlp_now() - t0;
+  return c->status == TPDP_SUCCESS ? 0 : 1;
+}
+
+static int cuda_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
+  cuda_state *c = calloc(1, sizeof *c);
+  if (!c) goto fail;
+  t->dev = c;
+  TRY(tpdp_comm_create_nccl(world, -1, &t->own_comm));
+  c->cuda_dev = tpdp_comm_cuda_device(t->own_comm);
+  c->dev = (tpdp_device){TPDP_DEVICE_CUDA, c->cuda_dev};
+  char dev_name[256] = "";
+  CUDA_OK(mlp_cuda_use_device(c->cuda_dev, dev_name, sizeof dev_name));
+  if (t->rank == 0) {
+    printf("device: cuda:%d (%s)\n", c->cuda_dev, dev_name);
+    fflush(stdout);
+  }
+  snprintf(t->model_note, sizeof t->model_note,
+           "; module tree on the host, parameters copied to cuda:%d",
+           c->cuda_dev);
+  *mesh_comm = t->own_comm;
+  return 0;
+fail:
+  return 1;
+}
+
+static int cuda_setup(trainer *t) {
+  cuda_state *c = t->dev;
+  /* The TP communicator the parallelized modules use (the mesh's tp dim). */
+  tpdp_comm *tp_comm = NULL;
+  TRY(tpdp_mesh_dim_comm_by_name(t->mesh, "tp", &tp_comm));
+  if (t->o.layers > 0) {
+    tpdp_module *fc1 = NULL;
+    TRY(tpdp_module_get_submodule(t->tree.root, "layers.0.fc1", &fc1));
+    TRY(tpdp_tp_module_comm(fc1, &tp_comm));
+  }
+  c->tp = (cuda_tp_ctx){tp_comm, c->dev, TPDP_SUCCESS, 0};
+
+  int np = t->tree.nparams;
+  c->m1 = calloc((size_t)np, sizeof *c->m1);
+  c->m2 = calloc((size_t)np, sizeof *c->m2);
+  c->gown = calloc((size_t)np, sizeof *c->gown);
+  if (!c->m1 || !c->m2 || !c->gown) goto fail;
+  for (int i = 0; i < np; i++) {
+    const tpdp_tensor *host = tpdp_param_tensor(t->tree.params[i]);
+    size_t bytes = sizeof(float) * (size_t)tpdp_tensor_numel(host);
+    void *p = NULL, *g = NULL, *a = NULL, *b = NULL;
+    CUDA_OK(mlp_cuda_alloc(&p, bytes));
+    t->param[i] = p;
+    CUDA_OK(mlp_cuda_alloc(&g, bytes));
+    t->grad[i] = g;
+    c->gown[i] = g;
+    CUDA_OK(mlp_cuda_alloc(&a, bytes));
+    c->m1[i] = a;
+    CUDA_OK(mlp_cuda_alloc(&b, bytes));
+    c->m2[i] = b;
+    CUDA_OK(mlp_cuda_to_device(p, host->data, bytes));
+    TRY(tpdp_tensor_init(&t->rparams[i].param, p, TPDP_F32, c->dev,
+                         host->ndim, host->shape));
+    TRY(tpdp_tensor_init(&t->rparams[i].grad, g, TPDP_F32, c->dev,
+                         host->ndim, host->shape));
+  }
+  CUDA_OK(mlp_cuda_model_init(&c->model, &t->s, t->f_local, t->batch_local,
+                              t->param, t->grad));
+  t->grad_stream = c->model.stream;
+  /* The host-to-device copies above (legacy default stream) are complete
+   * before the reducer's broadcast reads the parameters on its stream. */
+  CUDA_OK(mlp_cuda_stream_sync(NULL));
+  void *dl = NULL;
+  CUDA_OK(mlp_cuda_alloc(&dl, sizeof(double)));
+  c->d_loss = dl;
+  return 0;
+fail:
+  return 1;
+}
+
+static int cuda_forward(trainer *t, const float *x, const int *labels,
+                        double *loss_sum) {
+  cuda_state *c = t->dev;
+  if (mlp_cuda_forward(&c->model, x, labels, (float)t->batch_local,
+                       tp_allreduce_cuda, &c->tp, loss_sum) != 0) {
+    TRY(c->tp.status);
+    CUDA_OK(1);
+  }
+  return 0;
+fail:
+  return 1;
+}
+
+static int cuda_backward(trainer *t) {
+  cuda_state *c = t->dev;
+  if (mlp_cuda_backward(&c->model, tp_allreduce_cuda, &c->tp,
+                        train_grad_ready, &t->dp) != 0) {
+    TRY(c->tp.status);
+    TRY(t->dp.status);
+    CUDA_OK(1);
+  }
+  return 0;
+fail:
+  return 1;
+}
+
+/* The reducer's broadcast, reductions and averaging run on the dp
+ * communicator's stream; the model's reads of them wait on the GPU. */
+static int cuda_wait_dp(trainer *t) {
+  cuda_state *c = t->dev;
+  CUDA_OK(mlp_cuda_stream_wait(c->model.stream,
+                               tpdp_comm_nccl_stream(t->dp_comm)));
+  return 0;
+fail:
+  return 1;
+}
+
+static int cuda_optimizer_step(trainer *t, int step) {
+  cuda_state *c = t->dev;
+  for (int i = 0; i < t->tree.nparams; i++)
+    CUDA_OK(mlp_cuda_adamw(t->param[i], t->grad[i], c->m1[i], c->m2[i],
+                           tpdp_tensor_numel(&t->rparams[i].param),
+                           (float)t->o.lr, step, c->model.stream));
+  return 0;
+fail:
+  return 1;
+}
+
+/* On the GPU: the dp communicator moves device memory. */
+static int cuda_sum_over_dp(trainer *t, double *v) {
+  cuda_state *c = t->dev;
+  CUDA_OK(mlp_cuda_to_device(c->d_loss, v, sizeof *v));
+  tpdp_tensor lt;
+  int64_t one = 1;
+  TRY(tpdp_tensor_init(&lt, c->d_loss, TPDP_F64, c->dev, 1, &one));
+  TRY(tpdp_comm_order_after(t->dp_comm, NULL));
+  TRY(tpdp_allreduce(t->dp_comm, &lt, &lt, TPDP_OP_SUM));
+  CUDA_OK(mlp_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(t->dp_comm)));
+  CUDA_OK(mlp_cuda_to_host(v, c->d_loss, sizeof *v));
+  return 0;
+fail:
+  return 1;
+}
+
+static int cuda_finish(trainer *t) {
+  cuda_state *c = t->dev;
+  CUDA_OK(mlp_cuda_stream_sync(c->model.stream));
+  return 0;
+fail:
+  return 1;
+}
+
+static void cuda_print_time(const trainer *t, const train_times *tm,
+                            const tpdp_reducer_stats *rs) {
+  const cuda_state *c = t->dev;
+  (void)rs;
+  printf("time (host side; GPU work is asynchronous, the forward waits for "
+         "its loss): model %.3f s (queueing tp collectives %.3f s), dp "
+         "finalize %.3f s, optimizer %.3f s\n",
+         tm->model, c->tp.seconds, tm->finalize, tm->optim);
+}
+
+/* The full value of parameter i into host memory `out` (collective over
+ * the tp communicator for TP-sharded parameters): the trained device shard
+ * copied into the host shard of the module tree, placed at its global
+ * offset in a zeroed buffer and summed over the tp ranks on the GPU. */
+static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
+  cuda_state *c = t->dev;
+  const tpdp_param *p = t->tree.params[i];
+  const tpdp_tensor *lt = tpdp_param_tensor(p);
+  CUDA_OK(mlp_cuda_to_host(lt->data, t->param[i],
+                           sizeof(float) * (size_t)tpdp_tensor_numel(lt)));
+  const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
+  int sharded = 0;
+  if (spec != NULL) {
+    const tpdp_placement *pl = tpdp_spec_placements(spec);
+    for (int d = 0; d < tpdp_mesh_ndim(t->mesh); d++)
+      if (pl[d].kind != TPDP_PLACEMENT_REPLICATE) sharded = 1;
+  }
+  if (!sharded) {
+    memcpy(out, lt->data, sizeof(float) * (size_t)tpdp_tensor_numel(lt));
+    return 0;
+  }
+  int ndim = tpdp_spec_ndim(spec);
+  const int64_t *gshape = tpdp_spec_global_shape(spec);
+  int64_t lshape[TPDP_MAX_DIMS], loff[TPDP_MAX_DIMS];
+  TRY(tpdp_spec_local_shape(spec, tpdp_mesh_rank(t->mesh), lshape, loff));
+  int64_t cols = gshape[ndim - 1];
+  int64_t lrows = ndim == 2 ? lshape[0] : 1, lcols = lshape[ndim - 1];
+  int64_t roff = ndim == 2 ? loff[0] : 0, coff = loff[ndim - 1];
+  memset(out, 0, sizeof(float) * (size_t)n);
+  const float *src = lt->data;
+  for (int64_t r = 0; r < lrows; r++)
+    for (int64_t k = 0; k < lcols; k++)
+      out[(r + roff) * cols + k + coff] = src[r * lcols + k];
+  void *d = NULL;
+  CUDA_OK(mlp_cuda_alloc(&d, sizeof(float) * (size_t)n));
+  CUDA_OK(mlp_cuda_to_device(d, out, sizeof(float) * (size_t)n));
+  tpdp_tensor dt;
+  TRY(tpdp_tensor_init(&dt, d, TPDP_F32, c->dev, 1, &n));
+  /* the copy above ran on the legacy default stream */
+  TRY(tpdp_comm_order_after(c->tp.comm, NULL));
+  TRY(tpdp_allreduce(c->tp.comm, &dt, &dt, TPDP_OP_SUM));
+  CUDA_OK(mlp_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(c->tp.comm)));
+  CUDA_OK(mlp_cuda_to_host(out, d, sizeof(float) * (size_t)n));
+  mlp_cuda_free(d);
+  return 0;
+fail:
+  mlp_cuda_free(d);
+  return 1;
+}
+
+static void cuda_release(trainer *t) {
+  cuda_state *c = t->dev;
+  if (!c) return;
+  mlp_cuda_model_free(&c->model);
+  for (int i = 0; i < t->tree.nparams; i++) {
+    if (t->param) mlp_cuda_free(t->param[i]);
+    if (c->gown) mlp_cuda_free(c->gown[i]);
+    if (c->m1) mlp_cuda_free(c->m1[i]);
+    if (c->m2) mlp_cuda_free(c->m2[i]);
+  }
+  mlp_cuda_free(c->d_loss);
+  free(c->gown);
+  free(c->m1);
+  free(c->m2);
+  free(c);
+  t->dev = NULL;
+}
+
+const train_backend train_cuda_backend = {
+    .runs_without_mpi = 1,
+    .tree_holds_model = 0,
+    .open = cuda_open,
+    .setup = cuda_setup,
+    .forward = cuda_forward,
+    .backward = cuda_backward,
+    .wait_dp = cuda_wait_dp,
+    .optimizer_step = cuda_optimizer_step,
+    .sum_over_dp = cuda_sum_over_dp,
+    .finish = cuda_finish,
+    .print_time = cuda_print_time,
+    .gather_param = cuda_gather_param,
+    .release = cuda_release,
+};
