@@ -1,6 +1,8 @@
 // Multi-rank reducer tests: averaged gradients equal the mean computed here
 // from a formula of (rank, parameter, element, micro-step), in every mode;
 // bucket layouts checked against hand-worked assignments; every bad input.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -689,5 +691,77 @@ TEST(ReducerErrors, GradViewMustAliasBucket) {
   EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE, "0 ('l0.weight') no longer aliases");
   m.params[0].grad.data = slot0;
   EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
+  EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+}
+
+// Without the communication thread the reducer uses non-blocking
+// collectives from the caller's thread: same averages.
+TEST(Reducer, NonBlockingPathWithoutCommThread) {
+  int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
+  Model m(rank);
+  tpdp_reducer_options o = Opts(1);
+  o.comm_thread = 0;
+  tpdp_reducer *r = nullptr;
+  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  for (int step = 0; step < 3; step++) {
+    ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+    WriteGrads(m, rank, step, false);
+    MarkAll(r, kReverse);
+    ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+    ExpectMean(m, AllRanks(size), {step});
+  }
+  EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+}
+
+// With the communication thread a bucket is reduced while the caller's
+// thread is still "in backward": the first bucket ({5}) reaches its average
+// before finalize is called.
+TEST(Reducer, BucketReducedBeforeFinalizeOnCommThread) {
+  if (!tpdp_comm_concurrent_threads(tpdp_test::World()))
+    GTEST_SKIP() << "MPI was not initialised with MPI_THREAD_MULTIPLE";
+  int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
+  Model m(rank);
+  tpdp_reducer_options o = Opts(1);
+  tpdp_reducer *r = nullptr;
+  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+  WriteGrads(m, rank, 0, false);
+  EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 5));  // bucket {5} launches
+  double want = Mean(AllRanks(size), 5, 0, {0});
+  bool reduced = false;
+  for (int i = 0; i < 1000 && !reduced; i++) {  // up to 10 s
+    volatile float *g = m.Grad(5);  // written by the reducer's thread
+    reduced = std::fabs(g[0] - want) <
+              1e-6 * std::max(1.0, std::fabs(want));
+    if (!reduced) usleep(10000);
+  }
+  EXPECT_TRUE(reduced) << "bucket {5} was not reduced before finalize";
+  MarkAll(r, {4, 3, 2, 1, 0});
+  ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+  ExpectMean(m, AllRanks(size), {0});
+  EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+}
+
+// Where the time went: the parts add up to at most the total.
+TEST(Reducer, StatsAccountForTheTime) {
+  int rank = tpdp_test::WorldRank();
+  Model m(rank);
+  tpdp_reducer_options o = Opts(0);
+  tpdp_reducer *r = nullptr;
+  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  for (int step = 0; step < 2; step++) {
+    ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+    WriteGrads(m, rank, step, false);
+    MarkAll(r, kReverse);
+    ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+  }
+  tpdp_reducer_stats s;
+  ASSERT_TPDP_OK(tpdp_reducer_get_stats(r, &s));
+  EXPECT_EQ(s.iterations, 2);
+  EXPECT_GT(s.total_seconds, 0.0);
+  EXPECT_GT(s.comm_seconds, 0.0);
+  EXPECT_GT(s.data_seconds, 0.0);  // copy mode copies in and out
+  EXPECT_LE(s.comm_seconds + s.data_seconds, s.total_seconds * 1.0001);
+  EXPECT_TPDP_ERROR(tpdp_reducer_get_stats(nullptr, &s), TPDP_ERR_NULL_POINTER, "r");
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }
