@@ -41,5 +41,7 @@ printf '%-44s %10.2f\n' "    ddp step under no_sync" "$ddp_nosync"
 printf '%-44s %10.2f\n' "    ddp sync = difference" "$ddp"
 printf '%-44s %10s\n' "peak RSS per rank, view mode (MB)" "$(field "$rv" rss_mb_view)"
 printf '%-44s %10s\n' "peak RSS per rank, copy mode (MB)" "$(field "$rc" rss_mb_copy)"
+printf '%-44s %10s\n' "steady RSS per rank, view mode (MB)" "$(field "$rv" rss_now_mb_view)"
+printf '%-44s %10s\n' "steady RSS per rank, copy mode (MB)" "$(field "$rc" rss_now_mb_copy)"
 awk -v raw="$raw" -v tp="$tp" -v ddp="$ddp" \
   'BEGIN { printf "reducer: ratio %.2f, vs_ddp %.2f\n", raw / tp, ddp / tp }'
