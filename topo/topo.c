@@ -328,6 +328,18 @@ done:
   return st;
 }
 
+tpdp_status tpdp_topo_bind_rank(tpdp_comm *comm, tpdp_binding *out) {
+  CHECK_PTR(comm);
+  int local_rank = 0, local_size = 1;
+  /* collective: every rank takes part even when binding is disabled */
+  CHECK(tpdp_comm_local_rank(comm, &local_rank, &local_size));
+  tpdp_topo *topo = NULL;
+  CHECK(tpdp_topo_load(NULL, &topo));
+  tpdp_status st = tpdp_topo_bind_self(topo, local_rank, local_size, out);
+  tpdp_topo_destroy(topo);
+  return st;
+}
+
 /* ---------------------------------------------------------- text */
 
 typedef struct {

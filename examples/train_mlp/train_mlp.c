@@ -491,6 +491,9 @@ static int train(const options *opt, const train_backend *b, int *argc,
     exit_code = 2;
     goto done;
   }
+  /* Bind each rank near its GPU, or to its share of the host's cores
+   * (TPDP_BIND=0 opts out; TPDP_DEBUG=INFO logs the binding). */
+  if (world != NULL) TRY(tpdp_topo_bind_rank(world, NULL));
   tpdp_comm *mesh_comm = NULL;
   if (b->open(t, world, &mesh_comm) != 0) goto fail;
   int64_t sizes[2] = {o->dp, o->tp};

@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 
+#include "tpdp/comm.h"
 #include "tpdp/core.h"
 
 #ifdef __cplusplus
@@ -111,6 +112,14 @@ tpdp_status tpdp_topo_binding_for(const tpdp_topo *topo, int local_rank,
  * binding, with errno text). */
 tpdp_status tpdp_topo_bind_self(const tpdp_topo *topo, int local_rank,
                                 int nlocal, tpdp_binding *out);
+
+/* The usual call after tpdp_init: load this machine's topology, find this
+ * rank's host-local rank among the ranks of `comm` on the same host
+ * (tpdp_comm_local_rank), and bind the process as tpdp_topo_bind_self does
+ * (TPDP_BIND=0 opts out). Collective over `comm` (a host communicator,
+ * e.g. the world). out may be NULL. Errors: those of tpdp_topo_load,
+ * tpdp_comm_local_rank and tpdp_topo_bind_self. */
+tpdp_status tpdp_topo_bind_rank(tpdp_comm *comm, tpdp_binding *out);
 
 /* Machine tree (packages, NUMA nodes, cores, GPUs) and the GPU affinity
  * table as text, snprintf-style: writes at most len bytes (NUL-terminated
