@@ -18,25 +18,7 @@
 
 #include "tests/gpu/nccl_checks.h"
 #include "tpdp/tpdp.h"
-
-#define FAILF(...)                   \
-  do {                               \
-    snprintf(msg, len, __VA_ARGS__); \
-    goto out;                        \
-  } while (0)
-
-#define TOK(call)                                                             \
-  do {                                                                        \
-    tpdp_status st_ = (call);                                                 \
-    if (st_ != TPDP_SUCCESS)                                                  \
-      FAILF("%s: %s: %s", #call, tpdp_status_string(st_), tpdp_last_error()); \
-  } while (0)
-
-#define COK(call)                                                          \
-  do {                                                                     \
-    cudaError_t e_ = (call);                                               \
-    if (e_ != cudaSuccess) FAILF("%s: %s", #call, cudaGetErrorString(e_)); \
-  } while (0)
+#include "tests/gpu/check_macros.h"
 
 /* ------------------------------------------------------------ redistribute */
 

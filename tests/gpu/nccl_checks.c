@@ -11,27 +11,9 @@
 #include <time.h>
 
 #include "tpdp/tpdp.h"
+#include "tests/gpu/check_macros.h"
 
 #define N 96
-
-#define FAILF(...)                    \
-  do {                                \
-    snprintf(msg, len, __VA_ARGS__);  \
-    goto out;                         \
-  } while (0)
-
-#define TOK(call)                                                         \
-  do {                                                                    \
-    tpdp_status st_ = (call);                                             \
-    if (st_ != TPDP_SUCCESS)                                              \
-      FAILF("%s: %s: %s", #call, tpdp_status_string(st_), tpdp_last_error()); \
-  } while (0)
-
-#define COK(call)                                                          \
-  do {                                                                     \
-    cudaError_t e_ = (call);                                               \
-    if (e_ != cudaSuccess) FAILF("%s: %s", #call, cudaGetErrorString(e_)); \
-  } while (0)
 
 int tpdp_gpu_present(char *msg, size_t len) {
   int n = 0;

@@ -24,25 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#define FAILF(...)                   \
-  do {                               \
-    snprintf(msg, len, __VA_ARGS__); \
-    goto out;                        \
-  } while (0)
-
-#define TOK(call)                                                             \
-  do {                                                                        \
-    tpdp_status st_ = (call);                                                 \
-    if (st_ != TPDP_SUCCESS)                                                  \
-      FAILF("%s: %s: %s", #call, tpdp_status_string(st_), tpdp_last_error()); \
-  } while (0)
-
-#define COK(call)                                                          \
-  do {                                                                     \
-    cudaError_t e_ = (call);                                               \
-    if (e_ != cudaSuccess) FAILF("%s: %s", #call, cudaGetErrorString(e_)); \
-  } while (0)
+#include "tests/gpu/check_macros.h"
 
 /* A wrong value: keep the first message, go on (the other ranks still
  * expect this rank in the collectives that follow). */
