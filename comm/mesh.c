@@ -180,6 +180,14 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
       CHECK_GOTO(tpdp_mesh_rank_of(m, c0, &color), st, fail);
       CHECK_GOTO(tpdp_comm_split(comm, color, (int)coords[d], &m->dim_comms[d]),
                  st, fail);
+      if (m->dim_comms[d] == NULL) {
+        st = TPDP_ERR(TPDP_ERR_INTERNAL,
+                      "mesh dim %s: splitting %s (%s) with color %d gave "
+                      "rank %d no communicator",
+                      m->names[d], comm->name, comm->ops->backend, color,
+                      comm->rank);
+        goto fail;
+      }
       snprintf(m->dim_comms[d]->name, sizeof m->dim_comms[d]->name,
                "mesh.%s", m->names[d]);
     }

@@ -84,7 +84,12 @@ static tpdp_status settle(ncclComm_t h, ncclResult_t rc, const char *call,
                           const char *name, int rank, double timeout_s,
                           int *timed_out, const char *func) {
   *timed_out = 0;
-  if (rc == ncclInProgress && h != NULL) {
+  /* Poll after ncclSuccess too: a non-blocking group end may return
+   * ncclSuccess with the communicator's state still ncclInProgress
+   * (NVIDIA/nccl #1734), and NCCL refuses the next call on it until that
+   * state clears ("Attempt to use communicator before the previous
+   * operation returned ncclSuccess"). One query when it is already done. */
+  if ((rc == ncclInProgress || rc == ncclSuccess) && h != NULL) {
     double t0 = now_s();
     for (int iter = 0;; iter++) {
       ncclResult_t state = ncclSuccess;
@@ -174,6 +179,12 @@ static tpdp_status wrap_comm(ncclComm_t nc, int device, const char *name,
   nccl_impl *impl = NULL;
   tpdp_comm *c = NULL;
   int rank = 0, size = 0;
+  /* Non-blocking: the communicator may still be initialising in NCCL's
+   * background thread (its rank count reads 0 until then). */
+  int timed_out = 0;
+  st = settle(nc, ncclInProgress, "communicator initialisation", name, -1,
+              timeout_s, &timed_out, __func__);
+  if (st != TPDP_SUCCESS) goto fail;
   ncclResult_t rc = ncclCommUserRank(nc, &rank);
   if (rc == ncclSuccess) rc = ncclCommCount(nc, &size);
   if (rc != ncclSuccess) {
@@ -240,11 +251,17 @@ static tpdp_status pick_device(int device, int local_rank, int local_size,
   if (ndev == 0)
     return TPDP_ERR(TPDP_ERR_CUDA, "cudaGetDeviceCount found no CUDA device");
   if (device == -1) {
-    device = local_rank % ndev;
+    /* NCCL refuses two ranks of one communicator on one GPU ("Duplicate
+     * GPU detected"); say so before its initialisation, on every rank
+     * alike (they all see the same counts), instead of after a wait. */
     if (local_size > ndev)
-      TPDP_WARN("%d ranks on this host share %d GPUs: local rank %d uses "
-                "cuda:%d",
-                local_size, ndev, local_rank, device);
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "%d ranks on this host but %d visible GPU%s: NCCL "
+                      "needs one GPU per rank (local rank %d); launch at "
+                      "most %d rank%s per host or use the MPI backend",
+                      local_size, ndev, ndev == 1 ? "" : "s", local_rank,
+                      ndev, ndev == 1 ? "" : "s");
+    device = local_rank;
   } else if (device < 0 || device >= ndev) {
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "device %d outside [0, %d) (-1 picks from the local rank)",
@@ -386,14 +403,15 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
   char name[96];
   snprintf(name, sizeof name, "%.60s/split(%d)", comm->name, color);
   int timed_out = 0;
-  /* A non-blocking split is polled on the new communicator; a rank that
-   * joins no group has none and polls the parent. */
-  tpdp_status st = settle(nc != NULL ? nc : impl->nccl, rc, "ncclCommSplit",
-                          name, comm->rank, impl->timeout_s, &timed_out,
-                          __func__);
+  /* A non-blocking split is an operation of the parent: NCCL fills in the
+   * new handle only once the parent leaves ncclInProgress (NVIDIA/nccl
+   * #1472), so poll the parent first; the new communicator, if this rank
+   * joined one, is then polled until ready by wrap_comm. */
+  tpdp_status st = settle(impl->nccl, rc, "ncclCommSplit", name, comm->rank,
+                          impl->timeout_s, &timed_out, __func__);
   if (st != TPDP_SUCCESS) {
     if (nc != NULL) (void)ncclCommAbort(nc);
-    if (timed_out && nc == NULL) abort_comm(comm);
+    if (timed_out) abort_comm(comm);
   } else if (nc == NULL) {
     *out = NULL;
   } else {

@@ -42,6 +42,9 @@ typedef struct {
   double model;    /* the backend's forward and backward calls */
   double finalize; /* reducer finalize, and the model waiting for it */
   double optim;    /* the optimizer step */
+  double data;     /* drawing the synthetic batch and its teacher labels
+                      on the host (not the trainer's work; excluded from
+                      the step time) */
 } train_times;
 
 /* The context of train_grad_ready, which the backends hand their model's

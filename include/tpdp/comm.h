@@ -265,13 +265,16 @@ tpdp_status tpdp_cuda_device_count(int *count);
  * communicator and needs no MPI at all. Collective over `bootstrap`.
  *
  * device: the CUDA ordinal to use, or -1 to pick one from the host-local
- * rank (local rank mod number of visible GPUs; see tpdp_comm_local_rank).
+ * rank (local rank r uses GPU r; see tpdp_comm_local_rank). With -1, more
+ * ranks on a host than visible GPUs is TPDP_ERR_INVALID_ARGUMENT on every
+ * rank: NCCL cannot put two ranks of a communicator on one GPU.
  * The calling thread's current device is set to it. Rank 0 creates the
  * NCCL unique id and broadcasts it over `bootstrap`.
  * *out: the new communicator (rank and size those of `bootstrap`), named
  * "nccl(<bootstrap name>)" or "nccl"; destroy with tpdp_comm_destroy.
  * Errors: TPDP_ERR_NULL_POINTER, TPDP_ERR_INVALID_ARGUMENT (device out of
- * range, bootstrap not a host-memory communicator), TPDP_ERR_CUDA,
+ * range, more local ranks than GPUs, bootstrap not a host-memory
+ * communicator), TPDP_ERR_CUDA,
  * TPDP_ERR_NCCL, TPDP_ERR_TIMEOUT (initialisation did not finish), the
  * bootstrap communicator's errors, TPDP_ERR_UNSUPPORTED. */
 tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,

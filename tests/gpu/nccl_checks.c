@@ -4,6 +4,7 @@
 #include "tests/gpu/nccl_checks.h"
 
 #include <cuda_runtime.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -229,7 +230,17 @@ out:
 /* Timeout: the communicator's stream is held behind a host function that
  * blocks until released, so the allreduce cannot finish; with
  * TPDP_TIMEOUT_S=1 the wait must give up, abort, and name the operation
- * and the communicator. */
+ * and the communicator. ncclCommAbort itself waits for the work already
+ * queued on the stream (seen with NCCL 2.28 on an H100: releasing the
+ * blocker only after the wait returned deadlocked), so a watchdog thread
+ * releases it 4 s in, well after the 1 s timeout fired: as a peer that
+ * never arrives is cut loose by the abort in real use. */
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static volatile int release_blocker;
 static void CUDART_CB block_until_released(void *arg) {
   (void)arg;
@@ -238,12 +249,23 @@ static void CUDART_CB block_until_released(void *arg) {
     nanosleep(&ts, NULL);
   }
 }
+static void *release_after_4s(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 400 && !__atomic_load_n(&release_blocker, __ATOMIC_ACQUIRE); i++) {
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
 
 static int check_timeout(char *msg, size_t len) {
   int rc = 1;
   tpdp_comm *c = NULL;
   cudaStream_t blocker = NULL;
   float *d = NULL;
+  pthread_t watchdog;
+  int have_watchdog = 0;
   setenv("TPDP_TIMEOUT_S", "1", 1);
   tpdp_status cst = tpdp_comm_create_nccl(NULL, 0, &c);
   unsetenv("TPDP_TIMEOUT_S");
@@ -252,12 +274,20 @@ static int check_timeout(char *msg, size_t len) {
   COK(cudaStreamCreateWithFlags(&blocker, cudaStreamNonBlocking));
   __atomic_store_n(&release_blocker, 0, __ATOMIC_RELEASE);
   COK(cudaLaunchHostFunc(blocker, block_until_released, NULL));
+  if (pthread_create(&watchdog, NULL, release_after_4s, NULL) != 0) {
+    __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
+    FAILF("pthread_create failed");
+  }
+  have_watchdog = 1;
+  double t0 = now_seconds();
   TOK(tpdp_comm_order_after(c, blocker));
   tpdp_tensor t = dev_view(d, TPDP_F32, 64, 0);
   tpdp_work *w = NULL;
   TOK(tpdp_allreduce_async(c, &t, &t, TPDP_OP_SUM, &w));
   tpdp_status st = tpdp_work_wait(w);
+  double waited = now_seconds() - t0;
   __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
+  if (waited < 0.9) FAILF("the wait returned after %.2f s, before the 1 s timeout", waited);
   if (st != TPDP_ERR_TIMEOUT) FAILF("wait gave %s, expected TPDP_ERR_TIMEOUT: %s",
                                     tpdp_status_string(st), tpdp_last_error());
   if (!strstr(tpdp_last_error(), "allreduce") || !strstr(tpdp_last_error(), "nccl") ||
@@ -269,6 +299,7 @@ static int check_timeout(char *msg, size_t len) {
   rc = 0;
 out:
   __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
+  if (have_watchdog) pthread_join(watchdog, NULL);
   if (blocker) {
     cudaStreamSynchronize(blocker);
     cudaStreamDestroy(blocker);
