@@ -1,8 +1,9 @@
 /*
  * train_mlp --device cuda (built with --config=cuda only). One GPU per rank:
  *  - an NCCL communicator over the MPI world (tpdp_comm_create_nccl; its
- *    GPU is local rank mod visible GPUs) and the dp x tp mesh over it, so
- *    both mesh dims are NCCL communicators over device memory;
+ *    GPU is the local rank; more local ranks than GPUs is an error) and
+ *    the dp x tp mesh over it, so both mesh dims are NCCL communicators
+ *    over device memory;
  *  - the module tree stays in host memory: tpdp_parallelize slices the
  *    host tensors (no communication) and tpdp_pre_dp_transform and the
  *    forward hooks work on those host shards (bookkeeping only: the model
