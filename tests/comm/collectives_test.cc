@@ -343,7 +343,7 @@ TEST(Collectives, U8SumWrapsAndIntegerAvgTruncates) {
 // Blocking AVG of f32/f64 messages of at least TPDP_MPI_RING_AVG_MIN_BYTES
 // (default 256 KiB) runs as the MPI backend's ring, which adds and divides
 // in one loop and moves the reduce-scatter in chunks of
-// TPDP_MPI_RING_CHUNK_BYTES (default 1 MiB). The targets in BUILD run this
+// TPDP_MPI_RING_CHUNK_BYTES (default 512 KiB). The targets in BUILD run this
 // suite with the defaults (counts on both sides of the threshold, counts
 // spanning several chunks) and with the threshold at 0 and 64-byte chunks
 // (every count through the ring: 0, 1, fewer elements than ranks, many
@@ -391,7 +391,7 @@ void CheckRingAvg(tpdp_comm *c, tpdp_dtype dt, int64_t n, Mode m) {
 
 TEST(CollectivesRingAvg, CountsAroundThresholdAndChunks) {
   const long min_bytes = EnvLong("TPDP_MPI_RING_AVG_MIN_BYTES", 256 * 1024);
-  const long chunk_bytes = EnvLong("TPDP_MPI_RING_CHUNK_BYTES", 1024 * 1024);
+  const long chunk_bytes = EnvLong("TPDP_MPI_RING_CHUNK_BYTES", 512 * 1024);
   Comms comms;
   for (const Target &t : comms.targets())
     for (tpdp_dtype dt : {TPDP_F32, TPDP_F64}) {
