@@ -3,6 +3,8 @@
 # bucket cap 25 MiB (first bucket 1 MiB), 100 MB of gradients per step.
 #  (a) raw:  blocking MPI_Allreduce over the same buckets' bytes
 #  (b) tpdp: tpdp_reducer prepare, mark_ready 99..0, finalize (view mode)
+#      diag: tpdp_allreduce(AVG) over the same buckets: the collective
+#      alone (the MPI backend's ring, dividing inside its reduction)
 #  (c) ddp:  PyTorch DDP (python3-torch, gloo, 2 processes, same layout):
 #            step time minus the same step under no_sync()
 # Also peak RSS (ru_maxrss) with gradient_as_bucket_view on and off.
@@ -33,6 +35,7 @@ ddp=$(field "$d" ddp_sync_ms); ddp_step=$(field "$d" ddp_sync_step_ms)
 ddp_nosync=$(field "$d" ddp_nosync_step_ms)
 printf '%-44s %10s\n' "measurement (median per step, max over ranks)" "ms"
 printf '%-44s %10.2f\n' "(a) raw MPI_Allreduce, $nb buckets" "$raw"
+printf '%-44s %10.2f\n' "    diag: tpdp_allreduce AVG (ring), $nb buckets" "$(field "$t" ring_avg_ms)"
 printf '%-44s %10.2f\n' "(b) tpdp reducer sync (view mode)" "$tp"
 printf '%-44s %10.2f\n' "    diag: raw MPI_Iallreduce + Waitall" "$(field "$t" raw_async_ms)"
 printf '%-44s %10.2f\n' "    diag: tpdp with divide_factor 1" "$(field "$t" tpdp_nodiv_ms)"

@@ -9,7 +9,11 @@
  *       tpdp = tpdp_reducer_prepare, mark_ready 99..0, finalize (view mode)
  *       raw_async   = MPI_Iallreduce per bucket, then MPI_Waitall
  *       tpdp_nodiv  = the reducer with divide_factor 1 (no division pass)
- *     prints "raw_ms X tpdp_ms Y buckets B raw_async_ms Z tpdp_nodiv_ms W"
+ *       ring_avg    = tpdp_allreduce(TPDP_OP_AVG) over the same buckets
+ *                     (the collective alone: for f32 buckets this large the
+ *                     MPI backend's ring, which divides while it reduces)
+ *     prints "raw_ms X tpdp_ms Y buckets B raw_async_ms Z tpdp_nodiv_ms W
+ *     ring_avg_ms V"
  *     (medians, max over ranks).
  *   reducer_bench rss view|copy [--steps N]
  *     only the reducer in that mode (view: the gradients live in the
@@ -151,8 +155,10 @@ int main(int argc, char **argv) {
   double *t_tpdp = (double *)calloc((size_t)steps, sizeof(double));
   double *t_async = (double *)calloc((size_t)steps, sizeof(double));
   double *t_nodiv = (double *)calloc((size_t)steps, sizeof(double));
+  double *t_ring = (double *)calloc((size_t)steps, sizeof(double));
   MPI_Request *reqs = (MPI_Request *)calloc((size_t)nb, sizeof(MPI_Request));
-  if (!bbytes || !raw || !t_raw || !t_tpdp || !t_async || !t_nodiv || !reqs)
+  if (!bbytes || !raw || !t_raw || !t_tpdp || !t_async || !t_nodiv || !t_ring ||
+      !reqs)
     return die("alloc");
   for (int64_t b = 0; b < nb; b++)
     OK(tpdp_reducer_bucket(r, b, NULL, NULL, &bbytes[b], NULL));
@@ -164,6 +170,13 @@ int main(int argc, char **argv) {
     for (int64_t b = 0; b < nb; b++) {
       MPI_Allreduce(MPI_IN_PLACE, (char *)raw + off, (int)(bbytes[b] / 4),
                     MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      off += bbytes[b];
+    }
+    off = 0;
+    for (int64_t b = 0; b < nb; b++) {
+      tpdp_tensor v = tpdp_tensor_1d((char *)raw + off, TPDP_F32,
+                                     (int64_t)(bbytes[b] / 4));
+      OK(tpdp_allreduce(world, &v, &v, TPDP_OP_AVG));
       off += bbytes[b];
     }
   }
@@ -195,19 +208,31 @@ int main(int argc, char **argv) {
     t0 = MPI_Wtime();
     if (reducer_step(r1)) return 1;
     t_nodiv[s] = MPI_Wtime() - t0;
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    off = 0;
+    for (int64_t b = 0; b < nb; b++) {
+      tpdp_tensor v = tpdp_tensor_1d((char *)raw + off, TPDP_F32,
+                                     (int64_t)(bbytes[b] / 4));
+      OK(tpdp_allreduce(world, &v, &v, TPDP_OP_AVG));
+      off += bbytes[b];
+    }
+    t_ring[s] = MPI_Wtime() - t0;
   }
   double raw_ms = max_over_ranks(median(t_raw, steps) * 1e3);
   double tpdp_ms = max_over_ranks(median(t_tpdp, steps) * 1e3);
   double async_ms = max_over_ranks(median(t_async, steps) * 1e3);
   double nodiv_ms = max_over_ranks(median(t_nodiv, steps) * 1e3);
+  double ring_ms = max_over_ranks(median(t_ring, steps) * 1e3);
   if (rank == 0)
     printf("raw_ms %.2f tpdp_ms %.2f buckets %lld raw_async_ms %.2f "
-           "tpdp_nodiv_ms %.2f\n",
-           raw_ms, tpdp_ms, (long long)nb, async_ms, nodiv_ms);
+           "tpdp_nodiv_ms %.2f ring_avg_ms %.2f\n",
+           raw_ms, tpdp_ms, (long long)nb, async_ms, nodiv_ms, ring_ms);
   OK(tpdp_reducer_destroy(r));
   OK(tpdp_reducer_destroy(r1));
   free(t_async);
   free(t_nodiv);
+  free(t_ring);
   free(reqs);
   free(pbuf1);
   free(bbytes);

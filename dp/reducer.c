@@ -36,6 +36,7 @@ typedef struct {
   tpdp_work *work;
   tpdp_tensor comm_view; /* what the communication thread reduces */
   int thread_prepares;   /* the thread divides (and casts) before reducing */
+  int fused_avg;         /* reduce with TPDP_OP_AVG: no divide pass */
 } dp_bucket;
 
 /* The communication thread of a host (MPI) reducer. Open MPI's
@@ -263,7 +264,9 @@ static void *comm_thread_main(void *arg) {
                                  r->divide)
                  : dp_buf_cast_divide(b->device, r->stream, b->dtype, b->buf,
                                       v->dtype, v->data, n, r->divide);
-      if (st == TPDP_SUCCESS) st = tpdp_allreduce(r->comm, v, v, TPDP_OP_SUM);
+      if (st == TPDP_SUCCESS)
+        st = tpdp_allreduce(r->comm, v, v,
+                            b->fused_avg ? TPDP_OP_AVG : TPDP_OP_SUM);
     }
     pthread_mutex_lock(&ct->mu);
     if (st != TPDP_SUCCESS && ct->status == TPDP_SUCCESS) {
@@ -367,10 +370,26 @@ static tpdp_status comm_thread_wait(tpdp_reducer *r, int64_t j) {
   return TPDP_SUCCESS;
 }
 
+/* 1 if bucket b (reduced without a hook) can be averaged by the
+ * allreduce itself (TPDP_OP_AVG) instead of a divide pass before a SUM:
+ * host memory, f32/f64, the divide factor is the communicator size, and
+ * the reduction is a blocking call on the communication thread (the
+ * non-blocking path keeps divide + SUM: its AVG would be a pass at
+ * completion all the same). f16/bf16 keep dividing first, which also keeps
+ * their sum from overflowing. For these dtypes dividing the sum and
+ * summing the quotients differ only in rounding, and not at all for a
+ * power-of-two size. */
+static int fuse_avg(const tpdp_reducer *r, const dp_bucket *b) {
+  return r->ct.active && b->device.type == TPDP_DEVICE_CPU &&
+         (b->dtype == TPDP_F32 || b->dtype == TPDP_F64) &&
+         r->divide == (double)tpdp_comm_size(r->comm);
+}
+
 static tpdp_status launch(tpdp_reducer *r, int64_t j) {
   dp_bucket *b = &r->buckets[j];
   b->launched = 1;
   b->done = 0;
+  b->fused_avg = 0;
   /* Device buckets: everything below runs on the communicator's stream,
    * after the gradient producer (MPI: a no-op). */
   CHECK(tpdp_comm_order_after(r->comm, r->opt.producer_stream));
@@ -423,6 +442,15 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
     }
     case TPDP_REDUCER_HOOK_NONE:
       break;
+  }
+  /* Averaging over the whole communicator on the host: the thread's
+   * blocking allreduce runs as AVG, which the MPI backend folds into its
+   * reduction (a ring that divides while it adds, for large f32/f64
+   * messages), instead of a separate pass over the bucket. */
+  b->fused_avg = fuse_avg(r, b);
+  if (b->fused_avg) {
+    b->thread_prepares = 0;
+    return start_reduction(r, j, &flat);
   }
   /* With a communication thread the averaging pass runs there too, so the
    * caller's thread is free for backward as soon as the bucket is handed

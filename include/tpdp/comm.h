@@ -30,7 +30,13 @@ typedef struct tpdp_work tpdp_work; /* opaque */
 typedef struct tpdp_mesh tpdp_mesh; /* opaque */
 
 /* Reduction ops. AVG is SUM divided by the communicator size. MAX and MIN
- * are valid for every dtype; SUM/AVG on u8 wrap modulo 256. */
+ * are valid for every dtype; SUM/AVG on u8 wrap modulo 256.
+ * MPI backend: a blocking allreduce AVG of f32/f64 of at least 256 KiB
+ * (TPDP_MPI_RING_AVG_MIN_BYTES) runs as a ring reduce-scatter + allgather
+ * over point-to-point messages whose last reduction step adds and divides
+ * in one loop, so averaging costs no pass of its own; other AVG calls are
+ * MPI's SUM followed by a division. Results differ from SUM-then-divide
+ * only in rounding (summation order), and every rank gets the same. */
 typedef enum {
   TPDP_OP_SUM = 0,
   TPDP_OP_AVG = 1,

@@ -97,7 +97,11 @@ typedef struct {
 
 /* Communication hooks: what happens to a bucket once it is ready. */
 typedef enum {
-  /* divide by divide_factor, allreduce SUM in the bucket's dtype */
+  /* divide by divide_factor, allreduce SUM in the bucket's dtype. On the
+   * host (MPI) with the communication thread, f32/f64 buckets whose
+   * divide_factor is the communicator size (the default) instead run one
+   * allreduce AVG, which the MPI backend folds into its reduction (see
+   * TPDP_OP_AVG in tpdp/comm.h): no separate division pass. */
   TPDP_REDUCER_HOOK_NONE = 0,
   /* divide, cast to bf16, allreduce SUM in bf16, cast back */
   TPDP_REDUCER_HOOK_BF16 = 1,
@@ -281,8 +285,8 @@ int tpdp_reducer_rebuilt(const tpdp_reducer *r);
  * are the parts spent in collectives (launch, test, wait) and in passes
  * over bucket data (divide, cast, copy, zero). total - comm - data is
  * tpdp's own bookkeeping. With a communication thread (options.comm_thread)
- * the averaging pass runs on that thread, and the caller's time waiting for
- * it counts as comm. */
+ * the averaging pass (where there is one) runs on that thread, and the
+ * caller's time waiting for it counts as comm. */
 typedef struct {
   double total_seconds;
   double comm_seconds;

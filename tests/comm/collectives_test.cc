@@ -7,6 +7,7 @@
 //   np 4: world, mesh dp=2,tp=2 (dims dp, tp), mesh dp=4,tp=1 (dims dp, tp)
 // A sub-communicator's rank is the rank's coordinate on that dim, so inputs
 // are a function of the group rank g: In(g, i) = (7g + i) % 11.
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -335,6 +336,81 @@ TEST(Collectives, U8SumWrapsAndIntegerAvgTruncates) {
   tpdp_tensor tf = tpdp_tensor_1d(&f, TPDP_F32, 1), tfa = tpdp_tensor_1d(&favg, TPDP_F32, 1);
   ASSERT_TPDP_OK(tpdp_allreduce(c, &tf, &tfa, TPDP_OP_AVG));
   EXPECT_EQ(favg, 1.0f / p);
+}
+
+// ------------------------------------------------------ ring AVG
+//
+// Blocking AVG of f32/f64 messages of at least TPDP_MPI_RING_AVG_MIN_BYTES
+// (default 256 KiB) runs as the MPI backend's ring, which adds and divides
+// in one loop and moves the reduce-scatter in chunks of
+// TPDP_MPI_RING_CHUNK_BYTES (default 512 KiB). The targets in BUILD run this
+// suite with the defaults (counts on both sides of the threshold, counts
+// spanning several chunks) and with the threshold at 0 and 64-byte chunks
+// (every count through the ring: 0, 1, fewer elements than ranks, many
+// chunks per block), on 2, 3 and 4 ranks. Expected values are computed
+// here in the message's dtype: the sum of small integers is exact, then
+// one division by the size (correctly rounded, as the ring must give).
+
+long EnvLong(const char *name, long dflt) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::strtol(v, nullptr, 10) : dflt;
+}
+
+double AvgIn(tpdp_dtype dt, int p, int64_t i) {
+  double sum = 0;
+  for (int r = 0; r < p; r++) sum += In(r, i);
+  if (dt == TPDP_F32) return static_cast<float>(sum) / static_cast<float>(p);
+  return sum / p;
+}
+
+void CheckRingAvg(tpdp_comm *c, tpdp_dtype dt, int64_t n, Mode m) {
+  int g = tpdp_comm_rank(c), p = tpdp_comm_size(c);
+  HostBuf send(dt, n), recv(dt, n);
+  // Inputs vary with the rank and the position, so a block reduced with
+  // the wrong peer's data or at the wrong offset shows.
+  for (int64_t i = 0; i < n; i++) send.Set(i, In(g, i));
+  if (m.inplace)
+    for (int64_t i = 0; i < n; i++) recv.Set(i, In(g, i));
+  else
+    recv.Fill(99);
+  HostBuf &in = m.inplace ? recv : send;
+  tpdp_tensor s = in.View(), r = recv.View();
+  tpdp_status st;
+  if (m.async) {
+    tpdp_work *w = nullptr;
+    st = tpdp_allreduce_async(c, &s, &r, TPDP_OP_AVG, &w);
+    if (st == TPDP_SUCCESS) st = coll::Finish(w, nullptr);
+  } else {
+    st = tpdp_allreduce(c, &s, &r, TPDP_OP_AVG);
+  }
+  ASSERT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
+  EXPECT_TRUE(Matches(recv, 0, n, [&](int64_t i) { return AvgIn(dt, p, i); }));
+  if (!m.inplace)
+    EXPECT_TRUE(Matches(send, 0, n, [&](int64_t i) { return In(g, i); }));
+}
+
+TEST(CollectivesRingAvg, CountsAroundThresholdAndChunks) {
+  const long min_bytes = EnvLong("TPDP_MPI_RING_AVG_MIN_BYTES", 256 * 1024);
+  const long chunk_bytes = EnvLong("TPDP_MPI_RING_CHUNK_BYTES", 512 * 1024);
+  Comms comms;
+  for (const Target &t : comms.targets())
+    for (tpdp_dtype dt : {TPDP_F32, TPDP_F64}) {
+      const int64_t es = static_cast<int64_t>(tpdp_dtype_size(dt));
+      const int64_t thr = min_bytes / es, chunk = chunk_bytes / es;
+      const int p = tpdp_comm_size(t.comm);
+      std::vector<int64_t> counts = {0, 1, 2, 3, 5, 7, 13, 1001};
+      for (int64_t d : {-1, 0, 1, 3})  // both sides of the threshold
+        if (thr + d >= 0) counts.push_back(thr + d);
+      // every block spans two chunks and a remainder; not divisible by p
+      int64_t big = 2 * chunk * p + chunk / 2 + 3;
+      if (big * es <= (64 << 20)) counts.push_back(big);
+      for (int64_t n : counts)
+        for (Mode m : kModes) {
+          if (m.async && n > 100000) continue;  // async never takes the ring
+          SCOPED_TRACE(Describe(t, dt, "avg", n, m));
+          CheckRingAvg(t.comm, dt, n, m);
+        }
+    }
 }
 
 TEST(Collectives, MultiDimTensorsAreFlattened) {

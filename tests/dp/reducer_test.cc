@@ -511,6 +511,59 @@ TEST(Reducer, DefaultLimitsLargeBuckets) {
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }
 
+// Large f32 buckets with the default divide factor (the size) are averaged
+// by the allreduce itself (AVG: the MPI backend's ring divides while it
+// reduces); another divide factor keeps the division pass. Both give the
+// formula's mean (times size / factor), f32 and f64.
+TEST(Reducer, LargeBucketsFusedAverageAndOtherDivideFactor) {
+  int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
+  const int n = 4;
+  const int64_t numel = 100003;  // 400 KB (f32) per parameter: one bucket
+  for (tpdp_dtype dt : {TPDP_F32, TPDP_F64})
+    for (double factor : {0.0, 2.0 * size})
+      for (int thread : {1, 0}) {
+        SCOPED_TRACE(std::string(tpdp_dtype_name(dt)) + " divide_factor " +
+                     std::to_string(factor) + " comm_thread " + std::to_string(thread));
+        size_t es = tpdp_dtype_size(dt);
+        std::vector<std::vector<char>> pd(n, std::vector<char>(numel * es)),
+            gd(n, std::vector<char>(numel * es));
+        std::vector<tpdp_reducer_param> ps(n);
+        for (int p = 0; p < n; p++) {
+          ps[p].param = tpdp_tensor_1d(pd[p].data(), dt, numel);
+          ps[p].grad = tpdp_tensor_1d(gd[p].data(), dt, numel);
+          ps[p].fqn = nullptr;
+        }
+        tpdp_reducer_options o = tpdp_reducer_options_default();
+        o.divide_factor = factor;
+        o.comm_thread = thread;
+        tpdp_reducer *r = nullptr;
+        ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), ps.data(), n, &o, &r));
+        for (int step = 0; step < 2; step++) {
+          ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+          for (int p = n - 1; p >= 0; p--) {
+            for (int64_t i = 0; i < numel; i++) {
+              double v = G(rank, p, i, step);
+              if (dt == TPDP_F32) ((float *)ps[p].grad.data)[i] = (float)v;
+              else ((double *)ps[p].grad.data)[i] = v;
+            }
+            EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, p));
+          }
+          ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+          double scale = factor > 0 ? size / factor : 1.0;
+          int64_t bad = 0;
+          for (int p = 0; p < n; p++)
+            for (int64_t i = 0; i < numel; i++) {
+              double g = dt == TPDP_F32 ? ((const float *)ps[p].grad.data)[i]
+                                        : ((const double *)ps[p].grad.data)[i];
+              double want = scale * Mean(AllRanks(size), p, i, {step});
+              if (std::fabs(g - want) > 1e-6 * std::max(1.0, std::fabs(want))) bad++;
+            }
+          EXPECT_EQ(bad, 0) << "step " << step;
+        }
+        EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+      }
+}
+
 // ------------------------------------------------------------ bad input
 
 TEST(ReducerErrors, CreateRejectsBadParameterLists) {
