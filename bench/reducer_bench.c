@@ -8,7 +8,8 @@
  *              with [1 MiB, 25 MiB], reversed)
  *       tpdp = tpdp_reducer_prepare, mark_ready 99..0, finalize (view mode)
  *       raw_async   = MPI_Iallreduce per bucket, then MPI_Waitall
- *       tpdp_nodiv  = the reducer with divide_factor 1 (no division pass)
+ *       tpdp_nodiv  = the reducer with divide_factor 1 (no division pass;
+ *                     MPI_Allreduce SUM rather than the fused ring AVG)
  *       ring_avg    = tpdp_allreduce(TPDP_OP_AVG) over the same buckets
  *                     (the collective alone: for f32 buckets this large the
  *                     MPI backend's ring, which divides while it reduces)
