@@ -179,12 +179,6 @@ static tpdp_status wrap_comm(ncclComm_t nc, int device, const char *name,
   nccl_impl *impl = NULL;
   tpdp_comm *c = NULL;
   int rank = 0, size = 0;
-  /* Non-blocking: the communicator may still be initialising in NCCL's
-   * background thread (its rank count reads 0 until then). */
-  int timed_out = 0;
-  st = settle(nc, ncclInProgress, "communicator initialisation", name, -1,
-              timeout_s, &timed_out, __func__);
-  if (st != TPDP_SUCCESS) goto fail;
   ncclResult_t rc = ncclCommUserRank(nc, &rank);
   if (rc == ncclSuccess) rc = ncclCommCount(nc, &size);
   if (rc != ncclSuccess) {
@@ -405,10 +399,14 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
   int timed_out = 0;
   /* A non-blocking split is an operation of the parent: NCCL fills in the
    * new handle only once the parent leaves ncclInProgress (NVIDIA/nccl
-   * #1472), so poll the parent first; the new communicator, if this rank
-   * joined one, is then polled until ready by wrap_comm. */
+   * #1472), so poll the parent first, then the new communicator (if this
+   * rank joined one) until it is ready: its rank count reads 0 before. */
   tpdp_status st = settle(impl->nccl, rc, "ncclCommSplit", name, comm->rank,
                           impl->timeout_s, &timed_out, __func__);
+  int child_timed_out = 0;
+  if (st == TPDP_SUCCESS && nc != NULL)
+    st = settle(nc, ncclSuccess, "ncclCommSplit (new communicator)", name,
+                comm->rank, impl->timeout_s, &child_timed_out, __func__);
   if (st != TPDP_SUCCESS) {
     if (nc != NULL) (void)ncclCommAbort(nc);
     if (timed_out) abort_comm(comm);
