@@ -21,7 +21,8 @@
 #include "tpdp/tpdp.h"
 
 enum { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, NCOLL };
-static const char *const names[NCOLL] = {"allreduce", "allgather", "reduce_scatter"};
+static const char *const names[NCOLL] = {"allreduce", "allgather",
+                                         "reduce_scatter"};
 
 typedef struct {
   tpdp_comm *comm;
@@ -36,7 +37,8 @@ static int call(const bench_ctx *c, int coll, int64_t n, int raw) {
   if (raw) {
     switch (coll) {
       case ALLREDUCE:
-        return MPI_Allreduce(c->send, c->recv, (int)n, MPI_FLOAT, MPI_SUM, c->mpi);
+        return MPI_Allreduce(c->send, c->recv, (int)n, MPI_FLOAT, MPI_SUM,
+                             c->mpi);
       case ALLGATHER:
         return MPI_Allgather(c->send, (int)part, MPI_FLOAT, c->recv, (int)part,
                              MPI_FLOAT, c->mpi);
@@ -91,7 +93,8 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static long long arg_ll(int argc, char **argv, const char *name, long long dflt) {
+static long long arg_ll(int argc, char **argv, const char *name,
+                        long long dflt) {
   for (int i = 1; i + 1 < argc; i++)
     if (strcmp(argv[i], name) == 0) return strtoll(argv[i + 1], NULL, 10);
   return dflt;
@@ -124,8 +127,10 @@ int main(int argc, char **argv) {
     c.recv[i] = 0;
   }
   if (me == 0) {
-    printf("comm_bench: %d ranks, f32, MPI backend; median of %d alternating "
-           "rounds; time per call (slowest rank)\n", c.p, rounds);
+    printf(
+        "comm_bench: %d ranks, f32, MPI backend; median of %d alternating "
+        "rounds; time per call (slowest rank)\n",
+        c.p, rounds);
     printf("%12s %-15s %6s %12s %12s %8s\n", "bytes", "collective", "calls",
            "raw_us", "tpdp_us", "raw/tpdp");
   }
@@ -150,7 +155,10 @@ int main(int argc, char **argv) {
         int raw_first = r % 2 == 0;
         double a = measure(&c, coll, n, raw_first, k);
         double b = measure(&c, coll, n, !raw_first, k);
-        if (a < 0 || b < 0) { failed = 1; break; }
+        if (a < 0 || b < 0) {
+          failed = 1;
+          break;
+        }
         raw[r] = raw_first ? a : b;
         tp[r] = raw_first ? b : a;
         pair[r] = tp[r] > 0 ? raw[r] / tp[r] : 0;

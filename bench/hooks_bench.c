@@ -61,14 +61,14 @@ static double now_ns(void) {
   return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-#define TRY(call)                                                        \
-  do {                                                                   \
-    tpdp_status st_ = (call);                                            \
-    if (st_ != TPDP_SUCCESS) {                                           \
-      fprintf(stderr, "hooks_bench: %s failed: %s: %s\n", #call,         \
-              tpdp_status_string(st_), tpdp_last_error());               \
-      exit(1);                                                           \
-    }                                                                    \
+#define TRY(call)                                                \
+  do {                                                           \
+    tpdp_status st_ = (call);                                    \
+    if (st_ != TPDP_SUCCESS) {                                   \
+      fprintf(stderr, "hooks_bench: %s failed: %s: %s\n", #call, \
+              tpdp_status_string(st_), tpdp_last_error());       \
+      exit(1);                                                   \
+    }                                                            \
   } while (0)
 
 static float storage[64];
@@ -221,19 +221,23 @@ int main(int argc, char **argv) {
   double ns = best;
   double allocs = (double)allocations / ((double)REPS * steps);
 
-  printf("tree: %d DTensor parameters over %d nested modules (%d blocks x "
-         "depth %d)\n",
-         NPARAMS, NBLOCKS * DEPTH, NBLOCKS, DEPTH);
-  printf("baseline (seed-004 walk + names per call): %.1f ns/param, %g "
-         "allocations per step (%ld steps)\n",
-         base_ns, base_allocs, base_steps);
-  printf("tpdp hooks (flat array resolved once): best of %d x %ld steps "
-         "%.1f ns/param, mean %.1f, thread CPU %.1f ns/param; %g "
-         "allocations per step\n",
-         REPS, steps, ns, mean, cpu_ns, allocs);
-  printf("ratio baseline/hooks: %.1fx (targets: <= 50 ns/param, 0 "
-         "allocations)\n",
-         base_ns / ns);
+  printf(
+      "tree: %d DTensor parameters over %d nested modules (%d blocks x "
+      "depth %d)\n",
+      NPARAMS, NBLOCKS * DEPTH, NBLOCKS, DEPTH);
+  printf(
+      "baseline (seed-004 walk + names per call): %.1f ns/param, %g "
+      "allocations per step (%ld steps)\n",
+      base_ns, base_allocs, base_steps);
+  printf(
+      "tpdp hooks (flat array resolved once): best of %d x %ld steps "
+      "%.1f ns/param, mean %.1f, thread CPU %.1f ns/param; %g "
+      "allocations per step\n",
+      REPS, steps, ns, mean, cpu_ns, allocs);
+  printf(
+      "ratio baseline/hooks: %.1fx (targets: <= 50 ns/param, 0 "
+      "allocations)\n",
+      base_ns / ns);
   printf("hooks: %.1f ns/param, %g allocations per step\n", ns, allocs);
 
   TRY(tpdp_module_destroy(root));

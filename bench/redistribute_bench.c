@@ -28,20 +28,22 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-#define DIE(st)                                                          \
-  do {                                                                   \
-    if ((st) != TPDP_SUCCESS) {                                          \
-      fprintf(stderr, "redistribute_bench: %s: %s\n",                    \
-              tpdp_status_string(st), tpdp_last_error());                \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                      \
-    }                                                                    \
+#define DIE(st)                                                               \
+  do {                                                                        \
+    if ((st) != TPDP_SUCCESS) {                                               \
+      fprintf(stderr, "redistribute_bench: %s: %s\n", tpdp_status_string(st), \
+              tpdp_last_error());                                             \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                           \
+    }                                                                         \
   } while (0)
 
 int main(int argc, char **argv) {
   int mib = 64, rounds = 7;
   for (int i = 1; i + 1 < argc; i++) {
-    if (strcmp(argv[i], "--mib") == 0) mib = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--rounds") == 0) rounds = atoi(argv[++i]);
+    if (strcmp(argv[i], "--mib") == 0)
+      mib = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--rounds") == 0)
+      rounds = atoi(argv[++i]);
   }
   DIE(tpdp_init(&argc, &argv));
   tpdp_comm *world;
@@ -90,8 +92,8 @@ int main(int argc, char **argv) {
         MPI_Reduce_scatter_block(full, shard, (int)part, MPI_FLOAT, MPI_SUM,
                                  MPI_COMM_WORLD);
       else
-        MPI_Allgather(shard, (int)part, MPI_FLOAT, full2, (int)part,
-                      MPI_FLOAT, MPI_COMM_WORLD);
+        MPI_Allgather(shard, (int)part, MPI_FLOAT, full2, (int)part, MPI_FLOAT,
+                      MPI_COMM_WORLD);
       double a = slowest(t0);
       MPI_Barrier(MPI_COMM_WORLD);
       t0 = MPI_Wtime();
@@ -105,10 +107,11 @@ int main(int argc, char **argv) {
     double mr = median(traw, rounds), mt = median(ttp, rounds);
     ratio[c] = mr / mt;
     if (rank == 0)
-      printf("%-8s %d MiB f32 [%lld, %lld] on %d ranks: raw MPI %.2f ms, "
-             "tpdp %.2f ms, ratio %.3f\n",
-             names[c], mib, (long long)rows, (long long)cols, p, mr * 1e3,
-             mt * 1e3, ratio[c]);
+      printf(
+          "%-8s %d MiB f32 [%lld, %lld] on %d ranks: raw MPI %.2f ms, "
+          "tpdp %.2f ms, ratio %.3f\n",
+          names[c], mib, (long long)rows, (long long)cols, p, mr * 1e3,
+          mt * 1e3, ratio[c]);
   }
   if (rank == 0)
     printf("redistribute: ratio %.3f\n",

@@ -23,10 +23,10 @@
  */
 #include <mpi.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "tpdp/comm.h"
 #include "tpdp/reducer.h"
@@ -56,15 +56,16 @@ static int die(const char *what) {
   return 1;
 }
 
-#define OK(call) \
-  do {           \
+#define OK(call)                                   \
+  do {                                             \
     if ((call) != TPDP_SUCCESS) return die(#call); \
   } while (0)
 
 static int make_params(int with_grads, tpdp_reducer_param *ps, float **pbuf,
                        float **gbuf) {
   *pbuf = (float *)calloc((size_t)NT * NUMEL, sizeof(float));
-  *gbuf = with_grads ? (float *)calloc((size_t)NT * NUMEL, sizeof(float)) : NULL;
+  *gbuf =
+      with_grads ? (float *)calloc((size_t)NT * NUMEL, sizeof(float)) : NULL;
   if (*pbuf == NULL || (with_grads && *gbuf == NULL)) return -1;
   for (int p = 0; p < NT; p++) {
     ps[p].param = tpdp_tensor_1d(*pbuf + (size_t)p * NUMEL, TPDP_F32, NUMEL);
@@ -127,7 +128,8 @@ int main(int argc, char **argv) {
       if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
       fclose(f);
     }
-    double now_mb = max_over_ranks(resident * (sysconf(_SC_PAGESIZE) / 1048576.0));
+    double now_mb =
+        max_over_ranks(resident * (sysconf(_SC_PAGESIZE) / 1048576.0));
     if (rank == 0)
       printf("rss_mb_%s %.1f rss_now_mb_%s %.1f\n", view ? "view" : "copy", mb,
              view ? "view" : "copy", now_mb);
@@ -175,8 +177,8 @@ int main(int argc, char **argv) {
     }
     off = 0;
     for (int64_t b = 0; b < nb; b++) {
-      tpdp_tensor v = tpdp_tensor_1d((char *)raw + off, TPDP_F32,
-                                     (int64_t)(bbytes[b] / 4));
+      tpdp_tensor v =
+          tpdp_tensor_1d((char *)raw + off, TPDP_F32, (int64_t)(bbytes[b] / 4));
       OK(tpdp_allreduce(world, &v, &v, TPDP_OP_AVG));
       off += bbytes[b];
     }
@@ -213,8 +215,8 @@ int main(int argc, char **argv) {
     t0 = MPI_Wtime();
     off = 0;
     for (int64_t b = 0; b < nb; b++) {
-      tpdp_tensor v = tpdp_tensor_1d((char *)raw + off, TPDP_F32,
-                                     (int64_t)(bbytes[b] / 4));
+      tpdp_tensor v =
+          tpdp_tensor_1d((char *)raw + off, TPDP_F32, (int64_t)(bbytes[b] / 4));
       OK(tpdp_allreduce(world, &v, &v, TPDP_OP_AVG));
       off += bbytes[b];
     }
@@ -226,9 +228,10 @@ int main(int argc, char **argv) {
   double nodiv_ms = max_over_ranks(median(t_nodiv, steps) * 1e3);
   double ring_ms = max_over_ranks(median(t_ring, steps) * 1e3);
   if (rank == 0)
-    printf("raw_ms %.2f tpdp_ms %.2f buckets %lld raw_async_ms %.2f "
-           "tpdp_nodiv_ms %.2f ring_avg_ms %.2f\n",
-           raw_ms, tpdp_ms, (long long)nb, async_ms, nodiv_ms, ring_ms);
+    printf(
+        "raw_ms %.2f tpdp_ms %.2f buckets %lld raw_async_ms %.2f "
+        "tpdp_nodiv_ms %.2f ring_avg_ms %.2f\n",
+        raw_ms, tpdp_ms, (long long)nb, async_ms, nodiv_ms, ring_ms);
   OK(tpdp_reducer_destroy(r));
   OK(tpdp_reducer_destroy(r1));
   free(t_async);

@@ -17,9 +17,9 @@ const char *tpdp_reduce_op_name(tpdp_reduce_op op) {
 }
 
 const char *tpdp_coll_name(tpdp_coll_kind kind) {
-  static const char *const names[] = {"allreduce", "allgather",
+  static const char *const names[] = {"allreduce",      "allgather",
                                       "reduce_scatter", "broadcast",
-                                      "alltoall", "barrier"};
+                                      "alltoall",       "barrier"};
   if ((int)kind < 0 || kind > TPDP_COLL_BARRIER) return "?";
   return names[kind];
 }
@@ -196,8 +196,8 @@ static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
     if (args->recv == NULL)
       return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
                             "recv tensor is NULL (%s)", comm->name);
-    int send_needed = args->kind != TPDP_COLL_BROADCAST ||
-                      comm->rank == args->root;
+    int send_needed =
+        args->kind != TPDP_COLL_BROADCAST || comm->rank == args->root;
     if (args->send == NULL && args->kind != TPDP_COLL_BROADCAST)
       return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
                             "send tensor is NULL (%s)", comm->name);
@@ -222,16 +222,25 @@ static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
   long long p = comm->size;
   switch (args->kind) {
     case TPDP_COLL_ALLREDUCE:
-      if (s != r) return count_error(comm, args->kind, "numel(send) must equal numel(recv)", s, r);
+      if (s != r)
+        return count_error(comm, args->kind,
+                           "numel(send) must equal numel(recv)", s, r);
       break;
     case TPDP_COLL_ALLGATHER:
-      if (r != s * p) return count_error(comm, args->kind, "numel(recv) must be size * numel(send)", s, r);
+      if (r != s * p)
+        return count_error(comm, args->kind,
+                           "numel(recv) must be size * numel(send)", s, r);
       break;
     case TPDP_COLL_REDUCE_SCATTER:
-      if (s != r * p) return count_error(comm, args->kind, "numel(send) must be size * numel(recv)", s, r);
+      if (s != r * p)
+        return count_error(comm, args->kind,
+                           "numel(send) must be size * numel(recv)", s, r);
       break;
     case TPDP_COLL_ALLTOALL:
-      if (s != r || s % p != 0) return count_error(comm, args->kind, "numel(send) must equal numel(recv) and divide by size", s, r);
+      if (s != r || s % p != 0)
+        return count_error(
+            comm, args->kind,
+            "numel(send) must equal numel(recv) and divide by size", s, r);
       break;
     case TPDP_COLL_BROADCAST:
       if (args->root < 0 || args->root >= comm->size)
@@ -239,7 +248,9 @@ static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
                               "root %d outside [0, %d) of %s", args->root,
                               comm->size, comm->name);
       if (comm->rank == args->root && args->send != NULL && s != r)
-        return count_error(comm, args->kind, "numel(send) must equal numel(recv) on the root", s, r);
+        return count_error(comm, args->kind,
+                           "numel(send) must equal numel(recv) on the root", s,
+                           r);
       break;
     case TPDP_COLL_BARRIER:
       break;
@@ -285,8 +296,7 @@ tpdp_status tpdp_reduce_scatter(tpdp_comm *comm, const tpdp_tensor *send,
   COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);
   return run_blocking(comm, &args);
 }
-tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm,
-                                      const tpdp_tensor *send,
+tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm, const tpdp_tensor *send,
                                       tpdp_tensor *recv, tpdp_reduce_op op,
                                       tpdp_work **work) {
   COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);

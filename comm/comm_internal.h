@@ -53,7 +53,7 @@ struct tpdp_comm {
   /* 1 if collectives on *different* communicators may be issued from
    * different threads at the same time (MPI: MPI_THREAD_MULTIPLE). */
   int concurrent_threads;
-  void *impl;       /* backend state */
+  void *impl; /* backend state */
 };
 
 /* Work handles: a backend allocates one and fills the callbacks. */

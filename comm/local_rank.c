@@ -39,8 +39,7 @@ tpdp_status tpdp_comm_local_rank(tpdp_comm *comm, int *local_rank,
   if (st == TPDP_SUCCESS) {
     int lr = 0, ls = 0;
     for (int r = 0; r < comm->size; r++) {
-      if (memcmp(all + (size_t)r * HOST_BYTES, mine, HOST_BYTES) != 0)
-        continue;
+      if (memcmp(all + (size_t)r * HOST_BYTES, mine, HOST_BYTES) != 0) continue;
       if (r < comm->rank) lr++;
       ls++;
     }

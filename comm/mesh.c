@@ -16,7 +16,7 @@ struct tpdp_mesh {
   int64_t sizes[TPDP_MAX_DIMS];
   char names[TPDP_MAX_DIMS][MESH_NAME_MAX];
   int64_t size;
-  tpdp_comm *parent;                 /* NULL for layout-only meshes */
+  tpdp_comm *parent; /* NULL for layout-only meshes */
   tpdp_comm *dim_comms[TPDP_MAX_DIMS];
   int rank;
 };
@@ -41,7 +41,8 @@ tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
   int n = 0;
   char *p = storage;
   if (*trim(p) == '\0')
-    return TPDP_ERR(TPDP_ERR_PARSE, "empty mesh spec (expected e.g. dp=2,tp=2)");
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "empty mesh spec (expected e.g. dp=2,tp=2)");
   while (1) {
     char *item = p;
     char *comma = strchr(p, ',');
@@ -100,8 +101,8 @@ tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
 static tpdp_status validate_dims(int ndim, const int64_t *sizes,
                                  const char *const *names) {
   if (ndim < 1)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "mesh needs at least 1 dim, got %d",
-                    ndim);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "mesh needs at least 1 dim, got %d", ndim);
   if (ndim > TPDP_MAX_DIMS)
     return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "mesh has %d dims; at most %d",
                     ndim, TPDP_MAX_DIMS);
@@ -139,8 +140,8 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
     if (sizes[i] > INT_MAX / total) {
       char shape[128];
       tpdp_shape_format(ndim, sizes, shape, sizeof shape);
-      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
-                      "mesh %s has more than %d ranks", shape, INT_MAX);
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "mesh %s has more than %d ranks",
+                      shape, INT_MAX);
     }
     total *= sizes[i];
   }
@@ -188,8 +189,8 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
                       comm->rank);
         goto fail;
       }
-      snprintf(m->dim_comms[d]->name, sizeof m->dim_comms[d]->name,
-               "mesh.%s", m->names[d]);
+      snprintf(m->dim_comms[d]->name, sizeof m->dim_comms[d]->name, "mesh.%s",
+               m->names[d]);
     }
   }
   *out = m;
@@ -252,8 +253,7 @@ int tpdp_mesh_equal(const tpdp_mesh *a, const tpdp_mesh *b) {
   return 1;
 }
 
-tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank,
-                             int64_t *coords) {
+tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank, int64_t *coords) {
   CHECK_PTR(mesh);
   CHECK_PTR(coords);
   if (rank < 0 || rank >= mesh->size)
@@ -316,8 +316,8 @@ tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh,
-                                       const char *name, tpdp_comm **out) {
+tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh, const char *name,
+                                       tpdp_comm **out) {
   CHECK_PTR(mesh);
   CHECK_PTR(name);
   int d = tpdp_mesh_dim_index(mesh, name);

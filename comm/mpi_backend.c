@@ -17,7 +17,7 @@
 
 typedef struct {
   MPI_Comm comm;
-  void *scratch;        /* ring allreduce: one received chunk */
+  void *scratch; /* ring allreduce: one received chunk */
   size_t scratch_bytes;
 } mpi_comm_impl;
 
@@ -30,7 +30,7 @@ typedef struct {
   void *move_dst;       /* in-place reduce_scatter: move result here */
   const void *move_src;
   size_t move_bytes;
-  void *scratch;        /* temporary buffer to free */
+  void *scratch; /* temporary buffer to free */
 } mpi_work_impl;
 
 /* A work handle and its MPI state in one allocation; `work` comes first so
@@ -72,23 +72,23 @@ static tpdp_status mpi_error(int code, const char *call, const tpdp_comm *c) {
                         c ? c->name : "MPI_COMM_WORLD", c ? c->rank : -1, msg);
 }
 
-#define MPI_CHECK(call, comm)                                    \
-  do {                                                           \
-    int mpi_rc_ = (call);                                        \
+#define MPI_CHECK(call, comm)                                             \
+  do {                                                                    \
+    int mpi_rc_ = (call);                                                 \
     if (mpi_rc_ != MPI_SUCCESS) return mpi_error(mpi_rc_, #call, (comm)); \
   } while (0)
 
 /* ---------------------------------------------------------- half ops */
 
-#define HALF_OP(name, to_f, from_f, expr)                                 \
-  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {  \
-    (void)dt;                                                            \
-    const uint16_t *a = (const uint16_t *)in;                            \
-    uint16_t *b = (uint16_t *)inout;                                     \
-    for (int i = 0; i < *len; i++) {                                     \
-      float x = to_f(a[i]), y = to_f(b[i]);                              \
-      b[i] = from_f(expr);                                               \
-    }                                                                    \
+#define HALF_OP(name, to_f, from_f, expr)                               \
+  static void name(void *in, void *inout, int *len, MPI_Datatype *dt) { \
+    (void)dt;                                                           \
+    const uint16_t *a = (const uint16_t *)in;                           \
+    uint16_t *b = (uint16_t *)inout;                                    \
+    for (int i = 0; i < *len; i++) {                                    \
+      float x = to_f(a[i]), y = to_f(b[i]);                             \
+      b[i] = from_f(expr);                                              \
+    }                                                                   \
   }
 HALF_OP(f16_sum, tpdp_f16_to_f32, tpdp_f32_to_f16, x + y)
 HALF_OP(f16_max, tpdp_f16_to_f32, tpdp_f32_to_f16, x > y ? x : y)
@@ -109,14 +109,22 @@ static tpdp_status create_half_ops(void) {
 
 static MPI_Datatype mpi_dtype(tpdp_dtype dtype) {
   switch (dtype) {
-    case TPDP_F32: return MPI_FLOAT;
-    case TPDP_F64: return MPI_DOUBLE;
-    case TPDP_F16: return MPI_UINT16_T;
-    case TPDP_BF16: return MPI_UINT16_T;
-    case TPDP_I32: return MPI_INT32_T;
-    case TPDP_I64: return MPI_INT64_T;
-    case TPDP_U8: return MPI_UINT8_T;
-    default: return MPI_DATATYPE_NULL;
+    case TPDP_F32:
+      return MPI_FLOAT;
+    case TPDP_F64:
+      return MPI_DOUBLE;
+    case TPDP_F16:
+      return MPI_UINT16_T;
+    case TPDP_BF16:
+      return MPI_UINT16_T;
+    case TPDP_I32:
+      return MPI_INT32_T;
+    case TPDP_I64:
+      return MPI_INT64_T;
+    case TPDP_U8:
+      return MPI_UINT8_T;
+    default:
+      return MPI_DATATYPE_NULL;
   }
 }
 
@@ -218,9 +226,9 @@ static tpdp_status mpi_split(tpdp_comm *comm, int color, int key,
                              tpdp_comm **out) {
   mpi_comm_impl *impl = (mpi_comm_impl *)comm->impl;
   MPI_Comm nc;
-  MPI_CHECK(MPI_Comm_split(impl->comm, color < 0 ? MPI_UNDEFINED : color, key,
-                           &nc),
-            comm);
+  MPI_CHECK(
+      MPI_Comm_split(impl->comm, color < 0 ? MPI_UNDEFINED : color, key, &nc),
+      comm);
   if (nc == MPI_COMM_NULL) {
     *out = NULL;
     return TPDP_SUCCESS;
@@ -237,14 +245,45 @@ static tpdp_status mpi_split(tpdp_comm *comm, int color, int key,
 static void divide_by(tpdp_tensor *t, int size) {
   int64_t n = tpdp_tensor_numel(t);
   switch (t->dtype) {
-    case TPDP_F32: { float *p = t->data; for (int64_t i = 0; i < n; i++) p[i] /= (float)size; break; }
-    case TPDP_F64: { double *p = t->data; for (int64_t i = 0; i < n; i++) p[i] /= size; break; }
-    case TPDP_F16: { uint16_t *p = t->data; for (int64_t i = 0; i < n; i++) p[i] = tpdp_f32_to_f16(tpdp_f16_to_f32(p[i]) / (float)size); break; }
-    case TPDP_BF16: { uint16_t *p = t->data; for (int64_t i = 0; i < n; i++) p[i] = tpdp_f32_to_bf16(tpdp_bf16_to_f32(p[i]) / (float)size); break; }
-    case TPDP_I32: { int32_t *p = t->data; for (int64_t i = 0; i < n; i++) p[i] /= size; break; }
-    case TPDP_I64: { int64_t *p = t->data; for (int64_t i = 0; i < n; i++) p[i] /= size; break; }
-    case TPDP_U8: { uint8_t *p = t->data; for (int64_t i = 0; i < n; i++) p[i] = (uint8_t)(p[i] / size); break; }
-    default: break;
+    case TPDP_F32: {
+      float *p = t->data;
+      for (int64_t i = 0; i < n; i++) p[i] /= (float)size;
+      break;
+    }
+    case TPDP_F64: {
+      double *p = t->data;
+      for (int64_t i = 0; i < n; i++) p[i] /= size;
+      break;
+    }
+    case TPDP_F16: {
+      uint16_t *p = t->data;
+      for (int64_t i = 0; i < n; i++)
+        p[i] = tpdp_f32_to_f16(tpdp_f16_to_f32(p[i]) / (float)size);
+      break;
+    }
+    case TPDP_BF16: {
+      uint16_t *p = t->data;
+      for (int64_t i = 0; i < n; i++)
+        p[i] = tpdp_f32_to_bf16(tpdp_bf16_to_f32(p[i]) / (float)size);
+      break;
+    }
+    case TPDP_I32: {
+      int32_t *p = t->data;
+      for (int64_t i = 0; i < n; i++) p[i] /= size;
+      break;
+    }
+    case TPDP_I64: {
+      int64_t *p = t->data;
+      for (int64_t i = 0; i < n; i++) p[i] /= size;
+      break;
+    }
+    case TPDP_U8: {
+      uint8_t *p = t->data;
+      for (int64_t i = 0; i < n; i++) p[i] = (uint8_t)(p[i] / size);
+      break;
+    }
+    default:
+      break;
   }
 }
 
@@ -338,30 +377,30 @@ static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 /* dst[i] = own[i] + in[i], or (own[i] + in[i]) / p when p > 0. own is the
  * rank's input: equal to dst in place, else a distinct buffer. */
-#define RING_REDUCE(name, T)                                                 \
-  static void name##_inplace(T *restrict dst, const T *restrict in,          \
-                             int64_t n, int p) {                             \
-    if (p == 0) {                                                            \
-      for (int64_t i = 0; i < n; i++) dst[i] += in[i];                       \
-    } else if (is_pow2(p)) {                                                 \
-      const T inv = (T)1 / (T)p;                                             \
-      for (int64_t i = 0; i < n; i++) dst[i] = (dst[i] + in[i]) * inv;       \
-    } else {                                                                 \
-      const T d = (T)p;                                                      \
-      for (int64_t i = 0; i < n; i++) dst[i] = (dst[i] + in[i]) / d;         \
-    }                                                                        \
-  }                                                                          \
-  static void name##_out(T *restrict dst, const T *restrict own,             \
-                         const T *restrict in, int64_t n, int p) {           \
-    if (p == 0) {                                                            \
-      for (int64_t i = 0; i < n; i++) dst[i] = own[i] + in[i];               \
-    } else if (is_pow2(p)) {                                                 \
-      const T inv = (T)1 / (T)p;                                             \
-      for (int64_t i = 0; i < n; i++) dst[i] = (own[i] + in[i]) * inv;       \
-    } else {                                                                 \
-      const T d = (T)p;                                                      \
-      for (int64_t i = 0; i < n; i++) dst[i] = (own[i] + in[i]) / d;         \
-    }                                                                        \
+#define RING_REDUCE(name, T)                                                   \
+  static void name##_inplace(T *restrict dst, const T *restrict in, int64_t n, \
+                             int p) {                                          \
+    if (p == 0) {                                                              \
+      for (int64_t i = 0; i < n; i++) dst[i] += in[i];                         \
+    } else if (is_pow2(p)) {                                                   \
+      const T inv = (T)1 / (T)p;                                               \
+      for (int64_t i = 0; i < n; i++) dst[i] = (dst[i] + in[i]) * inv;         \
+    } else {                                                                   \
+      const T d = (T)p;                                                        \
+      for (int64_t i = 0; i < n; i++) dst[i] = (dst[i] + in[i]) / d;           \
+    }                                                                          \
+  }                                                                            \
+  static void name##_out(T *restrict dst, const T *restrict own,               \
+                         const T *restrict in, int64_t n, int p) {             \
+    if (p == 0) {                                                              \
+      for (int64_t i = 0; i < n; i++) dst[i] = own[i] + in[i];                 \
+    } else if (is_pow2(p)) {                                                   \
+      const T inv = (T)1 / (T)p;                                               \
+      for (int64_t i = 0; i < n; i++) dst[i] = (own[i] + in[i]) * inv;         \
+    } else {                                                                   \
+      const T d = (T)p;                                                        \
+      for (int64_t i = 0; i < n; i++) dst[i] = (own[i] + in[i]) / d;           \
+    }                                                                          \
   }
 RING_REDUCE(ring_reduce_f32, float)
 RING_REDUCE(ring_reduce_f64, double)
@@ -468,11 +507,11 @@ static tpdp_status ring_allreduce_avg(tpdp_comm *comm, mpi_comm_impl *impl,
    * in round s-1) and receive block r-s straight into place. */
   for (int s = 0; s < p - 1; s++) {
     const int sb = ((r + 1 - s) % p + p) % p, rb = ((r - s) % p + p) % p;
-    int rcode = MPI_Sendrecv(
-        dst + ring_block_off(n, p, sb) * es, (int)ring_block_len(n, p, sb),
-        mdt, right, RING_TAG, dst + ring_block_off(n, p, rb) * es,
-        (int)ring_block_len(n, p, rb), mdt, left, RING_TAG, impl->comm,
-        MPI_STATUS_IGNORE);
+    int rcode = MPI_Sendrecv(dst + ring_block_off(n, p, sb) * es,
+                             (int)ring_block_len(n, p, sb), mdt, right,
+                             RING_TAG, dst + ring_block_off(n, p, rb) * es,
+                             (int)ring_block_len(n, p, rb), mdt, left, RING_TAG,
+                             impl->comm, MPI_STATUS_IGNORE);
     if (rcode != MPI_SUCCESS) return ring_error(rcode, comm, "allgather", s);
   }
   return TPDP_SUCCESS;
@@ -549,8 +588,9 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
       MPI_Op op = mpi_op(a->op, recv->dtype);
       const void *sb = send->data;
       void *rb = recv->data;
-      if (rn > 0 && (const char *)recv->data ==
-                        (const char *)send->data + (size_t)comm->rank * rn * es) {
+      if (rn > 0 &&
+          (const char *)recv->data ==
+              (const char *)send->data + (size_t)comm->rank * rn * es) {
         /* NCCL-style in place: MPI leaves the block at the start of the
          * buffer; move it to this rank's slot when done. */
         sb = MPI_IN_PLACE;

@@ -5,8 +5,9 @@
  * which always has MPI. */
 #include "comm/comm_internal.h"
 
-#define NO_MPI "built without MPI (comm/mpi_stub.c): use " \
-               "tpdp_comm_create_nccl(NULL, ...) for a single rank"
+#define NO_MPI                                \
+  "built without MPI (comm/mpi_stub.c): use " \
+  "tpdp_comm_create_nccl(NULL, ...) for a single rank"
 
 tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv,
                                   int *we_initialized) {

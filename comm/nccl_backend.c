@@ -26,9 +26,9 @@
 
 typedef struct {
   ncclComm_t nccl;
-  cudaStream_t stream;      /* this communicator's, non-blocking */
-  cudaEvent_t order_event;  /* tpdp_comm_order_after */
-  float *scratch;           /* one device float for barrier */
+  cudaStream_t stream;     /* this communicator's, non-blocking */
+  cudaEvent_t order_event; /* tpdp_comm_order_after */
+  float *scratch;          /* one device float for barrier */
   double timeout_s;
   int aborted;
 } nccl_impl;
@@ -72,9 +72,10 @@ static double timeout_from_env(void) {
 static tpdp_status nccl_fail(ncclResult_t rc, ncclComm_t h, const char *call,
                              const char *name, int rank, const char *func) {
   const char *detail = h != NULL ? ncclGetLastError(h) : ncclGetLastError(NULL);
-  return tpdp_set_error(TPDP_ERR_NCCL, func, "%s failed on %s (rank %d): %s%s%s",
-                        call, name, rank, ncclGetErrorString(rc),
-                        detail && *detail ? ": " : "", detail ? detail : "");
+  return tpdp_set_error(TPDP_ERR_NCCL, func,
+                        "%s failed on %s (rank %d): %s%s%s", call, name, rank,
+                        ncclGetErrorString(rc), detail && *detail ? ": " : "",
+                        detail ? detail : "");
 }
 
 /* Turn the answer of an NCCL call on non-blocking communicator `h` into a
@@ -138,7 +139,6 @@ static tpdp_status settle_comm(tpdp_comm *comm, ncclResult_t rc,
   return st;
 }
 
-
 static tpdp_status aborted_error(const tpdp_comm *comm, const char *what,
                                  const char *func) {
   return tpdp_set_error(TPDP_ERR_STATE, func,
@@ -149,23 +149,35 @@ static tpdp_status aborted_error(const tpdp_comm *comm, const char *what,
 
 static ncclDataType_t nccl_dtype(tpdp_dtype d) {
   switch (d) {
-    case TPDP_F32: return ncclFloat32;
-    case TPDP_F64: return ncclFloat64;
-    case TPDP_F16: return ncclFloat16;
-    case TPDP_BF16: return ncclBfloat16;
-    case TPDP_I32: return ncclInt32;
-    case TPDP_I64: return ncclInt64;
-    case TPDP_U8: return ncclUint8;
-    default: return ncclUint8;
+    case TPDP_F32:
+      return ncclFloat32;
+    case TPDP_F64:
+      return ncclFloat64;
+    case TPDP_F16:
+      return ncclFloat16;
+    case TPDP_BF16:
+      return ncclBfloat16;
+    case TPDP_I32:
+      return ncclInt32;
+    case TPDP_I64:
+      return ncclInt64;
+    case TPDP_U8:
+      return ncclUint8;
+    default:
+      return ncclUint8;
   }
 }
 
 static ncclRedOp_t nccl_op(tpdp_reduce_op op) {
   switch (op) {
-    case TPDP_OP_AVG: return ncclAvg;
-    case TPDP_OP_MAX: return ncclMax;
-    case TPDP_OP_MIN: return ncclMin;
-    default: return ncclSum;
+    case TPDP_OP_AVG:
+      return ncclAvg;
+    case TPDP_OP_MAX:
+      return ncclMax;
+    case TPDP_OP_MIN:
+      return ncclMin;
+    default:
+      return ncclSum;
   }
 }
 
@@ -182,8 +194,8 @@ static tpdp_status wrap_comm(ncclComm_t nc, int device, const char *name,
   ncclResult_t rc = ncclCommUserRank(nc, &rank);
   if (rc == ncclSuccess) rc = ncclCommCount(nc, &size);
   if (rc != ncclSuccess) {
-    st = nccl_fail(rc, nc, "ncclCommUserRank/ncclCommCount", name, -1,
-                   __func__);
+    st =
+        nccl_fail(rc, nc, "ncclCommUserRank/ncclCommCount", name, -1, __func__);
     goto fail;
   }
   CHECK_GOTO(TPDP_CALLOC(impl, 1), st, fail);
@@ -197,9 +209,10 @@ static tpdp_status wrap_comm(ncclComm_t nc, int device, const char *name,
                                                        cudaEventDisableTiming),
                               "cudaEventCreateWithFlags", __func__),
              st, fail);
-  CHECK_GOTO(tpdp_cuda_status(cudaMalloc((void **)&impl->scratch, sizeof(float)),
-                              "cudaMalloc", __func__),
-             st, fail);
+  CHECK_GOTO(
+      tpdp_cuda_status(cudaMalloc((void **)&impl->scratch, sizeof(float)),
+                       "cudaMalloc", __func__),
+      st, fail);
   CHECK_GOTO(tpdp_cuda_status(cudaMemset(impl->scratch, 0, sizeof(float)),
                               "cudaMemset", __func__),
              st, fail);
@@ -253,8 +266,8 @@ static tpdp_status pick_device(int device, int local_rank, int local_size,
                       "%d ranks on this host but %d visible GPU%s: NCCL "
                       "needs one GPU per rank (local rank %d); launch at "
                       "most %d rank%s per host or use the MPI backend",
-                      local_size, ndev, ndev == 1 ? "" : "s", local_rank,
-                      ndev, ndev == 1 ? "" : "s");
+                      local_size, ndev, ndev == 1 ? "" : "s", local_rank, ndev,
+                      ndev == 1 ? "" : "s");
     device = local_rank;
   } else if (device < 0 || device >= ndev) {
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
@@ -340,8 +353,7 @@ tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
 }
 
 void *tpdp_comm_nccl_stream(const tpdp_comm *comm) {
-  if (comm == NULL || comm->ops != &nccl_ops || comm->impl == NULL)
-    return NULL;
+  if (comm == NULL || comm->ops != &nccl_ops || comm->impl == NULL) return NULL;
   return (void *)((const nccl_impl *)comm->impl)->stream;
 }
 
@@ -391,9 +403,8 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nc = NULL;
-  ncclResult_t rc = ncclCommSplit(impl->nccl,
-                                  color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
-                                  &nc, &config);
+  ncclResult_t rc = ncclCommSplit(
+      impl->nccl, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nc, &config);
   char name[96];
   snprintf(name, sizeof name, "%.60s/split(%d)", comm->name, color);
   int timed_out = 0;
@@ -424,9 +435,9 @@ static tpdp_status nccl_order_after(tpdp_comm *comm, void *stream) {
   if (impl->aborted) return aborted_error(comm, "order_after", __func__);
   tpdp_cuda_device_guard g;
   CHECK(tpdp_cuda_guard_enter(&g, comm->device_index));
-  tpdp_status st = tpdp_cuda_status(
-      cudaEventRecord(impl->order_event, (cudaStream_t)stream),
-      "cudaEventRecord", __func__);
+  tpdp_status st =
+      tpdp_cuda_status(cudaEventRecord(impl->order_event, (cudaStream_t)stream),
+                       "cudaEventRecord", __func__);
   if (st == TPDP_SUCCESS)
     st = tpdp_cuda_status(
         cudaStreamWaitEvent(impl->stream, impl->order_event, 0),
@@ -505,9 +516,9 @@ static tpdp_status nccl_work_wait_stream(tpdp_work *work, void *stream) {
   if (!w->completed) CHECK(poll_async(work, __func__));
   tpdp_cuda_device_guard g;
   CHECK(tpdp_cuda_guard_enter(&g, work->comm->device_index));
-  tpdp_status st = tpdp_cuda_status(
-      cudaStreamWaitEvent((cudaStream_t)stream, w->done, 0),
-      "cudaStreamWaitEvent", __func__);
+  tpdp_status st =
+      tpdp_cuda_status(cudaStreamWaitEvent((cudaStream_t)stream, w->done, 0),
+                       "cudaStreamWaitEvent", __func__);
   tpdp_cuda_guard_exit(&g);
   return st;
 }
@@ -536,10 +547,10 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
   size_t sn = send ? (size_t)tpdp_tensor_numel(send) : 0;
   switch (a->kind) {
     case TPDP_COLL_ALLREDUCE:
-      return settle_comm(comm,
-                         ncclAllReduce(send->data, recv->data, rn, dt,
-                                       nccl_op(a->op), nc, s),
-                         "ncclAllReduce", __func__);
+      return settle_comm(
+          comm,
+          ncclAllReduce(send->data, recv->data, rn, dt, nccl_op(a->op), nc, s),
+          "ncclAllReduce", __func__);
     case TPDP_COLL_ALLGATHER:
       return settle_comm(comm,
                          ncclAllGather(send->data, recv->data, sn, dt, nc, s),
@@ -551,8 +562,8 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
                          "ncclReduceScatter", __func__);
     case TPDP_COLL_BROADCAST: {
       /* Off the root NCCL ignores sendbuff; on it NULL send is in place. */
-      const void *sb = (send != NULL && comm->rank == a->root) ? send->data
-                                                               : recv->data;
+      const void *sb =
+          (send != NULL && comm->rank == a->root) ? send->data : recv->data;
       return settle_comm(comm,
                          ncclBroadcast(sb, recv->data, rn, dt, a->root, nc, s),
                          "ncclBroadcast", __func__);
@@ -583,13 +594,15 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
       } else {
         for (int p = 0; p < comm->size; p++) {
           rc = ncclSend(sb + (size_t)p * block * es, block, dt, p, nc, s);
-          if (rc != ncclSuccess && rc != ncclInProgress && first == ncclSuccess) {
+          if (rc != ncclSuccess && rc != ncclInProgress &&
+              first == ncclSuccess) {
             first = rc;
             first_call = "ncclSend";
           }
           rc = ncclRecv((char *)recv->data + (size_t)p * block * es, block, dt,
                         p, nc, s);
-          if (rc != ncclSuccess && rc != ncclInProgress && first == ncclSuccess) {
+          if (rc != ncclSuccess && rc != ncclInProgress &&
+              first == ncclSuccess) {
             first = rc;
             first_call = "ncclRecv";
           }
@@ -601,8 +614,8 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
                                        comm->rank, __func__)
                            : settle_comm(comm, rc, "ncclGroupEnd", __func__);
       if (tmp != NULL) {
-        tpdp_status fst = tpdp_cuda_status(cudaFreeAsync(tmp, s),
-                                           "cudaFreeAsync", __func__);
+        tpdp_status fst =
+            tpdp_cuda_status(cudaFreeAsync(tmp, s), "cudaFreeAsync", __func__);
         if (st == TPDP_SUCCESS) st = fst;
       }
       return st;

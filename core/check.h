@@ -19,23 +19,23 @@ tpdp_status tpdp_set_error(tpdp_status status, const char *func,
 #define TPDP_ERR(status, ...) tpdp_set_error((status), __func__, __VA_ARGS__)
 
 /* Evaluate a tpdp call; on failure return its status (message kept). */
-#define CHECK(call)                       \
-  do {                                    \
-    tpdp_status check_st_ = (call);       \
+#define CHECK(call)                                  \
+  do {                                               \
+    tpdp_status check_st_ = (call);                  \
     if (check_st_ != TPDP_SUCCESS) return check_st_; \
   } while (0)
 
 /* Evaluate a tpdp call; on failure store its status in `res` and jump. */
-#define CHECK_GOTO(call, res, label)      \
-  do {                                    \
-    (res) = (call);                       \
+#define CHECK_GOTO(call, res, label)       \
+  do {                                     \
+    (res) = (call);                        \
     if ((res) != TPDP_SUCCESS) goto label; \
   } while (0)
 
 /* Argument checks that return a NULL-pointer error naming the argument. */
-#define CHECK_PTR(p)                                                   \
-  do {                                                                 \
-    if ((p) == NULL)                                                   \
+#define CHECK_PTR(p)                                                       \
+  do {                                                                     \
+    if ((p) == NULL)                                                       \
       return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", #p); \
   } while (0)
 

@@ -161,12 +161,12 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
     if (a == child) {
       LABEL(parent, pl);
       LABEL(child, cl);
-      return TPDP_ERR(TPDP_ERR_CYCLE,
-                      "adding module '%s' as child '%s' of '%s' would make a "
-                      "cycle: it is %s",
-                      cl, name ? name : "?", pl,
-                      child == parent ? "the parent itself"
-                                      : "an ancestor of the parent");
+      return TPDP_ERR(
+          TPDP_ERR_CYCLE,
+          "adding module '%s' as child '%s' of '%s' would make a "
+          "cycle: it is %s",
+          cl, name ? name : "?", pl,
+          child == parent ? "the parent itself" : "an ancestor of the parent");
     }
   }
   CHECK(check_name(parent, name, "child", __func__));
@@ -396,11 +396,16 @@ tpdp_handle_state tpdp_param_get_state(const tpdp_param *p) {
 
 const char *tpdp_handle_state_name(tpdp_handle_state s) {
   switch (s) {
-    case TPDP_HANDLE_IDLE: return "IDLE";
-    case TPDP_HANDLE_FORWARD: return "FORWARD";
-    case TPDP_HANDLE_BACKWARD_PRE: return "BACKWARD_PRE";
-    case TPDP_HANDLE_BACKWARD_POST: return "BACKWARD_POST";
-    case TPDP_HANDLE_SUMMON_FULL_PARAMS: return "SUMMON_FULL_PARAMS";
+    case TPDP_HANDLE_IDLE:
+      return "IDLE";
+    case TPDP_HANDLE_FORWARD:
+      return "FORWARD";
+    case TPDP_HANDLE_BACKWARD_PRE:
+      return "BACKWARD_PRE";
+    case TPDP_HANDLE_BACKWARD_POST:
+      return "BACKWARD_POST";
+    case TPDP_HANDLE_SUMMON_FULL_PARAMS:
+      return "SUMMON_FULL_PARAMS";
   }
   return "?";
 }
@@ -416,8 +421,8 @@ tpdp_status tpdp_param_set_state(tpdp_param *p, tpdp_handle_state state) {
 }
 
 /* "{A, B}" of names into buf. */
-static void format_states(const int *allowed, int n,
-                          const char *(*name)(int), char *buf, size_t len) {
+static void format_states(const int *allowed, int n, const char *(*name)(int),
+                          char *buf, size_t len) {
   size_t pos = 0;
   buf[0] = '\0';
   int w = snprintf(buf, len, "{");
@@ -544,9 +549,12 @@ done:
 
 const char *tpdp_training_state_name(tpdp_training_state s) {
   switch (s) {
-    case TPDP_STATE_IDLE: return "IDLE";
-    case TPDP_STATE_FORWARD_BACKWARD: return "FORWARD_BACKWARD";
-    case TPDP_STATE_SUMMON_FULL_PARAMS: return "SUMMON_FULL_PARAMS";
+    case TPDP_STATE_IDLE:
+      return "IDLE";
+    case TPDP_STATE_FORWARD_BACKWARD:
+      return "FORWARD_BACKWARD";
+    case TPDP_STATE_SUMMON_FULL_PARAMS:
+      return "SUMMON_FULL_PARAMS";
   }
   return "?";
 }
@@ -566,8 +574,7 @@ tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s) {
 }
 
 tpdp_status tpdp_module_check_state(const tpdp_module *m,
-                                    const tpdp_training_state *allowed,
-                                    int n) {
+                                    const tpdp_training_state *allowed, int n) {
   CHECK_PTR(m);
   if (n < 0 || (n > 0 && allowed == NULL))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
@@ -604,8 +611,8 @@ static tpdp_status mark_visit(tpdp_module *m, const char *prefix, int level,
 }
 
 tpdp_status tpdp_module_mark_managed(tpdp_module *root,
-                                     tpdp_module *const *ignored,
-                                     int nignored, int setting) {
+                                     tpdp_module *const *ignored, int nignored,
+                                     int setting) {
   CHECK_PTR(root);
   if (nignored < 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nignored = %d < 0", nignored);
@@ -631,8 +638,7 @@ tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
                                  const char *suffix) {
   CHECK_PTR(m);
   CHECK_PTR(kind);
-  if (kind[0] == '\0')
-    return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty unit kind");
+  if (kind[0] == '\0') return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty unit kind");
   if (m->unit_kind) {
     LABEL(m, lbl);
     return TPDP_ERR(TPDP_ERR_ALREADY,
@@ -688,11 +694,12 @@ static tpdp_status register_hook(tpdp_module *m, tpdp_hook_list *l,
     out->id = 0;
   }
   if (m == NULL || fn == NULL || out == NULL)
-    return tpdp_set_error(TPDP_ERR_NULL_POINTER, func,
-                          "argument '%s' is NULL",
-                          m == NULL ? "m" : fn == NULL ? "fn" : "out");
-  CHECK(tpdp_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items,
-                  func));
+    return tpdp_set_error(TPDP_ERR_NULL_POINTER, func, "argument '%s' is NULL",
+                          m == NULL    ? "m"
+                          : fn == NULL ? "fn"
+                                       : "out");
+  CHECK(
+      tpdp_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items, func));
   tpdp_hook_entry *e = &l->items[l->n++];
   e->id = m->next_hook_id++;
   e->fn = fn;

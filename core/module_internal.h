@@ -68,7 +68,7 @@ struct tpdp_module {
   tpdp_training_state state;
   int managed;
   int managed_setting;
-  char *unit_kind;   /* non-NULL: a managed unit */
+  char *unit_kind; /* non-NULL: a managed unit */
   char *unit_suffix;
   /* hooks */
   tpdp_hook_list pre_hooks, post_hooks;

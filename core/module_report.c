@@ -267,8 +267,7 @@ tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
   CHECK_PTR(root);
   if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
   if (nprefixes < 0)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0",
-                    nprefixes);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0", nprefixes);
   tpdp_param_fqns *map = NULL;
   CHECK(TPDP_CALLOC(map, 1));
   tpdp_status st = tpdp_ptrmap_init(&map->index, 64);
@@ -323,7 +322,7 @@ typedef struct {
 typedef struct {
   char *label; /* "fqn[Class]" */
   int level;
-  int unit;    /* index into units when the module is a unit, else -1 */
+  int unit; /* index into units when the module is a unit, else -1 */
   const char *suffix;
 } line_entry;
 
@@ -397,10 +396,9 @@ static tpdp_status rep_visit(tpdp_module *m, const char *prefix, int level,
     tpdp_param *p = m->params[i].param;
     if (tpdp_ptrmap_get(&c->seen, p) >= 0) continue;
     CHECK(tpdp_ptrmap_put(&c->seen, p, unit));
-    CHECK(str_list_push(&c->units[unit].fqns,
-                        make_fqn(prefix, m->params[i].name, c->prefixes,
-                                 c->nprefixes),
-                        func));
+    CHECK(str_list_push(
+        &c->units[unit].fqns,
+        make_fqn(prefix, m->params[i].name, c->prefixes, c->nprefixes), func));
   }
   return TPDP_SUCCESS;
 }
@@ -436,15 +434,14 @@ void tpdp_tree_report_destroy(tpdp_tree_report *r) {
 }
 
 tpdp_status tpdp_tree_report_create(tpdp_module *root,
-                                    const char *const *prefixes,
-                                    int nprefixes, tpdp_tree_report **out) {
+                                    const char *const *prefixes, int nprefixes,
+                                    tpdp_tree_report **out) {
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(root);
   if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
   if (nprefixes < 0)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0",
-                    nprefixes);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0", nprefixes);
   rep_ctx c;
   memset(&c, 0, sizeof c);
   c.root = root;

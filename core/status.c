@@ -12,34 +12,62 @@ int tpdp_version(void) { return TPDP_VERSION; }
 
 const char *tpdp_status_string(tpdp_status status) {
   switch (status) {
-    case TPDP_SUCCESS: return "TPDP_SUCCESS";
-    case TPDP_ERR_INVALID_ARGUMENT: return "TPDP_ERR_INVALID_ARGUMENT";
-    case TPDP_ERR_NULL_POINTER: return "TPDP_ERR_NULL_POINTER";
-    case TPDP_ERR_OUT_OF_MEMORY: return "TPDP_ERR_OUT_OF_MEMORY";
-    case TPDP_ERR_SHAPE_MISMATCH: return "TPDP_ERR_SHAPE_MISMATCH";
-    case TPDP_ERR_DTYPE_MISMATCH: return "TPDP_ERR_DTYPE_MISMATCH";
-    case TPDP_ERR_DEVICE_MISMATCH: return "TPDP_ERR_DEVICE_MISMATCH";
-    case TPDP_ERR_MPI: return "TPDP_ERR_MPI";
-    case TPDP_ERR_NCCL: return "TPDP_ERR_NCCL";
-    case TPDP_ERR_CUDA: return "TPDP_ERR_CUDA";
-    case TPDP_ERR_TIMEOUT: return "TPDP_ERR_TIMEOUT";
-    case TPDP_ERR_NOT_INITIALIZED: return "TPDP_ERR_NOT_INITIALIZED";
-    case TPDP_ERR_UNSUPPORTED: return "TPDP_ERR_UNSUPPORTED";
-    case TPDP_ERR_MESH_SIZE: return "TPDP_ERR_MESH_SIZE";
-    case TPDP_ERR_DUPLICATE: return "TPDP_ERR_DUPLICATE";
-    case TPDP_ERR_STATE: return "TPDP_ERR_STATE";
-    case TPDP_ERR_NOT_FOUND: return "TPDP_ERR_NOT_FOUND";
-    case TPDP_ERR_INTERNAL: return "TPDP_ERR_INTERNAL";
-    case TPDP_ERR_EMPTY_NAME: return "TPDP_ERR_EMPTY_NAME";
-    case TPDP_ERR_TOO_MANY_DIMS: return "TPDP_ERR_TOO_MANY_DIMS";
-    case TPDP_ERR_BAD_DIM_SIZE: return "TPDP_ERR_BAD_DIM_SIZE";
-    case TPDP_ERR_PARSE: return "TPDP_ERR_PARSE";
-    case TPDP_ERR_IO: return "TPDP_ERR_IO";
-    case TPDP_ERR_CYCLE: return "TPDP_ERR_CYCLE";
-    case TPDP_ERR_MESH_MISMATCH: return "TPDP_ERR_MESH_MISMATCH";
-    case TPDP_ERR_OP_DTYPE: return "TPDP_ERR_OP_DTYPE";
-    case TPDP_ERR_ALREADY: return "TPDP_ERR_ALREADY";
-    case TPDP_STATUS_COUNT: break;
+    case TPDP_SUCCESS:
+      return "TPDP_SUCCESS";
+    case TPDP_ERR_INVALID_ARGUMENT:
+      return "TPDP_ERR_INVALID_ARGUMENT";
+    case TPDP_ERR_NULL_POINTER:
+      return "TPDP_ERR_NULL_POINTER";
+    case TPDP_ERR_OUT_OF_MEMORY:
+      return "TPDP_ERR_OUT_OF_MEMORY";
+    case TPDP_ERR_SHAPE_MISMATCH:
+      return "TPDP_ERR_SHAPE_MISMATCH";
+    case TPDP_ERR_DTYPE_MISMATCH:
+      return "TPDP_ERR_DTYPE_MISMATCH";
+    case TPDP_ERR_DEVICE_MISMATCH:
+      return "TPDP_ERR_DEVICE_MISMATCH";
+    case TPDP_ERR_MPI:
+      return "TPDP_ERR_MPI";
+    case TPDP_ERR_NCCL:
+      return "TPDP_ERR_NCCL";
+    case TPDP_ERR_CUDA:
+      return "TPDP_ERR_CUDA";
+    case TPDP_ERR_TIMEOUT:
+      return "TPDP_ERR_TIMEOUT";
+    case TPDP_ERR_NOT_INITIALIZED:
+      return "TPDP_ERR_NOT_INITIALIZED";
+    case TPDP_ERR_UNSUPPORTED:
+      return "TPDP_ERR_UNSUPPORTED";
+    case TPDP_ERR_MESH_SIZE:
+      return "TPDP_ERR_MESH_SIZE";
+    case TPDP_ERR_DUPLICATE:
+      return "TPDP_ERR_DUPLICATE";
+    case TPDP_ERR_STATE:
+      return "TPDP_ERR_STATE";
+    case TPDP_ERR_NOT_FOUND:
+      return "TPDP_ERR_NOT_FOUND";
+    case TPDP_ERR_INTERNAL:
+      return "TPDP_ERR_INTERNAL";
+    case TPDP_ERR_EMPTY_NAME:
+      return "TPDP_ERR_EMPTY_NAME";
+    case TPDP_ERR_TOO_MANY_DIMS:
+      return "TPDP_ERR_TOO_MANY_DIMS";
+    case TPDP_ERR_BAD_DIM_SIZE:
+      return "TPDP_ERR_BAD_DIM_SIZE";
+    case TPDP_ERR_PARSE:
+      return "TPDP_ERR_PARSE";
+    case TPDP_ERR_IO:
+      return "TPDP_ERR_IO";
+    case TPDP_ERR_CYCLE:
+      return "TPDP_ERR_CYCLE";
+    case TPDP_ERR_MESH_MISMATCH:
+      return "TPDP_ERR_MESH_MISMATCH";
+    case TPDP_ERR_OP_DTYPE:
+      return "TPDP_ERR_OP_DTYPE";
+    case TPDP_ERR_ALREADY:
+      return "TPDP_ERR_ALREADY";
+    case TPDP_STATUS_COUNT:
+      break;
   }
   return "TPDP_ERR_UNKNOWN_STATUS";
 }

@@ -66,8 +66,8 @@ tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data, tpdp_dtype dtype,
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)dtype);
   for (int i = 0; i < ndim; i++) {
     if (shape[i] < 0)
-      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "shape[%d] = %lld is negative",
-                      i, (long long)shape[i]);
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "shape[%d] = %lld is negative", i,
+                      (long long)shape[i]);
   }
   tpdp_tensor t;
   memset(&t, 0, sizeof t);
@@ -199,10 +199,9 @@ tpdp_status tpdp_check_copy_pair(const tpdp_tensor *dst, const tpdp_tensor *src,
                           "dst shape %s != src shape %s", a, b);
   }
   if (dst->dtype != src->dtype)
-    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, func,
-                          "dst dtype %s != src dtype %s",
-                          tpdp_dtype_name(dst->dtype),
-                          tpdp_dtype_name(src->dtype));
+    return tpdp_set_error(
+        TPDP_ERR_DTYPE_MISMATCH, func, "dst dtype %s != src dtype %s",
+        tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
   return TPDP_SUCCESS;
 }
 
@@ -242,9 +241,11 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
 tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
   CHECK_PTR(t);
   CHECK_PTR(out);
-  static const struct { uint8_t code, bits; } map[TPDP_DTYPE_COUNT] = {
-      {kDLFloat, 32}, {kDLFloat, 64}, {kDLFloat, 16}, {kDLBfloat, 16},
-      {kDLInt, 32},   {kDLInt, 64},   {kDLUInt, 8}};
+  static const struct {
+    uint8_t code, bits;
+  } map[TPDP_DTYPE_COUNT] = {{kDLFloat, 32},  {kDLFloat, 64}, {kDLFloat, 16},
+                             {kDLBfloat, 16}, {kDLInt, 32},   {kDLInt, 64},
+                             {kDLUInt, 8}};
   if (tpdp_dtype_size(t->dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)t->dtype);
   if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
@@ -254,7 +255,8 @@ tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
   out->data = t->data;
   out->device.device_type =
       t->device.type == TPDP_DEVICE_CUDA ? kDLCUDA : kDLCPU;
-  out->device.device_id = t->device.type == TPDP_DEVICE_CUDA ? t->device.index : 0;
+  out->device.device_id =
+      t->device.type == TPDP_DEVICE_CUDA ? t->device.index : 0;
   out->ndim = t->ndim;
   out->dtype.code = map[t->dtype].code;
   out->dtype.bits = map[t->dtype].bits;
@@ -272,15 +274,24 @@ tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
   tpdp_dtype dtype;
   int bits = in->dtype.bits;
   if (in->dtype.lanes != 1)
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "DLPack dtype has %d lanes; "
-                    "tpdp takes 1", in->dtype.lanes);
-  if (in->dtype.code == kDLFloat && bits == 32) dtype = TPDP_F32;
-  else if (in->dtype.code == kDLFloat && bits == 64) dtype = TPDP_F64;
-  else if (in->dtype.code == kDLFloat && bits == 16) dtype = TPDP_F16;
-  else if (in->dtype.code == kDLBfloat && bits == 16) dtype = TPDP_BF16;
-  else if (in->dtype.code == kDLInt && bits == 32) dtype = TPDP_I32;
-  else if (in->dtype.code == kDLInt && bits == 64) dtype = TPDP_I64;
-  else if (in->dtype.code == kDLUInt && bits == 8) dtype = TPDP_U8;
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "DLPack dtype has %d lanes; "
+                    "tpdp takes 1",
+                    in->dtype.lanes);
+  if (in->dtype.code == kDLFloat && bits == 32)
+    dtype = TPDP_F32;
+  else if (in->dtype.code == kDLFloat && bits == 64)
+    dtype = TPDP_F64;
+  else if (in->dtype.code == kDLFloat && bits == 16)
+    dtype = TPDP_F16;
+  else if (in->dtype.code == kDLBfloat && bits == 16)
+    dtype = TPDP_BF16;
+  else if (in->dtype.code == kDLInt && bits == 32)
+    dtype = TPDP_I32;
+  else if (in->dtype.code == kDLInt && bits == 64)
+    dtype = TPDP_I64;
+  else if (in->dtype.code == kDLUInt && bits == 8)
+    dtype = TPDP_U8;
   else
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "DLPack dtype code %d bits %d has no tpdp dtype",

@@ -4,12 +4,13 @@
  * kernel in tensor_cuda_kernels.cu. Host<->device copies with strides on
  * either side stage through a contiguous buffer, packed or unpacked on the
  * side where the strides are. */
+#include "core/tensor_cuda.h"
+
 #include <cuda_runtime.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
-#include "core/tensor_cuda.h"
 
 tpdp_status tpdp_cuda_status(int cuda_error, const char *call,
                              const char *func) {
@@ -39,7 +40,6 @@ static void make_layout(const tpdp_tensor *dst, const int64_t *dst_strides,
     l->src_strides[k] = src_strides[k];
   }
 }
-
 
 tpdp_status tpdp_cuda_guard_enter(tpdp_cuda_device_guard *g, int dev) {
   g->changed = 0;
@@ -107,10 +107,10 @@ tpdp_status tpdp_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
   CHECK(tpdp_cuda_guard_enter(&g, t->device.index));
   tpdp_cuda_layout l;
   make_layout(t, t->strides, t->strides, &l);
-  tpdp_status st = tpdp_cuda_status(
-      tpdp_cuda_launch_strided_zero(t->data, tpdp_dtype_size(t->dtype), &l,
-                                    stream),
-      "strided_zero kernel launch", __func__);
+  tpdp_status st =
+      tpdp_cuda_status(tpdp_cuda_launch_strided_zero(
+                           t->data, tpdp_dtype_size(t->dtype), &l, stream),
+                       "strided_zero kernel launch", __func__);
   tpdp_cuda_guard_exit(&g);
   return st;
 }
@@ -196,8 +196,8 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     if (!src_contig) {
       tpdp_cuda_device_guard g;
       CHECK_GOTO(tpdp_cuda_guard_enter(&g, src->device.index), st, done);
-      st = tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc",
-                            __func__);
+      st =
+          tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc", __func__);
       if (st == TPDP_SUCCESS) {
         tpdp_tensor d = contiguous_like(src, dev_tmp, src->device);
         st = tpdp_cuda_tensor_copy_async(&d, src, NULL);
@@ -218,10 +218,10 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     }
     /* cudaMemcpy to pageable host memory waits for the default stream, so
      * the packing kernel above has finished when it returns. */
-    CHECK_GOTO(tpdp_cuda_status(
-                   cudaMemcpy(out, packed, bytes, cudaMemcpyDeviceToHost),
-                   "cudaMemcpy", __func__),
-               st, done);
+    CHECK_GOTO(
+        tpdp_cuda_status(cudaMemcpy(out, packed, bytes, cudaMemcpyDeviceToHost),
+                         "cudaMemcpy", __func__),
+        st, done);
     if (!dst_contig) {
       tpdp_tensor h = contiguous_like(dst, host_tmp, cpu);
       CHECK_GOTO(tpdp_tensor_copy(dst, &h), st, done);

@@ -63,10 +63,10 @@ void tpdp_cuda_guard_exit(tpdp_cuda_device_guard *g);
  * string; TPDP_SUCCESS for cudaSuccess. */
 tpdp_status tpdp_cuda_status(int cuda_error, const char *call,
                              const char *func);
-#define TPDP_CUDA_CHECK(call)                                           \
-  do {                                                                  \
+#define TPDP_CUDA_CHECK(call)                                              \
+  do {                                                                     \
     tpdp_status cuda_st_ = tpdp_cuda_status((int)(call), #call, __func__); \
-    if (cuda_st_ != TPDP_SUCCESS) return cuda_st_;                      \
+    if (cuda_st_ != TPDP_SUCCESS) return cuda_st_;                         \
   } while (0)
 
 #ifdef __cplusplus

@@ -12,8 +12,8 @@ namespace {
 // Byte offset of linear element `i` (row-major over shape) in a tensor with
 // the given element strides.
 __device__ __forceinline__ int64_t offset_of(int64_t i,
-                                              const tpdp_cuda_layout &l,
-                                              const int64_t *strides) {
+                                             const tpdp_cuda_layout &l,
+                                             const int64_t *strides) {
   int64_t off = 0;
   for (int k = l.ndim - 1; k >= 0; k--) {
     int64_t c = i % l.shape[k];
@@ -52,11 +52,24 @@ extern "C" int tpdp_cuda_launch_strided_copy(void *dst, const void *src,
   cudaStream_t s = (cudaStream_t)stream;
   unsigned g = grid_for(layout->numel);
   switch (elem_size) {
-    case 1: strided_copy<uint8_t><<<g, 256, 0, s>>>((uint8_t *)dst, (const uint8_t *)src, *layout); break;
-    case 2: strided_copy<uint16_t><<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, *layout); break;
-    case 4: strided_copy<uint32_t><<<g, 256, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, *layout); break;
-    case 8: strided_copy<uint64_t><<<g, 256, 0, s>>>((uint64_t *)dst, (const uint64_t *)src, *layout); break;
-    default: return (int)cudaErrorInvalidValue;
+    case 1:
+      strided_copy<uint8_t>
+          <<<g, 256, 0, s>>>((uint8_t *)dst, (const uint8_t *)src, *layout);
+      break;
+    case 2:
+      strided_copy<uint16_t>
+          <<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, *layout);
+      break;
+    case 4:
+      strided_copy<uint32_t>
+          <<<g, 256, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, *layout);
+      break;
+    case 8:
+      strided_copy<uint64_t>
+          <<<g, 256, 0, s>>>((uint64_t *)dst, (const uint64_t *)src, *layout);
+      break;
+    default:
+      return (int)cudaErrorInvalidValue;
   }
   return (int)cudaGetLastError();
 }
@@ -67,11 +80,20 @@ extern "C" int tpdp_cuda_launch_strided_zero(void *dst, size_t elem_size,
   cudaStream_t s = (cudaStream_t)stream;
   unsigned g = grid_for(layout->numel);
   switch (elem_size) {
-    case 1: strided_zero<uint8_t><<<g, 256, 0, s>>>((uint8_t *)dst, *layout); break;
-    case 2: strided_zero<uint16_t><<<g, 256, 0, s>>>((uint16_t *)dst, *layout); break;
-    case 4: strided_zero<uint32_t><<<g, 256, 0, s>>>((uint32_t *)dst, *layout); break;
-    case 8: strided_zero<uint64_t><<<g, 256, 0, s>>>((uint64_t *)dst, *layout); break;
-    default: return (int)cudaErrorInvalidValue;
+    case 1:
+      strided_zero<uint8_t><<<g, 256, 0, s>>>((uint8_t *)dst, *layout);
+      break;
+    case 2:
+      strided_zero<uint16_t><<<g, 256, 0, s>>>((uint16_t *)dst, *layout);
+      break;
+    case 4:
+      strided_zero<uint32_t><<<g, 256, 0, s>>>((uint32_t *)dst, *layout);
+      break;
+    case 8:
+      strided_zero<uint64_t><<<g, 256, 0, s>>>((uint64_t *)dst, *layout);
+      break;
+    default:
+      return (int)cudaErrorInvalidValue;
   }
   return (int)cudaGetLastError();
 }

@@ -61,8 +61,9 @@ tpdp_status tpdp_bucket_assign(const tpdp_tensor *tensors, int64_t ntensors,
                       (long long)i);
   for (int64_t i = 0; i < ntensors; i++)
     if (tpdp_dtype_size(tensors[i].dtype) == 0)
-      return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "tensor %lld has invalid dtype %d",
-                      (long long)i, (int)tensors[i].dtype);
+      return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                      "tensor %lld has invalid dtype %d", (long long)i,
+                      (int)tensors[i].dtype);
 
   tpdp_status st = TPDP_SUCCESS;
   char *seen = NULL;

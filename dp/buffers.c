@@ -18,15 +18,14 @@
 
 static int on_gpu(tpdp_device d) { return d.type == TPDP_DEVICE_CUDA; }
 
-
 /* Run one cudaError_t-returning expression with `dev` current; the status
  * names the call. */
 #define ON_DEVICE(dev, call)                                          \
   do {                                                                \
-    tpdp_cuda_device_guard g_;                                                     \
-    CHECK(tpdp_cuda_guard_enter(&g_, (dev)));                                   \
+    tpdp_cuda_device_guard g_;                                        \
+    CHECK(tpdp_cuda_guard_enter(&g_, (dev)));                         \
     tpdp_status st_ = tpdp_cuda_status((int)(call), #call, __func__); \
-    tpdp_cuda_guard_exit(&g_);                                                  \
+    tpdp_cuda_guard_exit(&g_);                                        \
     return st_;                                                       \
   } while (0)
 
@@ -40,8 +39,8 @@ static tpdp_status dev_alloc(tpdp_device device, size_t bytes, void **out) {
   if (st == TPDP_SUCCESS)
     st = tpdp_cuda_status(cudaMemset(p, 0, n), "cudaMemset", __func__);
   if (st == TPDP_SUCCESS)
-    st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
-                          "cudaStreamSynchronize", __func__);
+    st = tpdp_cuda_status(cudaStreamSynchronize(NULL), "cudaStreamSynchronize",
+                          __func__);
   tpdp_cuda_guard_exit(&g);
   if (st != TPDP_SUCCESS) {
     if (p) (void)cudaFree(p);
@@ -70,11 +69,12 @@ tpdp_status dp_buf_device_supported(tpdp_device device, const char *what) {
 #endif
   char dev[32];
   tpdp_device_format(device, dev, sizeof dev);
-  return tpdp_set_error(TPDP_ERR_UNSUPPORTED, "tpdp_reducer",
-                  "%s is on %s: the reducer's device buffers (allocation, "
-                  "casts) are not built in this build; only host (cpu) "
-                  "parameters with an MPI communicator are supported",
-                  what, dev);
+  return tpdp_set_error(
+      TPDP_ERR_UNSUPPORTED, "tpdp_reducer",
+      "%s is on %s: the reducer's device buffers (allocation, "
+      "casts) are not built in this build; only host (cpu) "
+      "parameters with an MPI communicator are supported",
+      what, dev);
 }
 
 tpdp_status dp_buf_alloc(tpdp_device device, size_t bytes, void **out) {
@@ -84,8 +84,8 @@ tpdp_status dp_buf_alloc(tpdp_device device, size_t bytes, void **out) {
 #endif
   void *p = calloc(bytes ? bytes : 1, 1);
   if (p == NULL)
-    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, "tpdp_reducer", "bucket buffer of %zu bytes",
-                    bytes);
+    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, "tpdp_reducer",
+                          "bucket buffer of %zu bytes", bytes);
   *out = p;
   return TPDP_SUCCESS;
 }
@@ -110,8 +110,7 @@ tpdp_status dp_buf_zero(tpdp_device device, void *stream, void *p,
 #ifdef TPDP_WITH_CUDA
   if (on_gpu(device)) {
     if (bytes == 0) return TPDP_SUCCESS;
-    ON_DEVICE(device.index,
-              cudaMemsetAsync(p, 0, bytes, (cudaStream_t)stream));
+    ON_DEVICE(device.index, cudaMemsetAsync(p, 0, bytes, (cudaStream_t)stream));
   }
 #else
   (void)stream;
@@ -168,21 +167,35 @@ tpdp_status dp_buf_copy_tensor(void *stream, tpdp_tensor *dst,
 
 static float load_f(tpdp_dtype dt, const void *p, size_t i) {
   switch (dt) {
-    case TPDP_F32: return ((const float *)p)[i];
-    case TPDP_F64: return (float)((const double *)p)[i];
-    case TPDP_F16: return tpdp_f16_to_f32(((const uint16_t *)p)[i]);
-    case TPDP_BF16: return tpdp_bf16_to_f32(((const uint16_t *)p)[i]);
-    default: return 0.0f;
+    case TPDP_F32:
+      return ((const float *)p)[i];
+    case TPDP_F64:
+      return (float)((const double *)p)[i];
+    case TPDP_F16:
+      return tpdp_f16_to_f32(((const uint16_t *)p)[i]);
+    case TPDP_BF16:
+      return tpdp_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+      return 0.0f;
   }
 }
 
 static void store_f(tpdp_dtype dt, void *p, size_t i, float v) {
   switch (dt) {
-    case TPDP_F32: ((float *)p)[i] = v; break;
-    case TPDP_F64: ((double *)p)[i] = v; break;
-    case TPDP_F16: ((uint16_t *)p)[i] = tpdp_f32_to_f16(v); break;
-    case TPDP_BF16: ((uint16_t *)p)[i] = tpdp_f32_to_bf16(v); break;
-    default: break;
+    case TPDP_F32:
+      ((float *)p)[i] = v;
+      break;
+    case TPDP_F64:
+      ((double *)p)[i] = v;
+      break;
+    case TPDP_F16:
+      ((uint16_t *)p)[i] = tpdp_f32_to_f16(v);
+      break;
+    case TPDP_BF16:
+      ((uint16_t *)p)[i] = tpdp_f32_to_bf16(v);
+      break;
+    default:
+      break;
   }
 }
 
@@ -224,10 +237,11 @@ tpdp_status dp_buf_divide(tpdp_device device, void *stream, tpdp_dtype dtype,
     }
   } else if (dtype == TPDP_F16 || dtype == TPDP_BF16) {
     const float d = (float)divisor;
-    for (size_t i = 0; i < n; i++) store_f(dtype, p, i, load_f(dtype, p, i) / d);
+    for (size_t i = 0; i < n; i++)
+      store_f(dtype, p, i, load_f(dtype, p, i) / d);
   } else {
-    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, "tpdp_reducer", "cannot divide %s gradients",
-                    tpdp_dtype_name(dtype));
+    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, "tpdp_reducer",
+                          "cannot divide %s gradients", tpdp_dtype_name(dtype));
   }
   return TPDP_SUCCESS;
 }
@@ -238,8 +252,9 @@ tpdp_status dp_buf_cast_divide(tpdp_device device, void *stream,
                                double divisor) {
   CHECK(dp_buf_device_supported(device, "bucket buffer"));
   if (!tpdp_dtype_is_float(src_dtype) || !tpdp_dtype_is_float(dst_dtype))
-    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, "tpdp_reducer", "cannot cast %s to %s",
-                    tpdp_dtype_name(src_dtype), tpdp_dtype_name(dst_dtype));
+    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, "tpdp_reducer",
+                          "cannot cast %s to %s", tpdp_dtype_name(src_dtype),
+                          tpdp_dtype_name(dst_dtype));
 #ifdef TPDP_WITH_CUDA
   if (on_gpu(device))
     return dev_divide(device, stream, src_dtype, src, dst_dtype, dst, n,
@@ -339,8 +354,8 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
                                                 cudaMemcpyDeviceToHost, s),
                                 "cudaMemcpyAsync", __func__),
                st, done);
-  CHECK_GOTO(tpdp_cuda_status(cudaStreamSynchronize(s),
-                              "cudaStreamSynchronize", __func__),
+  CHECK_GOTO(tpdp_cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize",
+                              __func__),
              st, done);
 done:
   if (buf != NULL) {

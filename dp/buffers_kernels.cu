@@ -23,7 +23,9 @@ __device__ __forceinline__ float to_float(__nv_bfloat16 v) {
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
 __device__ __forceinline__ double from_float<double>(float v) {
   return (double)v;
@@ -86,8 +88,7 @@ int launch_to(const S *src, tpdp_dtype dst_dtype, void *dst, size_t n,
 
 }  // namespace
 
-extern "C" int dp_cuda_launch_cast_divide(tpdp_dtype src_dtype,
-                                          const void *src,
+extern "C" int dp_cuda_launch_cast_divide(tpdp_dtype src_dtype, const void *src,
                                           tpdp_dtype dst_dtype, void *dst,
                                           size_t n, double divisor,
                                           void *stream) {
@@ -100,12 +101,16 @@ extern "C" int dp_cuda_launch_cast_divide(tpdp_dtype src_dtype,
   }
   const float d = (float)divisor;
   switch (src_dtype) {
-    case TPDP_F32: return launch_to((const float *)src, dst_dtype, dst, n, d, s);
-    case TPDP_F64: return launch_to((const double *)src, dst_dtype, dst, n, d, s);
-    case TPDP_F16: return launch_to((const __half *)src, dst_dtype, dst, n, d, s);
+    case TPDP_F32:
+      return launch_to((const float *)src, dst_dtype, dst, n, d, s);
+    case TPDP_F64:
+      return launch_to((const double *)src, dst_dtype, dst, n, d, s);
+    case TPDP_F16:
+      return launch_to((const __half *)src, dst_dtype, dst, n, d, s);
     case TPDP_BF16:
       return launch_to((const __nv_bfloat16 *)src, dst_dtype, dst, n, d, s);
-    default: return (int)cudaErrorInvalidValue;
+    default:
+      return (int)cudaErrorInvalidValue;
   }
 }
 

@@ -4,6 +4,8 @@
  * parameters each bucket still waits for, and the next bucket to launch
  * (buckets launch strictly in order). Bucket memory is touched only through
  * dp/buffers.h so that the device path stays in one file. */
+#include "tpdp/reducer.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,27 +14,27 @@
 
 #include "core/check.h"
 #include "dp/buffers.h"
-#include "tpdp/reducer.h"
 
 #define DESC_LEN (2 + TPDP_MAX_DIMS) /* dtype, ndim, shape[8] */
 
 /* Errors raised in helpers carry the public entry point's name. */
-#define CREATE_ERR(st, ...) tpdp_set_error((st), "tpdp_reducer_create", __VA_ARGS__)
+#define CREATE_ERR(st, ...) \
+  tpdp_set_error((st), "tpdp_reducer_create", __VA_ARGS__)
 #define RED_ERR(st, ...) tpdp_set_error((st), "tpdp_reducer", __VA_ARGS__)
 
 typedef struct {
-  int64_t n;         /* parameters in the bucket */
-  int64_t *params;   /* their indices, in bucket order */
-  size_t *offsets;   /* byte offset of each in buf */
+  int64_t n;       /* parameters in the bucket */
+  int64_t *params; /* their indices, in bucket order */
+  size_t *offsets; /* byte offset of each in buf */
   size_t bytes, limit;
   tpdp_dtype dtype;
   tpdp_device device;
-  void *buf;         /* contiguous gradients */
-  void *half;        /* 16-bit copy for the compression hooks */
+  void *buf;  /* contiguous gradients */
+  void *half; /* 16-bit copy for the compression hooks */
   tpdp_dtype half_dtype;
-  int64_t pending;   /* parameters not yet ready this iteration */
+  int64_t pending; /* parameters not yet ready this iteration */
   int launched;
-  int done;          /* reduction complete (tested) */
+  int done; /* reduction complete (tested) */
   tpdp_work *work;
   tpdp_tensor comm_view; /* what the communication thread reduces */
   int thread_prepares;   /* the thread divides (and casts) before reducing */
@@ -48,13 +50,13 @@ typedef struct {
   int active;
   pthread_t thread;
   pthread_mutex_t mu;
-  pthread_cond_t more;   /* launched grew, or stop */
-  pthread_cond_t done;   /* finished grew */
-  int64_t launched;      /* buckets [0, launched) handed over this iteration */
-  int64_t finished;      /* buckets [0, finished) reduced (or failed) */
+  pthread_cond_t more; /* launched grew, or stop */
+  pthread_cond_t done; /* finished grew */
+  int64_t launched;    /* buckets [0, launched) handed over this iteration */
+  int64_t finished;    /* buckets [0, finished) reduced (or failed) */
   int stop;
-  tpdp_status status;    /* first failure of this iteration */
-  char message[1024];    /* its tpdp_last_error(), from the thread */
+  tpdp_status status; /* first failure of this iteration */
+  char message[1024]; /* its tpdp_last_error(), from the thread */
 } comm_thread;
 
 typedef struct {
@@ -80,7 +82,7 @@ struct tpdp_reducer {
   tpdp_reducer_options opt;
   double divide;
   char **fqns;
-  tpdp_tensor *views;   /* current grad views (slots in view mode) */
+  tpdp_tensor *views; /* current grad views (slots in view mode) */
   int64_t *bucket_of;
   ptr_entry *by_ptr;
   int64_t nptr;
@@ -90,10 +92,10 @@ struct tpdp_reducer {
   int64_t next_launch;
   int64_t first_inflight;
 
-  int *marks;           /* marks this iteration */
-  int *expected;        /* static graph: marks per iteration, learned */
+  int *marks;             /* marks this iteration */
+  int *expected;          /* static graph: marks per iteration, learned */
   unsigned char *touched; /* marked in any step since the last reduction */
-  int64_t *last_seq;    /* sequence number of the last mark (first sync) */
+  int64_t *last_seq;      /* sequence number of the last mark (first sync) */
   int64_t seq;
 
   int in_iter;
@@ -119,17 +121,17 @@ static double now_s(void) {
 
 /* Run `call` (a tpdp_status expression) adding its time to stats.field;
  * the status lands in `st_out`. */
-#define TIMED(r, field, st_out, call)        \
-  do {                                       \
-    double t0_ = now_s();                    \
-    (st_out) = (call);                       \
-    (r)->stats.field += now_s() - t0_;       \
+#define TIMED(r, field, st_out, call)  \
+  do {                                 \
+    double t0_ = now_s();              \
+    (st_out) = (call);                 \
+    (r)->stats.field += now_s() - t0_; \
   } while (0)
-#define CHECK_TIMED(r, field, call)          \
-  do {                                       \
-    tpdp_status ct_;                         \
-    TIMED(r, field, ct_, call);              \
-    if (ct_ != TPDP_SUCCESS) return ct_;     \
+#define CHECK_TIMED(r, field, call)      \
+  do {                                   \
+    tpdp_status ct_;                     \
+    TIMED(r, field, ct_, call);          \
+    if (ct_ != TPDP_SUCCESS) return ct_; \
   } while (0)
 
 /* "3 ('fc.weight')" or "3" */
@@ -216,8 +218,7 @@ fail:
 
 /* Point views (and, in view mode, the caller's grads) at the slots of the
  * buckets; in view mode first copy the gradients' current values in. */
-static tpdp_status install_buckets(tpdp_reducer *r, dp_bucket *bs,
-                                   int64_t nb) {
+static tpdp_status install_buckets(tpdp_reducer *r, dp_bucket *bs, int64_t nb) {
   for (int64_t j = 0; j < nb; j++) {
     dp_bucket *b = &bs[j];
     for (int64_t k = 0; k < b->n; k++) {
@@ -271,8 +272,8 @@ static void *comm_thread_main(void *arg) {
     pthread_mutex_lock(&ct->mu);
     if (st != TPDP_SUCCESS && ct->status == TPDP_SUCCESS) {
       ct->status = st;
-      snprintf(ct->message, sizeof ct->message, "bucket %lld: %s",
-               (long long)j, tpdp_last_error());
+      snprintf(ct->message, sizeof ct->message, "bucket %lld: %s", (long long)j,
+               tpdp_last_error());
     }
     ct->finished = j + 1;
     pthread_cond_broadcast(&ct->done);
@@ -286,7 +287,8 @@ static void *comm_thread_main(void *arg) {
  * run on the caller's thread, as documented). */
 static tpdp_status comm_thread_start(tpdp_reducer *r) {
   comm_thread *ct = &r->ct;
-  if (!r->opt.comm_thread || tpdp_comm_device_type(r->comm) != TPDP_DEVICE_CPU ||
+  if (!r->opt.comm_thread ||
+      tpdp_comm_device_type(r->comm) != TPDP_DEVICE_CPU ||
       !tpdp_comm_concurrent_threads(r->comm) ||
       r->opt.comm_hook == TPDP_REDUCER_HOOK_USER)
     return TPDP_SUCCESS;
@@ -365,8 +367,10 @@ static tpdp_status comm_thread_wait(tpdp_reducer *r, int64_t j) {
   pthread_mutex_unlock(&ct->mu);
   r->stats.comm_seconds += now_s() - t0;
   if (st != TPDP_SUCCESS)
-    return RED_ERR(st, "allreduce on the reducer's communication thread "
-                   "failed: %s", ct->message);
+    return RED_ERR(st,
+                   "allreduce on the reducer's communication thread "
+                   "failed: %s",
+                   ct->message);
   return TPDP_SUCCESS;
 }
 
@@ -417,7 +421,7 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
       b->done = 1;
       if (st != TPDP_SUCCESS)
         return RED_ERR(st, "user comm hook failed on bucket %lld: %s",
-                        (long long)j, tpdp_last_error());
+                       (long long)j, tpdp_last_error());
       return TPDP_SUCCESS;
     }
     case TPDP_REDUCER_HOOK_BF16:
@@ -432,8 +436,8 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
         b->thread_prepares = r->ct.active;
         if (!b->thread_prepares)
           CHECK_TIMED(r, data_seconds,
-                      dp_buf_cast_divide(b->device, r->stream, b->dtype,
-                                         b->buf, hd, b->half, n, r->divide));
+                      dp_buf_cast_divide(b->device, r->stream, b->dtype, b->buf,
+                                         hd, b->half, n, r->divide));
         tpdp_tensor h = tpdp_tensor_1d(b->half, hd, (int64_t)n);
         h.device = b->device;
         return start_reduction(r, j, &h);
@@ -457,9 +461,9 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
    * over. */
   b->thread_prepares = r->ct.active;
   if (!b->thread_prepares)
-    CHECK_TIMED(r, data_seconds,
-                dp_buf_divide(b->device, r->stream, b->dtype, b->buf, n,
-                              r->divide));
+    CHECK_TIMED(
+        r, data_seconds,
+        dp_buf_divide(b->device, r->stream, b->dtype, b->buf, n, r->divide));
   return start_reduction(r, j, &flat);
 }
 
@@ -502,8 +506,10 @@ static tpdp_status complete(tpdp_reducer *r, int64_t j) {
   size_t n = b->bytes / tpdp_dtype_size(b->dtype);
   if (r->opt.comm_hook != TPDP_REDUCER_HOOK_USER && b->half &&
       b->half_dtype != b->dtype &&
-      ((r->opt.comm_hook == TPDP_REDUCER_HOOK_BF16 && b->half_dtype == TPDP_BF16) ||
-       (r->opt.comm_hook == TPDP_REDUCER_HOOK_F16 && b->half_dtype == TPDP_F16)))
+      ((r->opt.comm_hook == TPDP_REDUCER_HOOK_BF16 &&
+        b->half_dtype == TPDP_BF16) ||
+       (r->opt.comm_hook == TPDP_REDUCER_HOOK_F16 &&
+        b->half_dtype == TPDP_F16)))
     CHECK_TIMED(r, data_seconds,
                 dp_buf_cast_divide(b->device, r->stream, b->half_dtype, b->half,
                                    b->dtype, b->buf, n, 1.0));
@@ -550,100 +556,106 @@ static tpdp_status check_local(tpdp_comm *comm, tpdp_reducer_param *params,
                                int64_t n, const tpdp_reducer_options *o) {
   if (n <= 0)
     return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "empty parameter list (nparams = %lld): a reducer needs "
-                    "at least one parameter",
-                    (long long)n);
+                      "empty parameter list (nparams = %lld): a reducer needs "
+                      "at least one parameter",
+                      (long long)n);
   if (params == NULL)
     return CREATE_ERR(TPDP_ERR_NULL_POINTER, "argument 'params' is NULL");
   if (o->first_bucket_bytes == 0 || o->bucket_cap_bytes == 0)
-    return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "bucket size limits must be > 0 bytes (first_bucket_bytes "
-                    "= %zu, bucket_cap_bytes = %zu)",
-                    o->first_bucket_bytes, o->bucket_cap_bytes);
+    return CREATE_ERR(
+        TPDP_ERR_INVALID_ARGUMENT,
+        "bucket size limits must be > 0 bytes (first_bucket_bytes "
+        "= %zu, bucket_cap_bytes = %zu)",
+        o->first_bucket_bytes, o->bucket_cap_bytes);
   if (!(o->divide_factor >= 0.0))
     return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "divide_factor %g must be > 0 (or 0 for the "
-                    "communicator size)",
-                    o->divide_factor);
+                      "divide_factor %g must be > 0 (or 0 for the "
+                      "communicator size)",
+                      o->divide_factor);
   if ((int)o->comm_hook < 0 || o->comm_hook > TPDP_REDUCER_HOOK_USER)
     return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT, "unknown comm hook %d",
-                    (int)o->comm_hook);
+                      (int)o->comm_hook);
   if (o->comm_hook == TPDP_REDUCER_HOOK_USER && o->hook_fn == NULL)
-    return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "comm_hook is TPDP_REDUCER_HOOK_USER but hook_fn is NULL");
+    return CREATE_ERR(
+        TPDP_ERR_INVALID_ARGUMENT,
+        "comm_hook is TPDP_REDUCER_HOOK_USER but hook_fn is NULL");
   char a[64], b[64];
   for (int64_t i = 0; i < n; i++) {
     const tpdp_reducer_param *p = &params[i];
     const char *f = p->fqn ? p->fqn : "";
     if (!tpdp_dtype_is_float(p->param.dtype))
       return CREATE_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                      "parameter %lld '%s' has dtype %s: gradients must be "
-                      "floating point (f32, f64, f16, bf16)",
-                      (long long)i, f, tpdp_dtype_name(p->param.dtype));
+                        "parameter %lld '%s' has dtype %s: gradients must be "
+                        "floating point (f32, f64, f16, bf16)",
+                        (long long)i, f, tpdp_dtype_name(p->param.dtype));
     if (p->param.ndim < 0 || p->param.ndim > TPDP_MAX_DIMS)
       return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                      "parameter %lld '%s' has ndim %d", (long long)i, f,
-                      p->param.ndim);
+                        "parameter %lld '%s' has ndim %d", (long long)i, f,
+                        p->param.ndim);
     if (!tpdp_device_equal(p->param.device, params[0].param.device)) {
       tpdp_device_format(params[0].param.device, a, sizeof a);
       tpdp_device_format(p->param.device, b, sizeof b);
-      return CREATE_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                      "parameters on mixed devices: parameter 0 '%s' is on %s "
-                      "but parameter %lld '%s' is on %s; one reducer serves "
-                      "one device (one DP communicator per device)",
-                      params[0].fqn ? params[0].fqn : "", a, (long long)i, f,
-                      b);
+      return CREATE_ERR(
+          TPDP_ERR_DEVICE_MISMATCH,
+          "parameters on mixed devices: parameter 0 '%s' is on %s "
+          "but parameter %lld '%s' is on %s; one reducer serves "
+          "one device (one DP communicator per device)",
+          params[0].fqn ? params[0].fqn : "", a, (long long)i, f, b);
     }
     if (!tpdp_device_equal(p->grad.device, p->param.device)) {
       tpdp_device_format(p->param.device, a, sizeof a);
       tpdp_device_format(p->grad.device, b, sizeof b);
       return CREATE_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                      "parameter %lld '%s' is on %s but its gradient on %s",
-                      (long long)i, f, a, b);
+                        "parameter %lld '%s' is on %s but its gradient on %s",
+                        (long long)i, f, a, b);
     }
   }
   char pn[256];
-  snprintf(pn, sizeof pn, "parameter 0 '%s'", params[0].fqn ? params[0].fqn : "");
+  snprintf(pn, sizeof pn, "parameter 0 '%s'",
+           params[0].fqn ? params[0].fqn : "");
   CHECK(dp_buf_device_supported(params[0].param.device, pn));
   if (params[0].param.device.type != tpdp_comm_device_type(comm)) {
     tpdp_device_format(params[0].param.device, a, sizeof a);
-    return CREATE_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                    "parameters are on %s but communicator %s (%s) moves %s "
-                    "memory",
-                    a, tpdp_comm_name(comm), tpdp_comm_backend(comm),
-                    tpdp_comm_device_type(comm) == TPDP_DEVICE_CPU ? "host"
-                                                                   : "device");
+    return CREATE_ERR(
+        TPDP_ERR_DEVICE_MISMATCH,
+        "parameters are on %s but communicator %s (%s) moves %s "
+        "memory",
+        a, tpdp_comm_name(comm), tpdp_comm_backend(comm),
+        tpdp_comm_device_type(comm) == TPDP_DEVICE_CPU ? "host" : "device");
   }
   for (int64_t i = 0; i < n; i++) {
     const tpdp_reducer_param *p = &params[i];
     const char *f = p->fqn ? p->fqn : "";
     int64_t numel = tpdp_tensor_numel(&p->param);
     if (numel < 0)
-      return CREATE_ERR(TPDP_ERR_BAD_DIM_SIZE, "parameter %lld '%s' has a "
-                      "negative dimension", (long long)i, f);
+      return CREATE_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                        "parameter %lld '%s' has a "
+                        "negative dimension",
+                        (long long)i, f);
     if (!tpdp_tensor_is_contiguous(&p->param))
       return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                      "parameter %lld '%s' is not contiguous", (long long)i, f);
+                        "parameter %lld '%s' is not contiguous", (long long)i,
+                        f);
     if (numel > 0 && p->param.data == NULL)
       return CREATE_ERR(TPDP_ERR_NULL_POINTER,
-                      "parameter %lld '%s' has NULL data", (long long)i, f);
+                        "parameter %lld '%s' has NULL data", (long long)i, f);
     if (p->grad.dtype != p->param.dtype)
       return CREATE_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                      "parameter %lld '%s' is %s but its gradient is %s",
-                      (long long)i, f, tpdp_dtype_name(p->param.dtype),
-                      tpdp_dtype_name(p->grad.dtype));
+                        "parameter %lld '%s' is %s but its gradient is %s",
+                        (long long)i, f, tpdp_dtype_name(p->param.dtype),
+                        tpdp_dtype_name(p->grad.dtype));
     if (!tpdp_tensor_same_shape(&p->grad, &p->param)) {
       tpdp_shape_format(p->param.ndim, p->param.shape, a, sizeof a);
       tpdp_shape_format(p->grad.ndim, p->grad.shape, b, sizeof b);
       return CREATE_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                      "parameter %lld '%s' has shape %s but its gradient %s",
-                      (long long)i, f, a, b);
+                        "parameter %lld '%s' has shape %s but its gradient %s",
+                        (long long)i, f, a, b);
     }
     if (numel > 0 && p->grad.data == NULL && !o->gradient_as_bucket_view)
       return CREATE_ERR(TPDP_ERR_NULL_POINTER,
-                      "parameter %lld '%s' has a NULL gradient (copy mode "
-                      "needs the caller's gradient buffers)",
-                      (long long)i, f);
+                        "parameter %lld '%s' has a NULL gradient (copy mode "
+                        "needs the caller's gradient buffers)",
+                        (long long)i, f);
   }
   return TPDP_SUCCESS;
 }
@@ -689,15 +701,16 @@ static tpdp_status check_across(tpdp_comm *comm, tpdp_reducer_param *params,
   for (int k = 1; k < size; k++)
     if (counts[k] != counts[0]) {
       st = CREATE_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                    "parameter count differs across ranks of %s: rank 0 has "
-                    "%lld parameters, rank %d has %lld (this is rank %d)",
-                    tpdp_comm_name(comm), (long long)counts[0], k,
-                    (long long)counts[k], me);
+                      "parameter count differs across ranks of %s: rank 0 has "
+                      "%lld parameters, rank %d has %lld (this is rank %d)",
+                      tpdp_comm_name(comm), (long long)counts[0], k,
+                      (long long)counts[k], me);
       goto done;
     }
   CHECK_GOTO(TPDP_CALLOC(mine, (size_t)n * DESC_LEN), st, done);
   CHECK_GOTO(TPDP_CALLOC(all, (size_t)n * DESC_LEN * (size_t)size), st, done);
-  for (int64_t i = 0; i < n; i++) fill_desc(&params[i].param, mine + i * DESC_LEN);
+  for (int64_t i = 0; i < n; i++)
+    fill_desc(&params[i].param, mine + i * DESC_LEN);
   s = tpdp_tensor_1d(mine, TPDP_I64, n * DESC_LEN);
   rv = tpdp_tensor_1d(all, TPDP_I64, n * DESC_LEN * size);
   CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
@@ -709,13 +722,13 @@ static tpdp_status check_across(tpdp_comm *comm, tpdp_reducer_param *params,
       char a[160], b[160];
       format_desc(d0, a, sizeof a);
       format_desc(dk, b, sizeof b);
-      st = CREATE_ERR(d0[0] != dk[0] ? TPDP_ERR_DTYPE_MISMATCH
-                                   : TPDP_ERR_SHAPE_MISMATCH,
-                    "parameter %lld '%s' differs across ranks of %s: rank 0 "
-                    "has %s, rank %d has %s (first mismatching parameter; "
-                    "this is rank %d)",
-                    (long long)i, params[i].fqn ? params[i].fqn : "",
-                    tpdp_comm_name(comm), a, k, b, me);
+      st = CREATE_ERR(
+          d0[0] != dk[0] ? TPDP_ERR_DTYPE_MISMATCH : TPDP_ERR_SHAPE_MISMATCH,
+          "parameter %lld '%s' differs across ranks of %s: rank 0 "
+          "has %s, rank %d has %s (first mismatching parameter; "
+          "this is rank %d)",
+          (long long)i, params[i].fqn ? params[i].fqn : "",
+          tpdp_comm_name(comm), a, k, b, me);
       goto done;
     }
   }
@@ -733,8 +746,7 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(comm);
-  tpdp_reducer_options o =
-      options ? *options : tpdp_reducer_options_default();
+  tpdp_reducer_options o = options ? *options : tpdp_reducer_options_default();
   tpdp_status st = check_local(comm, params, nparams, &o);
   CHECK(agree(comm, st));
   CHECK(check_across(comm, params, nparams));
@@ -811,10 +823,11 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   CHECK_GOTO(comm_thread_start(r), st, fail);
   tpdp_bucket_assignment_free(&a);
   free(metas);
-  TPDP_INFO("reducer on %s: %lld parameters in %lld buckets, %s mode, "
-            "divide by %g",
-            tpdp_comm_name(comm), (long long)n, (long long)r->nbuckets,
-            o.gradient_as_bucket_view ? "view" : "copy", r->divide);
+  TPDP_INFO(
+      "reducer on %s: %lld parameters in %lld buckets, %s mode, "
+      "divide by %g",
+      tpdp_comm_name(comm), (long long)n, (long long)r->nbuckets,
+      o.gradient_as_bucket_view ? "view" : "copy", r->divide);
   *out = r;
   return TPDP_SUCCESS;
 fail:
@@ -875,8 +888,7 @@ static int64_t list_unmarked(const tpdp_reducer *r, char *buf, size_t len) {
 }
 
 static int should_rebuild(const tpdp_reducer *r) {
-  return (r->opt.static_graph || !r->opt.find_unused_parameters) &&
-         !r->rebuilt;
+  return (r->opt.static_graph || !r->opt.find_unused_parameters) && !r->rebuilt;
 }
 
 static tpdp_status rebuild(tpdp_reducer *r) {
@@ -904,9 +916,10 @@ static tpdp_status rebuild(tpdp_reducer *r) {
   r->nbuckets = nnb;
   nb = NULL;
   r->rebuilt = 1;
-  TPDP_INFO("reducer on %s: buckets rebuilt in gradient-ready order (%lld "
-            "buckets)",
-            tpdp_comm_name(r->comm), (long long)r->nbuckets);
+  TPDP_INFO(
+      "reducer on %s: buckets rebuilt in gradient-ready order (%lld "
+      "buckets)",
+      tpdp_comm_name(r->comm), (long long)r->nbuckets);
 done:
   if (nb) {
     /* install_buckets failed half way: point views back at the old ones */
@@ -932,16 +945,18 @@ static tpdp_status reducer_prepare_impl(tpdp_reducer *r) {
     char list[1024];
     int64_t cnt = list_unmarked(r, list, sizeof list);
     if (cnt > 0)
-      return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_prepare",
+      return tpdp_set_error(
+          TPDP_ERR_STATE, "tpdp_reducer_prepare",
           "a new iteration started before the previous reduction finished: "
           "%lld parameter(s) were never marked ready: %s. If they do not "
           "take part in the loss, create the reducer with "
           "find_unused_parameters = 1; otherwise mark them and call "
           "tpdp_reducer_finalize",
           (long long)cnt, list);
-    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_prepare",
-                    "a new iteration started before the previous one was "
-                    "finalized: call tpdp_reducer_finalize after backward");
+    return tpdp_set_error(
+        TPDP_ERR_STATE, "tpdp_reducer_prepare",
+        "a new iteration started before the previous one was "
+        "finalized: call tpdp_reducer_finalize after backward");
   }
   if (r->rebuild_pending) {
     r->rebuild_pending = 0;
@@ -974,29 +989,30 @@ static tpdp_status check_alias(tpdp_reducer *r, int64_t i) {
   char d[300];
   pdesc(r, i, d, sizeof d);
   return RED_ERR(TPDP_ERR_STATE,
-                  "the gradient view of parameter %s no longer aliases its "
-                  "bucket (bucket %lld): it points at %p, the bucket slot is "
-                  "%p. With gradient_as_bucket_view the gradient must stay "
-                  "the view from tpdp_reducer_grad_view (write into it, do "
-                  "not replace it), or create the reducer with "
-                  "gradient_as_bucket_view = 0",
-                  d, (long long)r->bucket_of[i], g->data, v->data);
+                 "the gradient view of parameter %s no longer aliases its "
+                 "bucket (bucket %lld): it points at %p, the bucket slot is "
+                 "%p. With gradient_as_bucket_view the gradient must stay "
+                 "the view from tpdp_reducer_grad_view (write into it, do "
+                 "not replace it), or create the reducer with "
+                 "gradient_as_bucket_view = 0",
+                 d, (long long)r->bucket_of[i], g->data, v->data);
 }
 
 static tpdp_status reducer_mark_ready_impl(tpdp_reducer *r, int64_t index) {
   CHECK_PTR(r);
   if (index < 0 || index >= r->n)
     return tpdp_set_error(TPDP_ERR_NOT_FOUND, "tpdp_reducer_mark_ready",
-                    "unknown parameter index %lld: the reducer has %lld "
-                    "parameters",
-                    (long long)index, (long long)r->n);
+                          "unknown parameter index %lld: the reducer has %lld "
+                          "parameters",
+                          (long long)index, (long long)r->n);
   char d[300];
   if (!r->in_iter) {
     pdesc(r, index, d, sizeof d);
-    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_mark_ready",
-                    "parameter %s marked ready outside an iteration: call "
-                    "tpdp_reducer_prepare before backward",
-                    d);
+    return tpdp_set_error(
+        TPDP_ERR_STATE, "tpdp_reducer_mark_ready",
+        "parameter %s marked ready outside an iteration: call "
+        "tpdp_reducer_prepare before backward",
+        d);
   }
   CHECK(check_alias(r, index));
   int learning = r->opt.static_graph && !r->static_learned;
@@ -1005,21 +1021,22 @@ static tpdp_status reducer_mark_ready_impl(tpdp_reducer *r, int64_t index) {
     pdesc(r, index, d, sizeof d);
     if (r->static_learned)
       return tpdp_set_error(TPDP_ERR_ALREADY, "tpdp_reducer_mark_ready",
-                      "parameter %s was marked ready %d time(s) this "
-                      "iteration, more than the %d recorded in the first "
-                      "iteration of the static graph: the graph changed",
-                      d, r->marks[index] + 1, expect);
-    return tpdp_set_error(TPDP_ERR_ALREADY, "tpdp_reducer_mark_ready",
-                    "parameter %s was marked ready twice in one iteration. "
-                    "Likely causes: the parameter is shared and used more "
-                    "than once in forward (its gradient hook fires once per "
-                    "use), or a reentrant backward (e.g. activation "
-                    "checkpointing) ran its hook again. Mark it once after "
-                    "its gradient is complete, or create the reducer with "
-                    "static_graph = 1 if the graph is the same every "
-                    "iteration (find_unused_parameters = 1 if some "
-                    "parameters are unused)",
-                    d);
+                            "parameter %s was marked ready %d time(s) this "
+                            "iteration, more than the %d recorded in the first "
+                            "iteration of the static graph: the graph changed",
+                            d, r->marks[index] + 1, expect);
+    return tpdp_set_error(
+        TPDP_ERR_ALREADY, "tpdp_reducer_mark_ready",
+        "parameter %s was marked ready twice in one iteration. "
+        "Likely causes: the parameter is shared and used more "
+        "than once in forward (its gradient hook fires once per "
+        "use), or a reentrant backward (e.g. activation "
+        "checkpointing) ran its hook again. Mark it once after "
+        "its gradient is complete, or create the reducer with "
+        "static_graph = 1 if the graph is the same every "
+        "iteration (find_unused_parameters = 1 if some "
+        "parameters are unused)",
+        d);
   }
   r->marks[index]++;
   r->touched[index] = 1;
@@ -1052,9 +1069,10 @@ tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data) {
 static tpdp_status reducer_finalize_impl(tpdp_reducer *r) {
   CHECK_PTR(r);
   if (!r->in_iter)
-    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_finalize",
-                    "finalize without prepare: call tpdp_reducer_prepare at "
-                    "the start of the iteration (before backward)");
+    return tpdp_set_error(
+        TPDP_ERR_STATE, "tpdp_reducer_finalize",
+        "finalize without prepare: call tpdp_reducer_prepare at "
+        "the start of the iteration (before backward)");
   if (!r->sync) {
     r->in_iter = 0;
     return TPDP_SUCCESS;
@@ -1064,7 +1082,8 @@ static tpdp_status reducer_finalize_impl(tpdp_reducer *r) {
     char list[1024];
     int64_t cnt = list_unmarked(r, list, sizeof list);
     if (cnt > 0)
-      return tpdp_set_error(TPDP_ERR_STATE, "tpdp_reducer_finalize",
+      return tpdp_set_error(
+          TPDP_ERR_STATE, "tpdp_reducer_finalize",
           "%lld parameter(s) were never marked ready in this iteration: %s. "
           "If they do not take part in the loss, create the reducer with "
           "find_unused_parameters = 1; otherwise mark them ready and call "
@@ -1149,8 +1168,8 @@ tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r, int64_t index,
                     "unknown parameter index %lld: the reducer has %lld "
                     "parameters",
                     (long long)index, (long long)r->n);
-  *out = r->opt.gradient_as_bucket_view ? r->views[index]
-                                        : r->params[index].grad;
+  *out =
+      r->opt.gradient_as_bucket_view ? r->views[index] : r->params[index].grad;
   return TPDP_SUCCESS;
 }
 
@@ -1175,8 +1194,7 @@ tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
 }
 
 tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
-                                       const int64_t **params,
-                                       int64_t *count) {
+                                       const int64_t **params, int64_t *count) {
   CHECK_PTR(r);
   CHECK_PTR(params);
   CHECK_PTR(count);

@@ -28,18 +28,27 @@ static double now_s(void) {
 static float input(int g, int64_t i) { return (float)((g * 7 + i) % 11); }
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: mpirun -np N mesh_demo [--mesh SPEC] [--count N] [--iters K]\n"
-          "  --mesh SPEC  mesh over the world, e.g. dp=2,tp=2 (default; the\n"
-          "               product of the sizes must equal the number of ranks)\n"
-          "  --count N    f32 elements each rank contributes (default 262144)\n"
-          "  --iters K    timed calls per collective (default 20)\n");
+  fprintf(
+      out,
+      "usage: mpirun -np N mesh_demo [--mesh SPEC] [--count N] [--iters K]\n"
+      "  --mesh SPEC  mesh over the world, e.g. dp=2,tp=2 (default; the\n"
+      "               product of the sizes must equal the number of ranks)\n"
+      "  --count N    f32 elements each rank contributes (default 262144)\n"
+      "  --iters K    timed calls per collective (default 20)\n");
 }
 
-enum { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, ALLTOALL, BARRIER, NCOLL };
+enum {
+  ALLREDUCE,
+  ALLGATHER,
+  REDUCE_SCATTER,
+  BROADCAST,
+  ALLTOALL,
+  BARRIER,
+  NCOLL
+};
 static const char *const coll_names[NCOLL] = {
-    "allreduce(sum)", "allgather", "reduce_scatter(sum)", "broadcast(root 0)",
-    "alltoall", "barrier"};
+    "allreduce(sum)",    "allgather", "reduce_scatter(sum)",
+    "broadcast(root 0)", "alltoall",  "barrier"};
 
 typedef struct {
   tpdp_comm *comm;
@@ -91,7 +100,8 @@ static int64_t check(const run_ctx *c, int coll) {
       break;
     case ALLGATHER:
       for (int r = 0; r < p; r++)
-        for (int64_t i = 0; i < n; i++) bad += c->recv[r * n + i] != input(r, i);
+        for (int64_t i = 0; i < n; i++)
+          bad += c->recv[r * n + i] != input(r, i);
       break;
     case REDUCE_SCATTER:
       for (int64_t i = 0; i < n; i++) {
@@ -103,7 +113,7 @@ static int64_t check(const run_ctx *c, int coll) {
     case BROADCAST:
       for (int64_t i = 0; i < n; i++) bad += c->recv[i] != input(0, i);
       break;
-    case ALLTOALL:  /* block r of the result is block g of rank r's input */
+    case ALLTOALL: /* block r of the result is block g of rank r's input */
       for (int r = 0; r < p; r++)
         for (int64_t i = 0; i < n; i++)
           bad += c->recv[r * n + i] != input(r, g * n + i);
@@ -118,12 +128,24 @@ static int64_t check(const run_ctx *c, int coll) {
 static void traffic(int coll, int64_t n, int p, double *bytes, double *factor) {
   double es = sizeof(float);
   switch (coll) {
-    case ALLREDUCE: *bytes = (double)n * es; *factor = 2.0 * (p - 1) / p; break;
+    case ALLREDUCE:
+      *bytes = (double)n * es;
+      *factor = 2.0 * (p - 1) / p;
+      break;
     case ALLGATHER:
     case REDUCE_SCATTER:
-    case ALLTOALL: *bytes = (double)n * p * es; *factor = (double)(p - 1) / p; break;
-    case BROADCAST: *bytes = (double)n * es; *factor = 1; break;
-    default: *bytes = 0; *factor = 0; break;
+    case ALLTOALL:
+      *bytes = (double)n * p * es;
+      *factor = (double)(p - 1) / p;
+      break;
+    case BROADCAST:
+      *bytes = (double)n * es;
+      *factor = 1;
+      break;
+    default:
+      *bytes = 0;
+      *factor = 0;
+      break;
   }
 }
 
@@ -154,7 +176,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[i], "--iters") == 0 && val) {
       iters = strtoll(val, &end, 10);
       if (*end || iters < 1 || iters > 1000000) {
-        fprintf(stderr, "mesh_demo: --iters '%s' is not in [1, 1000000]\n", val);
+        fprintf(stderr, "mesh_demo: --iters '%s' is not in [1, 1000000]\n",
+                val);
         return 2;
       }
     } else {
@@ -184,9 +207,11 @@ int main(int argc, char **argv) {
   for (int d = 0; d < ndim; d++)
     if (tpdp_mesh_dim_size(mesh, d) > maxp) maxp = tpdp_mesh_dim_size(mesh, d);
   size_t cap = (size_t)(count > 0 ? count : 1) * (size_t)maxp;
-  float *send = malloc(cap * sizeof(float)), *recv = malloc(cap * sizeof(float));
+  float *send = malloc(cap * sizeof(float)),
+        *recv = malloc(cap * sizeof(float));
   if (send == NULL || recv == NULL) {
-    fprintf(stderr, "mesh_demo: rank %d: out of memory for %zu floats\n", me, cap);
+    fprintf(stderr, "mesh_demo: rank %d: out of memory for %zu floats\n", me,
+            cap);
     free(send);
     free(recv);
     tpdp_mesh_destroy(mesh);
@@ -194,15 +219,20 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (me == 0)
-    printf("mesh_demo: mesh %s over %d ranks, %lld f32 per rank, %lld iters, "
-           "MPI backend (host memory)\n", spec, nranks, count, iters);
+    printf(
+        "mesh_demo: mesh %s over %d ranks, %lld f32 per rank, %lld iters, "
+        "MPI backend (host memory)\n",
+        spec, nranks, count, iters);
 
   int64_t wrong_total = 0;
   int rc = 0;
   for (int d = 0; d < ndim && rc == 0; d++) {
     run_ctx c;
     st = tpdp_mesh_dim_comm(mesh, d, &c.comm);
-    if (st != TPDP_SUCCESS) { rc = fail(me, "tpdp_mesh_dim_comm", st); break; }
+    if (st != TPDP_SUCCESS) {
+      rc = fail(me, "tpdp_mesh_dim_comm", st);
+      break;
+    }
     c.g = tpdp_comm_rank(c.comm);
     c.p = tpdp_comm_size(c.comm);
     c.n = count;
@@ -210,24 +240,33 @@ int main(int argc, char **argv) {
     c.recv = recv;
     if (me == 0) {
       int *grp = malloc((size_t)c.p * sizeof *grp);
-      printf("\ndim %s: size %d, rank 0's group (world ranks):", tpdp_mesh_dim_name(mesh, d), c.p);
+      printf("\ndim %s: size %d, rank 0's group (world ranks):",
+             tpdp_mesh_dim_name(mesh, d), c.p);
       if (grp && tpdp_mesh_group_ranks(mesh, d, 0, grp) == TPDP_SUCCESS)
         for (int k = 0; k < c.p; k++) printf(" %d", grp[k]);
       printf("\n");
       free(grp);
     }
     for (int coll = 0; coll < NCOLL && rc == 0; coll++) {
-      int64_t in_n = (coll == REDUCE_SCATTER || coll == ALLTOALL) ? count * c.p : count;
+      int64_t in_n =
+          (coll == REDUCE_SCATTER || coll == ALLTOALL) ? count * c.p : count;
       for (int64_t i = 0; i < in_n; i++) send[i] = input(c.g, i);
       memset(recv, 0, cap * sizeof(float));
       st = run_once(&c, coll); /* warm-up, and the call whose result we check */
-      if (st != TPDP_SUCCESS) { rc = fail(me, coll_names[coll], st); break; }
+      if (st != TPDP_SUCCESS) {
+        rc = fail(me, coll_names[coll], st);
+        break;
+      }
       int64_t wrong = check(&c, coll);
       st = tpdp_barrier(c.comm);
       double t0 = now_s();
-      for (long long it = 0; it < iters && st == TPDP_SUCCESS; it++) st = run_once(&c, coll);
+      for (long long it = 0; it < iters && st == TPDP_SUCCESS; it++)
+        st = run_once(&c, coll);
       double mean = (now_s() - t0) / (double)iters;
-      if (st != TPDP_SUCCESS) { rc = fail(me, coll_names[coll], st); break; }
+      if (st != TPDP_SUCCESS) {
+        rc = fail(me, coll_names[coll], st);
+        break;
+      }
       /* Slowest rank's time; total wrong elements over the world. */
       tpdp_tensor tt = tpdp_tensor_1d(&mean, TPDP_F64, 1);
       tpdp_tensor tw = tpdp_tensor_1d(&wrong, TPDP_I64, 1);
@@ -241,11 +280,12 @@ int main(int argc, char **argv) {
         double bytes, factor;
         traffic(coll, count, c.p, &bytes, &factor);
         if (coll == BARRIER)
-          printf("  %-20s %10.1f us %27s %s\n", coll_names[coll], mean * 1e6, "",
-                 wrong ? "WRONG" : "ok");
+          printf("  %-20s %10.1f us %27s %s\n", coll_names[coll], mean * 1e6,
+                 "", wrong ? "WRONG" : "ok");
         else
-          printf("  %-20s %10.1f us %9.3f GB/s bus (%.0f B) %s\n", coll_names[coll],
-                 mean * 1e6, mean > 0 ? bytes / mean * factor / 1e9 : 0.0, bytes,
+          printf("  %-20s %10.1f us %9.3f GB/s bus (%.0f B) %s\n",
+                 coll_names[coll], mean * 1e6,
+                 mean > 0 ? bytes / mean * factor / 1e9 : 0.0, bytes,
                  wrong ? "WRONG" : "ok");
         if (wrong)
           printf("  %s on dim %s: %lld wrong elements\n", coll_names[coll],

@@ -16,7 +16,8 @@ int WorldSize() { return tpdp_comm_size(World()); }
 std::string DataPath(const std::string &file) {
   const char *srcdir = std::getenv("TEST_SRCDIR");
   const char *ws = std::getenv("TEST_WORKSPACE");
-  if (srcdir && ws) return std::string(srcdir) + "/" + ws + "/tests/data/" + file;
+  if (srcdir && ws)
+    return std::string(srcdir) + "/" + ws + "/tests/data/" + file;
   return "tests/data/" + file;
 }
 

@@ -10,31 +10,32 @@
 
 // Expect `call` to return `status` and the last-error message to contain
 // every given substring.
-#define EXPECT_TPDP_ERROR(call, status, ...)                               \
-  do {                                                                     \
-    tpdp_clear_error();                                                    \
-    tpdp_status st_ = (call);                                              \
-    EXPECT_EQ(tpdp_status_string(st_), std::string(tpdp_status_string(status))) \
-        << "message: " << tpdp_last_error();                               \
-    for (const char *needle_ : {__VA_ARGS__})                              \
-      EXPECT_NE(std::string(tpdp_last_error()).find(needle_),             \
-                std::string::npos)                                         \
-          << "message '" << tpdp_last_error() << "' lacks '" << needle_    \
-          << "'";                                                          \
+#define EXPECT_TPDP_ERROR(call, status, ...)                            \
+  do {                                                                  \
+    tpdp_clear_error();                                                 \
+    tpdp_status st_ = (call);                                           \
+    EXPECT_EQ(tpdp_status_string(st_),                                  \
+              std::string(tpdp_status_string(status)))                  \
+        << "message: " << tpdp_last_error();                            \
+    for (const char *needle_ : {__VA_ARGS__})                           \
+      EXPECT_NE(std::string(tpdp_last_error()).find(needle_),           \
+                std::string::npos)                                      \
+          << "message '" << tpdp_last_error() << "' lacks '" << needle_ \
+          << "'";                                                       \
   } while (0)
 
-#define ASSERT_TPDP_OK(call)                                                  \
-  do {                                                                        \
-    tpdp_status st_ = (call);                                                 \
-    ASSERT_EQ(st_, TPDP_SUCCESS)                                              \
-        << tpdp_status_string(st_) << ": " << tpdp_last_error();             \
+#define ASSERT_TPDP_OK(call)                                     \
+  do {                                                           \
+    tpdp_status st_ = (call);                                    \
+    ASSERT_EQ(st_, TPDP_SUCCESS)                                 \
+        << tpdp_status_string(st_) << ": " << tpdp_last_error(); \
   } while (0)
 
-#define EXPECT_TPDP_OK(call)                                                  \
-  do {                                                                        \
-    tpdp_status st_ = (call);                                                 \
-    EXPECT_EQ(st_, TPDP_SUCCESS)                                              \
-        << tpdp_status_string(st_) << ": " << tpdp_last_error();             \
+#define EXPECT_TPDP_OK(call)                                     \
+  do {                                                           \
+    tpdp_status st_ = (call);                                    \
+    EXPECT_EQ(st_, TPDP_SUCCESS)                                 \
+        << tpdp_status_string(st_) << ": " << tpdp_last_error(); \
   } while (0)
 
 namespace tpdp_test {

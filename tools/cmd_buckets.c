@@ -59,14 +59,16 @@ static int parse_limits(const char *text, size_t **out, int64_t *n) {
     if (comma) *comma = '\0';
     unsigned long long v = 0;
     if (parse_u64(tok, &v) != 0) {
-      rc = tpdp_cli_usage_error("buckets", "bad --limits-bytes value '%s': expected a comma-"
-                       "separated list of byte counts, e.g. 1048576,26214400",
-                       *tok ? tok : "(empty)");
+      rc = tpdp_cli_usage_error(
+          "buckets",
+          "bad --limits-bytes value '%s': expected a comma-"
+          "separated list of byte counts, e.g. 1048576,26214400",
+          *tok ? tok : "(empty)");
       break;
     }
     if (v == 0) {
-      rc = tpdp_cli_usage_error("buckets", "bad --limits-bytes value '%s': limits must be > 0",
-                       tok);
+      rc = tpdp_cli_usage_error(
+          "buckets", "bad --limits-bytes value '%s': limits must be > 0", tok);
       break;
     }
     lim[k++] = (size_t)v;
@@ -91,8 +93,10 @@ int cmd_buckets(int argc, char **argv) {
   tpdp_tensor *tensors = NULL;
   int64_t n = 0;
   int rc = 0;
-  tensors = (tpdp_tensor *)calloc((size_t)(argc > 1 ? argc : 1), sizeof *tensors);
-  if (tensors == NULL) return tpdp_cli_usage_error("buckets", "%s", "out of memory");
+  tensors =
+      (tpdp_tensor *)calloc((size_t)(argc > 1 ? argc : 1), sizeof *tensors);
+  if (tensors == NULL)
+    return tpdp_cli_usage_error("buckets", "%s", "out of memory");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) {
@@ -102,8 +106,9 @@ int cmd_buckets(int argc, char **argv) {
       const char *val = a[14] == '=' ? a + 15 : NULL;
       if (val == NULL) {
         if (i + 1 >= argc) {
-          rc = tpdp_cli_usage_error("buckets", "%s", "--limits-bytes needs a value, e.g. "
-                                 "--limits-bytes 1048576,26214400");
+          rc = tpdp_cli_usage_error("buckets", "%s",
+                                    "--limits-bytes needs a value, e.g. "
+                                    "--limits-bytes 1048576,26214400");
           goto done;
         }
         val = argv[++i];
@@ -118,32 +123,37 @@ int cmd_buckets(int argc, char **argv) {
     } else {
       const char *colon = strchr(a, ':');
       if (colon == NULL) {
-        rc = tpdp_cli_usage_error("buckets", "bad tensor '%s': expected DTYPE:NUMEL, e.g. "
-                         "f32:1000",
-                         a);
+        rc = tpdp_cli_usage_error("buckets",
+                                  "bad tensor '%s': expected DTYPE:NUMEL, e.g. "
+                                  "f32:1000",
+                                  a);
         goto done;
       }
       char dname[16];
       size_t dl = (size_t)(colon - a);
       if (dl == 0 || dl >= sizeof dname) {
-        rc = tpdp_cli_usage_error("buckets", "bad dtype in '%s': use f32 f64 f16 bf16 i32 i64 u8",
-                         a);
+        rc = tpdp_cli_usage_error(
+            "buckets", "bad dtype in '%s': use f32 f64 f16 bf16 i32 i64 u8", a);
         goto done;
       }
       memcpy(dname, a, dl);
       dname[dl] = '\0';
       tpdp_dtype dt;
       if (tpdp_dtype_parse(dname, &dt) != TPDP_SUCCESS) {
-        rc = tpdp_cli_usage_error("buckets", "unknown dtype in '%s': use f32 f64 f16 bf16 i32 "
-                         "i64 u8",
-                         a);
+        rc = tpdp_cli_usage_error(
+            "buckets",
+            "unknown dtype in '%s': use f32 f64 f16 bf16 i32 "
+            "i64 u8",
+            a);
         goto done;
       }
       unsigned long long numel = 0;
       if (parse_u64(colon + 1, &numel) != 0 || numel > (1ULL << 60)) {
-        rc = tpdp_cli_usage_error("buckets", "bad element count in '%s': expected an integer "
-                         ">= 0",
-                         a);
+        rc = tpdp_cli_usage_error(
+            "buckets",
+            "bad element count in '%s': expected an integer "
+            ">= 0",
+            a);
         goto done;
       }
       int64_t shape[1] = {(int64_t)numel};
@@ -153,8 +163,10 @@ int cmd_buckets(int argc, char **argv) {
     }
   }
   if (n == 0) {
-    rc = tpdp_cli_usage_error("buckets", "%s", "no tensors given: list them as DTYPE:NUMEL, e.g. "
-                           "tpdp buckets f32:1000 f16:300");
+    rc =
+        tpdp_cli_usage_error("buckets", "%s",
+                             "no tensors given: list them as DTYPE:NUMEL, e.g. "
+                             "tpdp buckets f32:1000 f16:300");
     goto done;
   }
   const size_t *lim = limits ? limits : default_limits;

@@ -16,7 +16,8 @@ void cmd_mesh_usage(void) {
       "usage: tpdp mesh --mesh SPEC [--json]\n"
       "\n"
       "Shows the layout of a device mesh, as tpdp_mesh_create builds it, with\n"
-      "no MPI launch: each rank's coordinates and, for each dim, the groups of\n"
+      "no MPI launch: each rank's coordinates and, for each dim, the groups "
+      "of\n"
       "world ranks that share a sub-communicator on that dim.\n"
       "\n"
       "Ranks are laid out row-major: for dims (d0, d1, ...) rank =\n"
@@ -36,7 +37,8 @@ void cmd_mesh_usage(void) {
 
 static void print_group(const int *ranks, int64_t n, int json) {
   fputs(json ? "[" : "{", stdout);
-  for (int64_t i = 0; i < n; i++) printf(i ? (json ? ", %d" : ",%d") : "%d", ranks[i]);
+  for (int64_t i = 0; i < n; i++)
+    printf(i ? (json ? ", %d" : ",%d") : "%d", ranks[i]);
   fputs(json ? "]" : "}", stdout);
 }
 
@@ -74,20 +76,23 @@ int cmd_mesh(int argc, char **argv) {
       json = 1;
     } else if (strcmp(argv[i], "--mesh") == 0) {
       if (i + 1 >= argc) {
-        fprintf(stderr, "tpdp mesh: --mesh needs a value, e.g. --mesh dp=2,tp=2\n");
+        fprintf(stderr,
+                "tpdp mesh: --mesh needs a value, e.g. --mesh dp=2,tp=2\n");
         return 2;
       }
       spec = argv[++i];
     } else if (strncmp(argv[i], "--mesh=", 7) == 0) {
       spec = argv[i] + 7;
     } else {
-      fprintf(stderr, "tpdp mesh: unknown argument '%s' (see tpdp mesh --help)\n",
+      fprintf(stderr,
+              "tpdp mesh: unknown argument '%s' (see tpdp mesh --help)\n",
               argv[i]);
       return 2;
     }
   }
   if (spec == NULL) {
-    fprintf(stderr, "tpdp mesh: --mesh SPEC is required, e.g. --mesh dp=2,tp=2\n");
+    fprintf(stderr,
+            "tpdp mesh: --mesh SPEC is required, e.g. --mesh dp=2,tp=2\n");
     return 2;
   }
   tpdp_mesh *m = NULL;
@@ -100,8 +105,10 @@ int cmd_mesh(int argc, char **argv) {
   int ndim = tpdp_mesh_ndim(m);
   int64_t size = tpdp_mesh_size(m);
   if (size > MESH_PRINT_MAX) {
-    fprintf(stderr, "tpdp mesh: mesh '%s' has %lld ranks; printing is limited "
-            "to %d\n", spec, (long long)size, MESH_PRINT_MAX);
+    fprintf(stderr,
+            "tpdp mesh: mesh '%s' has %lld ranks; printing is limited "
+            "to %d\n",
+            spec, (long long)size, MESH_PRINT_MAX);
     tpdp_mesh_destroy(m);
     return 2;
   }
@@ -122,16 +129,21 @@ int cmd_mesh(int argc, char **argv) {
     for (int d = 0; d < ndim && rc == 0; d++) {
       printf("    {\"name\": ");
       json_string(tpdp_mesh_dim_name(m, d));
-      printf(", \"size\": %lld, \"groups\": [", (long long)tpdp_mesh_dim_size(m, d));
+      printf(", \"size\": %lld, \"groups\": [",
+             (long long)tpdp_mesh_dim_size(m, d));
       rc = for_each_group(m, d, 1, buf);
       printf("]}%s\n", d + 1 < ndim ? "," : "");
     }
     printf("  ],\n  \"ranks\": [\n");
     for (int64_t r = 0; r < size && rc == 0; r++) {
       int64_t c[TPDP_MAX_DIMS];
-      if (tpdp_mesh_coords(m, (int)r, c) != TPDP_SUCCESS) { rc = 1; break; }
+      if (tpdp_mesh_coords(m, (int)r, c) != TPDP_SUCCESS) {
+        rc = 1;
+        break;
+      }
       printf("    {\"rank\": %lld, \"coords\": [", (long long)r);
-      for (int d = 0; d < ndim; d++) printf(d ? ", %lld" : "%lld", (long long)c[d]);
+      for (int d = 0; d < ndim; d++)
+        printf(d ? ", %lld" : "%lld", (long long)c[d]);
       printf("]}%s\n", r + 1 < size ? "," : "");
     }
     printf("  ]\n}\n");
@@ -143,7 +155,10 @@ int cmd_mesh(int argc, char **argv) {
     printf("\n");
     for (int64_t r = 0; r < size && rc == 0; r++) {
       int64_t c[TPDP_MAX_DIMS];
-      if (tpdp_mesh_coords(m, (int)r, c) != TPDP_SUCCESS) { rc = 1; break; }
+      if (tpdp_mesh_coords(m, (int)r, c) != TPDP_SUCCESS) {
+        rc = 1;
+        break;
+      }
       printf("%6lld", (long long)r);
       for (int d = 0; d < ndim; d++) printf(" %6lld", (long long)c[d]);
       printf("\n");

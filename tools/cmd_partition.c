@@ -108,25 +108,32 @@ int cmd_partition(int argc, char **argv) {
     const char *v;
     if ((v = tpdp_cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
       model_path = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--stages", &missing)) != NULL)
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--stages", &missing)) !=
+             NULL)
       stages_s = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--edges", &missing)) != NULL)
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--edges", &missing)) !=
+             NULL)
       edges_path = v;
     else if (missing)
-      return tpdp_cli_usage_error("partition", "option %s needs a value", argv[i]);
+      return tpdp_cli_usage_error("partition", "option %s needs a value",
+                                  argv[i]);
     else if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else
-      return tpdp_cli_usage_error("partition", "unknown argument '%s'", argv[i]);
+      return tpdp_cli_usage_error("partition", "unknown argument '%s'",
+                                  argv[i]);
   }
-  if (model_path == NULL) return tpdp_cli_usage_error("partition", "%s", "--model is required");
-  if (stages_s == NULL) return tpdp_cli_usage_error("partition", "%s", "--stages is required");
+  if (model_path == NULL)
+    return tpdp_cli_usage_error("partition", "%s", "--model is required");
+  if (stages_s == NULL)
+    return tpdp_cli_usage_error("partition", "%s", "--stages is required");
   char *end = NULL;
   errno = 0;
   long k = strtol(stages_s, &end, 10);
   if (errno != 0 || end == stages_s || *end != '\0' || k < INT_MIN ||
       k > INT_MAX)
-    return tpdp_cli_usage_error("partition", "--stages '%s' is not an integer", stages_s);
+    return tpdp_cli_usage_error("partition", "--stages '%s' is not an integer",
+                                stages_s);
 
   tpdp_model_desc *m = NULL;
   tpdp_partition_edge *edges = NULL;
@@ -135,8 +142,7 @@ int cmd_partition(int argc, char **argv) {
   int64_t *weights = NULL;
   if (tpdp_model_desc_load(model_path, &m) != TPDP_SUCCESS) goto fail;
   if (edges_path != NULL &&
-      tpdp_partition_edges_load(m, edges_path, &edges, &nedges) !=
-          TPDP_SUCCESS)
+      tpdp_partition_edges_load(m, edges_path, &edges, &nedges) != TPDP_SUCCESS)
     goto fail;
   if (k < 1 || k > m->nleaves) {
     fprintf(stderr,

@@ -61,9 +61,11 @@ static int parse_limits(const char *text, size_t **out, int64_t *n) {
     }
     if (e == s || (*e != ',' && *e != '\0') || v == 0) {
       free(lim);
-      return tpdp_cli_usage_error("plan", "bad --limits-bytes '%s': expected positive byte "
-                         "counts separated by commas, e.g. 1048576,26214400",
-                         text);
+      return tpdp_cli_usage_error(
+          "plan",
+          "bad --limits-bytes '%s': expected positive byte "
+          "counts separated by commas, e.g. 1048576,26214400",
+          text);
     }
     lim[k++] = (size_t)v;
     if (*e == '\0') break;
@@ -94,8 +96,7 @@ static void placements_str(const tpdp_plan *plan, const tpdp_plan_param *pp,
 }
 
 /* Mesh ranks whose tp coordinate is t: "0, 2" (shortened when many). */
-static void ranks_str(const tpdp_plan *plan, int64_t t, char *buf,
-                      size_t len) {
+static void ranks_str(const tpdp_plan *plan, int64_t t, char *buf, size_t len) {
   int64_t count = 0, last = -1;
   size_t used = 0;
   buf[0] = '\0';
@@ -133,8 +134,8 @@ static const char *style_name(int style) {
 static void print_text(const char *model_path, const tpdp_plan *plan) {
   const tpdp_model_desc *m = plan->model;
   const tpdp_tree_report *rep = plan->report;
-  printf("model %s: %d modules, %lld parameters; mesh", model_path,
-         m->nmodules, (long long)m->total_params);
+  printf("model %s: %d modules, %lld parameters; mesh", model_path, m->nmodules,
+         (long long)m->total_params);
   for (int d = 0; d < plan->mesh_ndim; d++)
     printf("%s%s=%lld", d ? ", " : " ", plan->mesh_names[d],
            (long long)plan->mesh_sizes[d]);
@@ -165,8 +166,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
     for (int u = 0; u < nu && !found; u++)
       found = strcmp(tpdp_tree_report_unit(rep, u), key) == 0;
     if (!found)
-      printf("note: unit %s manages no parameter (no suffix, no entry)\n",
-             key);
+      printf("note: unit %s manages no parameter (no suffix, no entry)\n", key);
   }
 
   /* Parameter table. */
@@ -192,8 +192,8 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
       if ((int)strlen(buf) > wl) wl = (int)strlen(buf);
     }
   }
-  printf("  %-*s  %-5s  %-*s  %-*s  %-*s", wf, "fqn", "dtype", ws, "shape",
-         wst, "style", wp, "placements");
+  printf("  %-*s  %-5s  %-*s  %-*s  %-*s", wf, "fqn", "dtype", ws, "shape", wst,
+         "style", wp, "placements");
   for (int64_t t = 0; t < plan->tp_size; t++) {
     snprintf(buf, sizeof buf, plan->tp_dim >= 0 ? "tp=%lld" : "local",
              (long long)t);
@@ -330,9 +330,9 @@ static int print_json(const tpdp_plan *plan) {
     cJSON *lb = cJSON_AddArrayToObject(p, "local_bytes");
     for (int64_t t = 0; t < plan->tp_size; t++) {
       cJSON_AddItemToArray(
-          ls, shape_json(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS]));
-      cJSON_AddItemToArray(lb,
-                           cJSON_CreateNumber((double)pp->local_bytes[t]));
+          ls,
+          shape_json(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS]));
+      cJSON_AddItemToArray(lb, cJSON_CreateNumber((double)pp->local_bytes[t]));
     }
   }
 
@@ -368,7 +368,8 @@ static int print_json(const tpdp_plan *plan) {
             names, cJSON_CreateString(plan->params[a->indices[k]].param->fqn));
       cJSON_AddStringToObject(
           bo, "dtype",
-          tpdp_dtype_name(plan->params[a->indices[a->offsets[b]]].param->dtype));
+          tpdp_dtype_name(
+              plan->params[a->indices[a->offsets[b]]].param->dtype));
       cJSON_AddNumberToObject(bo, "bytes", (double)a->bytes[b]);
       cJSON_AddNumberToObject(bo, "limit", (double)a->limits[b]);
     }
@@ -394,10 +395,11 @@ int cmd_plan(int argc, char **argv) {
     const char *v;
     if ((v = tpdp_cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
       model_path = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--plan", &missing)) != NULL)
-      plan_path = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--limits-bytes", &missing)) !=
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--plan", &missing)) !=
              NULL)
+      plan_path = v;
+    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--limits-bytes",
+                                     &missing)) != NULL)
       limits_s = v;
     else if (missing)
       return tpdp_cli_usage_error("plan", "option %s needs a value", argv[i]);
@@ -406,8 +408,10 @@ int cmd_plan(int argc, char **argv) {
     else
       return tpdp_cli_usage_error("plan", "unknown argument '%s'", argv[i]);
   }
-  if (model_path == NULL) return tpdp_cli_usage_error("plan", "%s", "--model is required");
-  if (plan_path == NULL) return tpdp_cli_usage_error("plan", "%s", "--plan is required");
+  if (model_path == NULL)
+    return tpdp_cli_usage_error("plan", "%s", "--model is required");
+  if (plan_path == NULL)
+    return tpdp_cli_usage_error("plan", "%s", "--plan is required");
   size_t *limits = NULL;
   int64_t nlimits = 0;
   if (limits_s != NULL) {

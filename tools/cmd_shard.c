@@ -73,8 +73,9 @@ int cmd_shard(int argc, char **argv) {
     }
   }
   if (!shape_text || !mesh_text || !pl_text) {
-    fprintf(stderr, "tpdp shard: --shape, --mesh and --placements are "
-                    "required\n");
+    fprintf(stderr,
+            "tpdp shard: --shape, --mesh and --placements are "
+            "required\n");
     return 2;
   }
   int ndim = 0;
@@ -94,8 +95,10 @@ int cmd_shard(int argc, char **argv) {
     int64_t ms[TPDP_MAX_DIMS];
     rc = parse_shape(mesh_text, &mn, ms);
     if (rc != 0 || mn == 0) {
-      fprintf(stderr, "tpdp shard: --mesh '%s' is not sizes like 2,3 or "
-                      "named dims like dp=2,tp=3\n", mesh_text);
+      fprintf(stderr,
+              "tpdp shard: --mesh '%s' is not sizes like 2,3 or "
+              "named dims like dp=2,tp=3\n",
+              mesh_text);
       return 2;
     }
     st = tpdp_mesh_create(NULL, mn, ms, NULL, &mesh);

@@ -5,8 +5,8 @@
 #include <string.h>
 
 #include "tools/commands.h"
-#include "tpdp/tpdp.h"
 #include "tpdp/topo.h"
+#include "tpdp/tpdp.h"
 
 void cmd_topo_usage(void) {
   printf(
@@ -52,8 +52,10 @@ int cmd_topo(int argc, char **argv) {
       char *end = NULL;
       nlocal = strtol(argv[++i], &end, 10);
       if (end == argv[i] || *end != '\0' || nlocal < 1) {
-        fprintf(stderr, "tpdp topo: --local-ranks needs a positive integer, "
-                        "got '%s'\n", argv[i]);
+        fprintf(stderr,
+                "tpdp topo: --local-ranks needs a positive integer, "
+                "got '%s'\n",
+                argv[i]);
         return 2;
       }
     } else {

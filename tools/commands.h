@@ -5,9 +5,9 @@
 
 typedef struct {
   const char *name;
-  const char *summary;                /* one line for `tpdp --help` */
-  int (*run)(int argc, char **argv);  /* argv[0] is the subcommand name */
-  void (*usage)(void);                /* `tpdp NAME --help` text */
+  const char *summary;               /* one line for `tpdp --help` */
+  int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+  void (*usage)(void);               /* `tpdp NAME --help` text */
 } tpdp_command;
 
 int cmd_version(int argc, char **argv);
@@ -35,7 +35,7 @@ int tpdp_cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 /* Match argv[*i] against option `name` as "--name value" or "--name=value":
  * returns the value (advancing *i past a separate value) or NULL if
  * argv[*i] is another option; sets *missing when the value is absent. */
-const char *tpdp_cli_opt_value(int argc, char **argv, int *i,
-                               const char *name, int *missing);
+const char *tpdp_cli_opt_value(int argc, char **argv, int *i, const char *name,
+                               int *missing);
 
 #endif

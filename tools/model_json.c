@@ -73,21 +73,23 @@ static tpdp_status check_name(const planning_ctx *c, const char *where,
                               const tpdp_model_module *m) {
   const char *name = item->string;
   if (name == NULL || name[0] == '\0')
-    return planning_error(c, TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name", where,
-                kind);
+    return planning_error(c, TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name",
+                          where, kind);
   if (strchr(name, '.') != NULL)
     return planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
-                "%s: %s name \"%s\" contains '.'", where, kind, name);
+                          "%s: %s name \"%s\" contains '.'", where, kind, name);
   for (int i = 0; i < m->nparams; i++)
     if (strcmp(m->params[i].name, name) == 0)
-      return planning_error(c, TPDP_ERR_DUPLICATE,
-                  "%s.%s: name \"%s\" is already used by a parameter of %s",
-                  where, name, name, m->fqn[0] ? m->fqn : "the root");
+      return planning_error(
+          c, TPDP_ERR_DUPLICATE,
+          "%s.%s: name \"%s\" is already used by a parameter of %s", where,
+          name, name, m->fqn[0] ? m->fqn : "the root");
   for (int i = 0; i < m->nchildren; i++)
     if (strcmp(m->children[i]->name, name) == 0)
-      return planning_error(c, TPDP_ERR_DUPLICATE,
-                  "%s.%s: name \"%s\" is already used by a child of %s", where,
-                  name, name, m->fqn[0] ? m->fqn : "the root");
+      return planning_error(
+          c, TPDP_ERR_DUPLICATE,
+          "%s.%s: name \"%s\" is already used by a child of %s", where, name,
+          name, m->fqn[0] ? m->fqn : "the root");
   return TPDP_SUCCESS;
 }
 
@@ -96,7 +98,8 @@ static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
                                const char *path, tpdp_model_param *p) {
   if (!cJSON_IsObject(obj))
     return planning_error(c, TPDP_ERR_PARSE,
-                "%s must be an object like {\"shape\": [8, 8]}", path);
+                          "%s must be an object like {\"shape\": [8, 8]}",
+                          path);
   const cJSON *shape = NULL, *dtype = NULL;
   for (const cJSON *k = obj->child; k != NULL; k = k->next) {
     const cJSON **slot = NULL;
@@ -105,23 +108,25 @@ static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
     else if (strcmp(k->string, "dtype") == 0)
       slot = &dtype;
     else
-      return planning_error(c, TPDP_ERR_PARSE,
-                  "%s: unknown key \"%s\" (expected \"shape\", \"dtype\")",
-                  path, k->string);
+      return planning_error(
+          c, TPDP_ERR_PARSE,
+          "%s: unknown key \"%s\" (expected \"shape\", \"dtype\")", path,
+          k->string);
     if (*slot != NULL)
-      return planning_error(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice", path,
-                  k->string);
+      return planning_error(c, TPDP_ERR_DUPLICATE,
+                            "%s: key \"%s\" appears twice", path, k->string);
     *slot = k;
   }
   if (shape == NULL)
     return planning_error(c, TPDP_ERR_PARSE, "%s: missing \"shape\"", path);
   if (!cJSON_IsArray(shape))
-    return planning_error(c, TPDP_ERR_PARSE, "%s.shape must be an array of integers",
-                path);
+    return planning_error(c, TPDP_ERR_PARSE,
+                          "%s.shape must be an array of integers", path);
   int nd = cJSON_GetArraySize(shape);
   if (nd > TPDP_MAX_DIMS)
     return planning_error(c, TPDP_ERR_TOO_MANY_DIMS,
-                "%s.shape has %d dims (at most %d)", path, nd, TPDP_MAX_DIMS);
+                          "%s.shape has %d dims (at most %d)", path, nd,
+                          TPDP_MAX_DIMS);
   p->ndim = nd;
   p->numel = 1;
   int d = 0;
@@ -135,25 +140,26 @@ static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
       else
         snprintf(got, sizeof got, "a non-number");
       return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
-                  "%s.shape[%d] must be a positive integer (got %s)", path, d,
-                  got);
+                            "%s.shape[%d] must be a positive integer (got %s)",
+                            path, d, got);
     }
     p->shape[d] = (int64_t)v;
     if (p->numel > INT64_MAX / p->shape[d])
       return planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
-                  "%s.shape: element count overflows int64", path);
+                            "%s.shape: element count overflows int64", path);
     p->numel *= p->shape[d];
   }
   p->dtype = TPDP_F32;
   if (dtype != NULL) {
     if (!cJSON_IsString(dtype) ||
         tpdp_dtype_parse(dtype->valuestring, &p->dtype) != TPDP_SUCCESS)
-      return planning_error(c, TPDP_ERR_PARSE,
-                  "%s.dtype must be one of f32, f64, f16, bf16, i32, i64, u8 "
-                  "(got %s%s%s)",
-                  path, cJSON_IsString(dtype) ? "\"" : "",
-                  cJSON_IsString(dtype) ? dtype->valuestring : "a non-string",
-                  cJSON_IsString(dtype) ? "\"" : "");
+      return planning_error(
+          c, TPDP_ERR_PARSE,
+          "%s.dtype must be one of f32, f64, f16, bf16, i32, i64, u8 "
+          "(got %s%s%s)",
+          path, cJSON_IsString(dtype) ? "\"" : "",
+          cJSON_IsString(dtype) ? dtype->valuestring : "a non-string",
+          cJSON_IsString(dtype) ? "\"" : "");
   }
   return TPDP_SUCCESS;
 }
@@ -169,7 +175,7 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
   *out = NULL;
   if (!cJSON_IsObject(obj))
     return planning_error(c, TPDP_ERR_PARSE, "%s must be an object (a module)",
-                path_show(path));
+                          path_show(path));
   const cJSON *cls = NULL, *params = NULL, *children = NULL, *shared = NULL;
   for (const cJSON *k = obj->child; k != NULL; k = k->next) {
     const cJSON **slot = NULL;
@@ -183,25 +189,28 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
       slot = &shared;
     else if (strcmp(k->string, "shared") == 0)
       return planning_error(c, TPDP_ERR_PARSE,
-                  "%s: \"shared\" is only allowed on the root module",
-                  path_show(path));
+                            "%s: \"shared\" is only allowed on the root module",
+                            path_show(path));
     else
-      return planning_error(c, TPDP_ERR_PARSE,
-                  "%s: unknown key \"%s\" (expected \"class\", \"params\", "
-                  "\"children\"%s)",
-                  path_show(path), k->string,
-                  parent == NULL ? ", \"shared\"" : "");
+      return planning_error(
+          c, TPDP_ERR_PARSE,
+          "%s: unknown key \"%s\" (expected \"class\", \"params\", "
+          "\"children\"%s)",
+          path_show(path), k->string, parent == NULL ? ", \"shared\"" : "");
     if (*slot != NULL)
-      return planning_error(c, TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice",
-                  path_show(path), k->string);
+      return planning_error(c, TPDP_ERR_DUPLICATE,
+                            "%s: key \"%s\" appears twice", path_show(path),
+                            k->string);
     *slot = k;
   }
   (void)shared; /* handled by the caller once the whole tree exists */
   if (cls == NULL)
-    return planning_error(c, TPDP_ERR_PARSE, "%s: missing \"class\"", path_show(path));
+    return planning_error(c, TPDP_ERR_PARSE, "%s: missing \"class\"",
+                          path_show(path));
   if (!cJSON_IsString(cls) || cls->valuestring[0] == '\0')
-    return planning_error(c, TPDP_ERR_PARSE, "%s%sclass must be a non-empty string",
-                path, path[0] ? "." : "");
+    return planning_error(c, TPDP_ERR_PARSE,
+                          "%s%sclass must be a non-empty string", path,
+                          path[0] ? "." : "");
 
   tpdp_model_module *m = calloc(1, sizeof *m);
   if (m == NULL) return planning_oom(c);
@@ -215,9 +224,9 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
     sub = path_key(path, "params");
     if (sub == NULL) goto nomem;
     if (!cJSON_IsObject(params)) {
-      st = planning_error(c, TPDP_ERR_PARSE,
-                "%s must be an object (parameter name -> {\"shape\": ...})",
-                sub);
+      st = planning_error(
+          c, TPDP_ERR_PARSE,
+          "%s must be an object (parameter name -> {\"shape\": ...})", sub);
       goto fail;
     }
     int n = cJSON_GetArraySize(params);
@@ -232,8 +241,7 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
       free(ppath);
       if (st != TPDP_SUCCESS) goto fail;
       p->name = dup_str(e->string);
-      p->fqn = fqn[0] ? fmt_alloc("%s.%s", fqn, e->string)
-                      : dup_str(e->string);
+      p->fqn = fqn[0] ? fmt_alloc("%s.%s", fqn, e->string) : dup_str(e->string);
       p->module = m;
       m->nparams++; /* counted now so that module_free frees the names */
       if (!p->name || !p->fqn) goto nomem;
@@ -247,7 +255,7 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
     if (sub == NULL) goto nomem;
     if (!cJSON_IsObject(children)) {
       st = planning_error(c, TPDP_ERR_PARSE,
-                "%s must be an object (child name -> module)", sub);
+                          "%s must be an object (child name -> module)", sub);
       goto fail;
     }
     int n = cJSON_GetArraySize(children);
@@ -256,8 +264,8 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
     for (const cJSON *e = children->child; e != NULL; e = e->next) {
       CHECK_GOTO(check_name(c, sub, "child", e, m), st, fail);
       char *cpath = fmt_alloc("%s.%s", sub, e->string);
-      char *cfqn = fqn[0] ? fmt_alloc("%s.%s", fqn, e->string)
-                          : dup_str(e->string);
+      char *cfqn =
+          fqn[0] ? fmt_alloc("%s.%s", fqn, e->string) : dup_str(e->string);
       if (cpath == NULL || cfqn == NULL) {
         free(cpath);
         free(cfqn);
@@ -328,9 +336,10 @@ static int uf_find(int *up, int i) {
 static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
                                 const cJSON *shared) {
   if (!cJSON_IsArray(shared))
-    return planning_error(c, TPDP_ERR_PARSE,
-                "shared must be an array of [\"a.weight\", \"b.weight\"] "
-                "pairs");
+    return planning_error(
+        c, TPDP_ERR_PARSE,
+        "shared must be an array of [\"a.weight\", \"b.weight\"] "
+        "pairs");
   int *up = NULL;
   tpdp_status st = TPDP_SUCCESS;
   if (tpdp_calloc_impl((void **)&up, (size_t)d->nparams + 1, sizeof *up,
@@ -343,7 +352,8 @@ static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
     if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 ||
         !cJSON_IsString(pair->child) || !cJSON_IsString(pair->child->next)) {
       st = planning_error(c, TPDP_ERR_PARSE,
-                "shared[%d] must be an array of two parameter FQNs", idx);
+                          "shared[%d] must be an array of two parameter FQNs",
+                          idx);
       goto done;
     }
     const tpdp_model_param *p[2];
@@ -353,17 +363,18 @@ static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
       if (p[k] == NULL) {
         const tpdp_model_module *mod =
             tpdp_model_desc_find_module(d, e->valuestring);
-        st = planning_error(c, TPDP_ERR_NOT_FOUND,
-                  "shared[%d][%d]: no parameter named \"%s\"%s", idx, k,
-                  e->valuestring,
-                  mod ? " (that is a module; name one of its parameters)"
-                      : "");
+        st = planning_error(
+            c, TPDP_ERR_NOT_FOUND,
+            "shared[%d][%d]: no parameter named \"%s\"%s", idx, k,
+            e->valuestring,
+            mod ? " (that is a module; name one of its parameters)" : "");
         goto done;
       }
     }
     if (p[0] == p[1]) {
       st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
-                "shared[%d]: \"%s\" is paired with itself", idx, p[0]->fqn);
+                          "shared[%d]: \"%s\" is paired with itself", idx,
+                          p[0]->fqn);
       goto done;
     }
     if (p[0]->ndim != p[1]->ndim ||
@@ -372,16 +383,18 @@ static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
       char s0[128], s1[128];
       tpdp_shape_format(p[0]->ndim, p[0]->shape, s0, sizeof s0);
       tpdp_shape_format(p[1]->ndim, p[1]->shape, s1, sizeof s1);
-      st = planning_error(c, TPDP_ERR_SHAPE_MISMATCH,
-                "shared[%d]: \"%s\" has shape %s but \"%s\" has shape %s",
-                idx, p[0]->fqn, s0, p[1]->fqn, s1);
+      st = planning_error(
+          c, TPDP_ERR_SHAPE_MISMATCH,
+          "shared[%d]: \"%s\" has shape %s but \"%s\" has shape %s", idx,
+          p[0]->fqn, s0, p[1]->fqn, s1);
       goto done;
     }
     if (p[0]->dtype != p[1]->dtype) {
-      st = planning_error(c, TPDP_ERR_DTYPE_MISMATCH,
-                "shared[%d]: \"%s\" has dtype %s but \"%s\" has dtype %s", idx,
-                p[0]->fqn, tpdp_dtype_name(p[0]->dtype), p[1]->fqn,
-                tpdp_dtype_name(p[1]->dtype));
+      st = planning_error(
+          c, TPDP_ERR_DTYPE_MISMATCH,
+          "shared[%d]: \"%s\" has dtype %s but \"%s\" has dtype %s", idx,
+          p[0]->fqn, tpdp_dtype_name(p[0]->dtype), p[1]->fqn,
+          tpdp_dtype_name(p[1]->dtype));
       goto done;
     }
     int a = uf_find(up, p[0]->index), b = uf_find(up, p[1]->index);
@@ -414,8 +427,8 @@ static tpdp_status parse_impl(const planning_ctx *c, const char *json,
         }
       }
     }
-    return planning_error(c, TPDP_ERR_PARSE, "not valid JSON (line %d, column %d)",
-                line, col);
+    return planning_error(c, TPDP_ERR_PARSE,
+                          "not valid JSON (line %d, column %d)", line, col);
   }
   tpdp_status st = TPDP_SUCCESS;
   tpdp_model_desc *d = calloc(1, sizeof *d);
@@ -445,7 +458,7 @@ static tpdp_status parse_impl(const planning_ctx *c, const char *json,
     if (__builtin_add_overflow(*slot, p->numel, slot) ||
         __builtin_add_overflow(d->total_params, p->numel, &d->total_params)) {
       st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
-                "parameter count overflows int64 at \"%s\"", p->fqn);
+                          "parameter count overflows int64 at \"%s\"", p->fqn);
       goto fail;
     }
   }
@@ -472,8 +485,7 @@ tpdp_status tpdp_tools_read_file(const char *path, char **out) {
   CHECK_PTR(path);
   FILE *f = fopen(path, "rb");
   if (f == NULL)
-    return TPDP_ERR(TPDP_ERR_IO, "cannot open '%s': %s", path,
-                    strerror(errno));
+    return TPDP_ERR(TPDP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap);
   while (buf != NULL) {
@@ -494,8 +506,7 @@ tpdp_status tpdp_tools_read_file(const char *path, char **out) {
   int rerr = ferror(f);
   fclose(f);
   if (buf == NULL)
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory reading '%s'",
-                    path);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory reading '%s'", path);
   if (rerr) {
     free(buf);
     return TPDP_ERR(TPDP_ERR_IO, "error reading '%s'", path);

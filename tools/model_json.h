@@ -25,13 +25,13 @@ struct tpdp_model_module;
 
 /* One parameter as declared under a module's "params". */
 typedef struct tpdp_model_param {
-  const char *name;   /* local name ("weight") */
-  const char *fqn;    /* dotted path from the root ("u1.l1.weight") */
-  tpdp_dtype dtype;   /* "dtype", default TPDP_F32 */
-  int ndim;           /* 0 .. TPDP_MAX_DIMS; 0 is a scalar */
+  const char *name;             /* local name ("weight") */
+  const char *fqn;              /* dotted path from the root ("u1.l1.weight") */
+  tpdp_dtype dtype;             /* "dtype", default TPDP_F32 */
+  int ndim;                     /* 0 .. TPDP_MAX_DIMS; 0 is a scalar */
   int64_t shape[TPDP_MAX_DIMS]; /* each >= 1 */
-  int64_t numel;      /* product of shape (1 for a scalar) */
-  int index;          /* position in tpdp_model_desc.params (pre-order) */
+  int64_t numel;                /* product of shape (1 for a scalar) */
+  int index; /* position in tpdp_model_desc.params (pre-order) */
   /* The parameter object this FQN names: itself, or, when tied through
    * "shared", the first FQN of its group in pre-order. A parameter is
    * counted (in leaf and total counts) only where canonical == itself. */
@@ -41,15 +41,15 @@ typedef struct tpdp_model_param {
 
 /* One module (a node of the tree). */
 typedef struct tpdp_model_module {
-  const char *name;        /* local name; "" for the root */
-  const char *fqn;         /* dotted path; "" for the root */
-  const char *class_name;  /* "class" */
+  const char *name;                       /* local name; "" for the root */
+  const char *fqn;                        /* dotted path; "" for the root */
+  const char *class_name;                 /* "class" */
   const struct tpdp_model_module *parent; /* NULL for the root */
   int nchildren;
-  struct tpdp_model_module **children;    /* in JSON key order */
+  struct tpdp_model_module **children; /* in JSON key order */
   int nparams;
-  tpdp_model_param *params;               /* in JSON key order */
-  int index;      /* position in tpdp_model_desc.modules (pre-order) */
+  tpdp_model_param *params; /* in JSON key order */
+  int index; /* position in tpdp_model_desc.modules (pre-order) */
   /* Leaves of this subtree: tpdp_model_desc.leaves[first_leaf..last_leaf]
    * (a leaf spans only itself). */
   int first_leaf;
@@ -72,11 +72,11 @@ typedef struct tpdp_model_desc {
   int nmodules;
   tpdp_model_module **modules; /* all modules, pre-order (root first) */
   int nparams;
-  tpdp_model_param **params;   /* all parameter FQNs, pre-order by module,
+  tpdp_model_param **params; /* all parameter FQNs, pre-order by module,
                                   declaration order within one */
   int nleaves;
-  tpdp_model_leaf *leaves;     /* leaves in pre-order */
-  int64_t total_params;        /* elements of distinct parameters */
+  tpdp_model_leaf *leaves; /* leaves in pre-order */
+  int64_t total_params;    /* elements of distinct parameters */
 } tpdp_model_desc;
 
 /* Parse a model description from NUL-terminated JSON text into a new

@@ -32,8 +32,8 @@ static tpdp_status check_edges(const char *func, int n,
       edge_text(x, t, sizeof t);
       return tpdp_set_error(
           TPDP_ERR_INVALID_ARGUMENT, func,
-          "edges[%d] %s: needs 0 <= src < dst < %d (got src %d, dst %d)", e,
-          t, n, x->src, x->dst);
+          "edges[%d] %s: needs 0 <= src < dst < %d (got src %d, dst %d)", e, t,
+          n, x->src, x->dst);
     }
   }
   return TPDP_SUCCESS;
@@ -197,8 +197,8 @@ tpdp_status tpdp_partition_solve(const int64_t *weights, int n, int k,
   }
   const size_t w = (size_t)n + 1;
   if ((size_t)k + 1 > SIZE_MAX / w / sizeof(int64_t)) {
-    st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "%d stages x %d leaves is too big",
-                  k, n);
+    st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "%d stages x %d leaves is too big", k,
+                  n);
     goto done;
   }
   CHECK_GOTO(TPDP_CALLOC(f, ((size_t)k + 1) * w), st, done);
@@ -316,8 +316,8 @@ static tpdp_status edges_parse_impl(const char *func,
         col++;
       }
     }
-    return EDGE_ERR(TPDP_ERR_PARSE, "not valid JSON (line %d, column %d)",
-                    line, col);
+    return EDGE_ERR(TPDP_ERR_PARSE, "not valid JSON (line %d, column %d)", line,
+                    col);
   }
   tpdp_status st = TPDP_SUCCESS;
   tpdp_partition_edge *edges = NULL;
@@ -357,8 +357,8 @@ static tpdp_status edges_parse_impl(const char *func,
       int is_param = tpdp_model_desc_find_param(model, bad) != NULL;
       n++;
       st = EDGE_ERR(TPDP_ERR_NOT_FOUND,
-                    "edges[%d][%d]: no module named \"%s\" in the model%s", n - 1,
-                    ma == NULL ? 0 : 1, bad,
+                    "edges[%d][%d]: no module named \"%s\" in the model%s",
+                    n - 1, ma == NULL ? 0 : 1, bad,
                     is_param ? " (that is a parameter; name its module)" : "");
       goto fail;
     }
@@ -371,8 +371,8 @@ static tpdp_status edges_parse_impl(const char *func,
           "edges[%d] [\"%s\", \"%s\"]: the edge must go forward, but \"%s\" "
           "(leaf %d, %s) does not come after \"%s\" (leaf %d, %s) in "
           "pre-order",
-          n - 1, a, c, c, e->dst, model->leaves[e->dst].module->fqn, a,
-          e->src, model->leaves[e->src].module->fqn);
+          n - 1, a, c, c, e->dst, model->leaves[e->dst].module->fqn, a, e->src,
+          model->leaves[e->src].module->fqn);
       goto fail;
     }
   }
@@ -411,8 +411,7 @@ tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
   CHECK_PTR(path);
   char *text = NULL;
   CHECK(tpdp_tools_read_file(path, &text));
-  tpdp_status st =
-      edges_parse_impl(__func__, model, text, path, edges, nedges);
+  tpdp_status st = edges_parse_impl(__func__, model, text, path, edges, nedges);
   free(text);
   return st;
 }

@@ -81,8 +81,7 @@ tpdp_status tpdp_partition_edges_parse(const tpdp_model_desc *model,
 /* As tpdp_partition_edges_parse, reading the file at `path`. */
 tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
                                       const char *path,
-                                      tpdp_partition_edge **edges,
-                                      int *nedges);
+                                      tpdp_partition_edge **edges, int *nedges);
 
 /* Free edges from tpdp_partition_edges_parse/load. NULL is a no-op. */
 void tpdp_partition_edges_free(tpdp_partition_edge *edges, int nedges);

@@ -11,7 +11,6 @@
 #include "tools/planning_error.h"
 #include "tpdp/dtensor.h"
 
-
 /* The parsed plan file. Strings point into the cJSON tree. */
 typedef struct {
   int ntp;
@@ -73,15 +72,17 @@ void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
 static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
                               tpdp_plan *plan) {
   if (!cJSON_IsObject(mesh))
-    return planning_error(c, TPDP_ERR_PARSE,
-                "\"mesh\" must be an object of dim name -> size, e.g. "
-                "{\"dp\": 2, \"tp\": 2}");
+    return planning_error(
+        c, TPDP_ERR_PARSE,
+        "\"mesh\" must be an object of dim name -> size, e.g. "
+        "{\"dp\": 2, \"tp\": 2}");
   int n = cJSON_GetArraySize(mesh);
   if (n < 1)
     return planning_error(c, TPDP_ERR_PARSE, "\"mesh\" needs at least one dim");
   if (n > TPDP_MAX_DIMS)
     return planning_error(c, TPDP_ERR_TOO_MANY_DIMS,
-                "\"mesh\" has %d dims, at most %d allowed", n, TPDP_MAX_DIMS);
+                          "\"mesh\" has %d dims, at most %d allowed", n,
+                          TPDP_MAX_DIMS);
   plan->world = 1;
   plan->tp_dim = -1;
   plan->tp_size = 1;
@@ -89,16 +90,17 @@ static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
   for (const cJSON *it = mesh->child; it != NULL; it = it->next, d++) {
     const char *name = it->string;
     if (name == NULL || name[0] == '\0')
-      return planning_error(c, TPDP_ERR_EMPTY_NAME, "mesh: a dim has an empty name");
+      return planning_error(c, TPDP_ERR_EMPTY_NAME,
+                            "mesh: a dim has an empty name");
     for (int e = 0; e < d; e++)
       if (strcmp(plan->mesh_names[e], name) == 0)
-        return planning_error(c, TPDP_ERR_DUPLICATE, "mesh: dim \"%s\" listed twice",
-                    name);
+        return planning_error(c, TPDP_ERR_DUPLICATE,
+                              "mesh: dim \"%s\" listed twice", name);
     double v = cJSON_IsNumber(it) ? it->valuedouble : 0;
     if (!cJSON_IsNumber(it) || v < 1 || v > (double)(1 << 30) ||
         v != (double)(int64_t)v)
       return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
-                  "mesh.%s must be a positive integer size", name);
+                            "mesh.%s must be a positive integer size", name);
     char *copy = strdup(name);
     if (copy == NULL) return planning_oom(c);
     plan->mesh_names[d] = copy;
@@ -106,7 +108,8 @@ static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
     plan->mesh_sizes[d] = (int64_t)v;
     plan->world *= plan->mesh_sizes[d];
     if (plan->world > (int64_t)1 << 30)
-      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE, "mesh: more than 2^30 ranks");
+      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
+                            "mesh: more than 2^30 ranks");
     if (strcmp(name, "tp") == 0) {
       plan->tp_dim = d;
       plan->tp_size = plan->mesh_sizes[d];
@@ -118,28 +121,32 @@ static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
 static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
                                tpdp_plan *plan, plan_input *in) {
   if (!cJSON_IsObject(root))
-    return planning_error(c, TPDP_ERR_PARSE,
-                "a plan must be a JSON object with \"mesh\", \"units\", "
-                "\"tp\"");
+    return planning_error(
+        c, TPDP_ERR_PARSE,
+        "a plan must be a JSON object with \"mesh\", \"units\", "
+        "\"tp\"");
   for (const cJSON *it = root->child; it != NULL; it = it->next)
     if (strcmp(it->string, "mesh") != 0 && strcmp(it->string, "units") != 0 &&
         strcmp(it->string, "tp") != 0)
-      return planning_error(c, TPDP_ERR_PARSE,
-                  "unknown key \"%s\" (a plan has \"mesh\", \"units\", "
-                  "\"tp\")",
-                  it->string);
+      return planning_error(
+          c, TPDP_ERR_PARSE,
+          "unknown key \"%s\" (a plan has \"mesh\", \"units\", "
+          "\"tp\")",
+          it->string);
   const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(root, "mesh");
   if (mesh == NULL)
-    return planning_error(c, TPDP_ERR_PARSE,
-                "missing \"mesh\" (e.g. \"mesh\": {\"dp\": 2, \"tp\": 2})");
+    return planning_error(
+        c, TPDP_ERR_PARSE,
+        "missing \"mesh\" (e.g. \"mesh\": {\"dp\": 2, \"tp\": 2})");
   CHECK(parse_mesh(c, mesh, plan));
 
   const cJSON *units = cJSON_GetObjectItemCaseSensitive(root, "units");
   if (units != NULL) {
     if (!cJSON_IsArray(units))
-      return planning_error(c, TPDP_ERR_PARSE,
-                  "\"units\" must be an array of module FQNs (\"\" is the "
-                  "root)");
+      return planning_error(
+          c, TPDP_ERR_PARSE,
+          "\"units\" must be an array of module FQNs (\"\" is the "
+          "root)");
     int n = cJSON_GetArraySize(units);
     in->units = calloc((size_t)n + 1, sizeof *in->units);
     if (in->units == NULL) return planning_oom(c);
@@ -147,11 +154,11 @@ static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
     for (const cJSON *it = units->child; it != NULL; it = it->next, i++) {
       if (!cJSON_IsString(it))
         return planning_error(c, TPDP_ERR_PARSE,
-                    "units[%d] must be a string (a module FQN)", i);
+                              "units[%d] must be a string (a module FQN)", i);
       for (int j = 0; j < i; j++)
         if (strcmp(in->units[j], it->valuestring) == 0)
-          return planning_error(c, TPDP_ERR_DUPLICATE, "units: \"%s\" listed twice",
-                      it->valuestring);
+          return planning_error(c, TPDP_ERR_DUPLICATE,
+                                "units: \"%s\" listed twice", it->valuestring);
       in->units[i] = it->valuestring;
       in->nunits = i + 1;
     }
@@ -161,7 +168,7 @@ static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
   if (tp != NULL) {
     if (!cJSON_IsObject(tp))
       return planning_error(c, TPDP_ERR_PARSE,
-                  "\"tp\" must be an object of FQN pattern -> style");
+                            "\"tp\" must be an object of FQN pattern -> style");
     int n = cJSON_GetArraySize(tp);
     in->patterns = calloc((size_t)n + 1, sizeof *in->patterns);
     in->styles = calloc((size_t)n + 1, sizeof *in->styles);
@@ -169,25 +176,27 @@ static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
     int i = 0;
     for (const cJSON *it = tp->child; it != NULL; it = it->next, i++) {
       if (!cJSON_IsString(it) ||
-          tpdp_tp_style_parse(it->valuestring, &in->styles[i]) !=
-              TPDP_SUCCESS)
-        return planning_error(c, TPDP_ERR_PARSE,
-                    "tp.\"%s\": style must be one of \"colwise\", "
-                    "\"rowwise\", \"sequence_parallel\", \"replicate\"",
-                    it->string);
+          tpdp_tp_style_parse(it->valuestring, &in->styles[i]) != TPDP_SUCCESS)
+        return planning_error(
+            c, TPDP_ERR_PARSE,
+            "tp.\"%s\": style must be one of \"colwise\", "
+            "\"rowwise\", \"sequence_parallel\", \"replicate\"",
+            it->string);
       in->patterns[i] = it->string;
       in->ntp = i + 1;
     }
     if (in->ntp > 0 && plan->tp_dim < 0)
-      return planning_error(c, TPDP_ERR_NOT_FOUND,
-                  "\"tp\" has entries but the mesh has no dim named \"tp\"");
+      return planning_error(
+          c, TPDP_ERR_NOT_FOUND,
+          "\"tp\" has entries but the mesh has no dim named \"tp\"");
   }
   return TPDP_SUCCESS;
 }
 
 /* ------------------------------------------------- units and styles */
 
-static tpdp_status mark_units(const planning_ctx *c, const tpdp_model_desc *model,
+static tpdp_status mark_units(const planning_ctx *c,
+                              const tpdp_model_desc *model,
                               const plan_input *in, tpdp_plan *plan) {
   /* All unknown names in one message. */
   char bad[900] = "";
@@ -208,14 +217,15 @@ static tpdp_status mark_units(const planning_ctx *c, const tpdp_model_desc *mode
     }
   }
   if (nbad > 0)
-    return planning_error(c, TPDP_ERR_NOT_FOUND, "units: no module named %s%s", bad,
-                used >= sizeof bad ? "..." : "");
+    return planning_error(c, TPDP_ERR_NOT_FOUND, "units: no module named %s%s",
+                          bad, used >= sizeof bad ? "..." : "");
   return TPDP_SUCCESS;
 }
 
 /* As tpdp_parallelize: each module takes the first pattern matching its
  * FQN; a pattern that wins no module is an error. */
-static tpdp_status match_styles(const planning_ctx *c, const tpdp_model_desc *model,
+static tpdp_status match_styles(const planning_ctx *c,
+                                const tpdp_model_desc *model,
                                 const plan_input *in, tpdp_plan *plan) {
   int *hits = calloc((size_t)in->ntp + 1, sizeof *hits);
   if (hits == NULL) return planning_oom(c);
@@ -236,11 +246,12 @@ static tpdp_status match_styles(const planning_ctx *c, const tpdp_model_desc *mo
     int any = 0;
     for (int i = 0; i < model->nmodules && !any; i++)
       any = tpdp_fqn_match(in->patterns[k], model->modules[i]->fqn);
-    st = planning_error(c, TPDP_ERR_NOT_FOUND,
-              any ? "tp: pattern \"%s\" matches only modules an earlier "
-                    "pattern already claims"
-                  : "tp: pattern \"%s\" matches no module",
-              in->patterns[k]);
+    st = planning_error(
+        c, TPDP_ERR_NOT_FOUND,
+        any ? "tp: pattern \"%s\" matches only modules an earlier "
+              "pattern already claims"
+            : "tp: pattern \"%s\" matches no module",
+        in->patterns[k]);
   }
   free(hits);
   return st;
@@ -248,16 +259,17 @@ static tpdp_status match_styles(const planning_ctx *c, const tpdp_model_desc *mo
 
 /* Placement on the tp dim of parameter `p` of module `m` under `style`
  * (the library's rule, tpdp_tp_style_placement). */
-static tpdp_status style_placement(const planning_ctx *c, const tpdp_model_module *m,
+static tpdp_status style_placement(const planning_ctx *c,
+                                   const tpdp_model_module *m,
                                    const tpdp_model_param *p, int style,
                                    tpdp_placement *out) {
   int64_t out_size = -1;
   for (int i = 0; i < m->nparams; i++)
     if (strcmp(m->params[i].name, "weight") == 0 && m->params[i].ndim == 2)
       out_size = m->params[i].shape[0];
-  tpdp_status st = tpdp_tp_style_placement(
-      (tpdp_tp_style)style, p->fqn, p->name, p->ndim,
-      p->ndim ? p->shape[0] : 0, out_size, out);
+  tpdp_status st =
+      tpdp_tp_style_placement((tpdp_tp_style)style, p->fqn, p->name, p->ndim,
+                              p->ndim ? p->shape[0] : 0, out_size, out);
   if (st != TPDP_SUCCESS)
     return planning_error(c, st, "%s", strchr(tpdp_last_error(), ':') + 2);
   return TPDP_SUCCESS;
@@ -265,8 +277,8 @@ static tpdp_status style_placement(const planning_ctx *c, const tpdp_model_modul
 
 /* ------------------------------------------------------ module tree */
 
-static tpdp_status build_tree(const planning_ctx *c, const tpdp_model_desc *model,
-                              tpdp_plan *plan) {
+static tpdp_status build_tree(const planning_ctx *c,
+                              const tpdp_model_desc *model, tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   tpdp_module **mods = calloc((size_t)model->nmodules, sizeof *mods);
   tpdp_param **params = calloc((size_t)model->nparams + 1, sizeof *params);
@@ -279,8 +291,8 @@ static tpdp_status build_tree(const planning_ctx *c, const tpdp_model_desc *mode
     if (p->canonical != p) continue;
     tpdp_tensor t;
     tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
-    CHECK_GOTO(tpdp_tensor_init(&t, NULL, p->dtype, cpu, p->ndim, p->shape),
-               st, done);
+    CHECK_GOTO(tpdp_tensor_init(&t, NULL, p->dtype, cpu, p->ndim, p->shape), st,
+               done);
     CHECK_GOTO(tpdp_param_create(&t, &params[i]), st, done);
   }
   for (int i = 0; i < model->nmodules; i++) {
@@ -298,9 +310,8 @@ static tpdp_status build_tree(const planning_ctx *c, const tpdp_model_desc *mode
     }
     mods[i] = tm;
     for (int j = 0; j < m->nparams; j++)
-      CHECK_GOTO(tpdp_module_add_param(
-                     tm, m->params[j].name,
-                     params[m->params[j].canonical->index]),
+      CHECK_GOTO(tpdp_module_add_param(tm, m->params[j].name,
+                                       params[m->params[j].canonical->index]),
                  st, done);
     if (plan->module_unit[i] == TPDP_PLAN_DP_UNIT) {
       CHECK_GOTO(tpdp_module_set_unit(tm, "DP", " FULLY SHARDED"), st, done);
@@ -325,8 +336,8 @@ done:
 
 /* ------------------------------------------------- params, buckets */
 
-static tpdp_status place_params(const planning_ctx *c, const tpdp_model_desc *model,
-                                tpdp_plan *plan) {
+static tpdp_status place_params(const planning_ctx *c,
+                                const tpdp_model_desc *model, tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   int *slot = calloc((size_t)model->nparams + 1, sizeof *slot);
   if (slot == NULL) return planning_oom(c);
@@ -371,10 +382,11 @@ static tpdp_status place_params(const planning_ctx *c, const tpdp_model_desc *mo
       const tpdp_model_param *p = &m->params[j];
       tpdp_plan_param *pp = &plan->params[slot[p->canonical->index]];
       if (pp->tp_module != NULL) {
-        st = planning_error(c, TPDP_ERR_ALREADY,
-                  "parameter '%s' is shared with '%s' and sharded by both "
-                  "'%s' and '%s'",
-                  p->fqn, pp->param->fqn, pp->tp_module->fqn, m->fqn);
+        st = planning_error(
+            c, TPDP_ERR_ALREADY,
+            "parameter '%s' is shared with '%s' and sharded by both "
+            "'%s' and '%s'",
+            p->fqn, pp->param->fqn, pp->tp_module->fqn, m->fqn);
         goto done;
       }
       tpdp_placement pl;
@@ -427,7 +439,8 @@ done:
 }
 
 /* Reverse the bucket list of an assignment in place. */
-static tpdp_status reverse_buckets(const planning_ctx *c, tpdp_bucket_assignment *a,
+static tpdp_status reverse_buckets(const planning_ctx *c,
+                                   tpdp_bucket_assignment *a,
                                    int64_t ntensors) {
   int64_t nb = a->nbuckets;
   int64_t *idx = malloc(sizeof *idx * (size_t)(ntensors + 1));
@@ -473,9 +486,9 @@ static tpdp_status assign_buckets(const planning_ctx *c, tpdp_plan *plan) {
     for (int k = 0; k < plan->nparams && st == TPDP_SUCCESS; k++) {
       const tpdp_plan_param *pp = &plan->params[k];
       plan->tp_bytes[t] += pp->local_bytes[t];
-      st = tpdp_tensor_init(&ts[k], NULL, pp->param->dtype, cpu,
-                            pp->param->ndim,
-                            &pp->local_shapes[t * TPDP_MAX_DIMS]);
+      st =
+          tpdp_tensor_init(&ts[k], NULL, pp->param->dtype, cpu, pp->param->ndim,
+                           &pp->local_shapes[t * TPDP_MAX_DIMS]);
     }
     if (st != TPDP_SUCCESS || plan->nparams == 0) continue;
     st = tpdp_bucket_assign(ts, plan->nparams, plan->limits, plan->nlimits,
@@ -507,7 +520,8 @@ static tpdp_status compute(const planning_ctx *c, const tpdp_model_desc *model,
   for (int64_t k = 0; k < nlimits; k++)
     if (limits[k] == 0) {
       st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
-                "bucket limit %lld is 0 (limits must be > 0)", (long long)k);
+                          "bucket limit %lld is 0 (limits must be > 0)",
+                          (long long)k);
       goto fail;
     }
   plan->limits = malloc(sizeof *limits * (size_t)nlimits);
@@ -530,8 +544,8 @@ static tpdp_status compute(const planning_ctx *c, const tpdp_model_desc *model,
         col++;
       }
     }
-    st = planning_error(c, TPDP_ERR_PARSE, "not valid JSON (near line %d, column %d)",
-              line, col);
+    st = planning_error(c, TPDP_ERR_PARSE,
+                        "not valid JSON (near line %d, column %d)", line, col);
     goto fail;
   }
   CHECK_GOTO(parse_input(c, root, plan, &in), st, fail);

@@ -40,8 +40,8 @@ extern "C" {
 
 /* One distinct parameter (shared FQNs fold into their canonical one). */
 typedef struct {
-  const tpdp_model_param *param; /* the canonical declaration */
-  int nshared;                   /* other FQNs naming the same parameter */
+  const tpdp_model_param *param;   /* the canonical declaration */
+  int nshared;                     /* other FQNs naming the same parameter */
   const tpdp_model_param **shared; /* those declarations, pre-order */
   /* The module whose TP style shards it (NULL when none) and that style
    * (-1 when none). */
@@ -59,9 +59,9 @@ typedef struct tpdp_plan {
   int mesh_ndim;
   int64_t mesh_sizes[TPDP_MAX_DIMS];
   const char *mesh_names[TPDP_MAX_DIMS];
-  int64_t world;    /* product of mesh_sizes */
-  int tp_dim;       /* index of the mesh dim "tp", -1 when absent */
-  int64_t tp_size;  /* its size, 1 when absent */
+  int64_t world;   /* product of mesh_sizes */
+  int tp_dim;      /* index of the mesh dim "tp", -1 when absent */
+  int64_t tp_size; /* its size, 1 when absent */
   /* Per module (index as tpdp_model_module.index): TPDP_PLAN_*_UNIT and the
    * TP style applied to its parameters (-1 when none). */
   int *module_unit;

@@ -17,8 +17,8 @@ static const tpdp_command commands[] = {
      cmd_topo_usage},
     {"plan", "show how a model will be sharded (tree, params, buckets)",
      cmd_plan, cmd_plan_usage},
-    {"partition", "split a model into balanced pipeline stages",
-     cmd_partition, cmd_partition_usage},
+    {"partition", "split a model into balanced pipeline stages", cmd_partition,
+     cmd_partition_usage},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 
@@ -35,8 +35,8 @@ int tpdp_cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
   return 2;
 }
 
-const char *tpdp_cli_opt_value(int argc, char **argv, int *i,
-                               const char *name, int *missing) {
+const char *tpdp_cli_opt_value(int argc, char **argv, int *i, const char *name,
+                               int *missing) {
   size_t n = strlen(name);
   if (strncmp(argv[*i], name, n) != 0) return NULL;
   if (argv[*i][n] == '=') return argv[*i] + n + 1;

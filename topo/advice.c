@@ -13,9 +13,8 @@ typedef struct {
 
 /* Check every TP group of a layout where TP neighbours are `stride` ranks
  * apart. */
-static group_check check_groups(const tpdp_topo *t, int64_t world,
-                                int64_t tp, int64_t stride, int rph,
-                                int uses_gpus) {
+static group_check check_groups(const tpdp_topo *t, int64_t world, int64_t tp,
+                                int64_t stride, int rph, int uses_gpus) {
   group_check g = {1, 1, 1};
   for (int64_t r = 0; r < world; r++) {
     if ((r / stride) % tp != 0) continue; /* first member of its group */
@@ -86,8 +85,8 @@ tpdp_status tpdp_topo_advise(const tpdp_topo *topo, const char *mesh_spec,
   int rph = out->ranks_per_host;
   out->nhosts = (world + rph - 1) / rph;
 
-  group_check g = check_groups(topo, world, out->tp_size, stride, rph,
-                               out->uses_gpus);
+  group_check g =
+      check_groups(topo, world, out->tp_size, stride, rph, out->uses_gpus);
   out->tp_in_host = g.in_host;
   out->gpus_per_switch = topo->gpus_per_switch;
   out->tp_in_switch = out->uses_gpus && topo->shows_switches ? g.in_switch : -1;
@@ -105,13 +104,15 @@ tpdp_status tpdp_topo_advise(const tpdp_topo *topo, const char *mesh_spec,
   order[k] = tp_dim;
   join_mesh(out->suggested, sizeof out->suggested, ndim, order, names, sizes);
   out->reorder = tp_dim != ndim - 1;
-  group_check best = check_groups(topo, world, out->tp_size, 1, rph,
-                                  out->uses_gpus);
+  group_check best =
+      check_groups(topo, world, out->tp_size, 1, rph, out->uses_gpus);
   out->fixable = best.in_host;
   return TPDP_SUCCESS;
 }
 
-static const char *yes_no(int v) { return v > 0 ? "yes" : v == 0 ? "no" : "unknown"; }
+static const char *yes_no(int v) {
+  return v > 0 ? "yes" : v == 0 ? "no" : "unknown";
+}
 
 size_t tpdp_topo_advice_format(const tpdp_placement_advice *a, char *buf,
                                size_t len) {
@@ -129,7 +130,8 @@ size_t tpdp_topo_advice_format(const tpdp_placement_advice *a, char *buf,
                             "apart\n",
                             a->tp_name, (long long)a->tp_size,
                             (long long)a->tp_stride);
-  u = tpdp_topo_text_printf(buf, len, u, "  each TP group inside one host: %s\n",
+  u = tpdp_topo_text_printf(buf, len, u,
+                            "  each TP group inside one host: %s\n",
                             yes_no(a->tp_in_host));
   if (a->tp_in_switch >= 0)
     u = tpdp_topo_text_printf(buf, len, u,
@@ -155,23 +157,22 @@ size_t tpdp_topo_advice_format(const tpdp_placement_advice *a, char *buf,
                               "TP group on one host\n",
                               a->tp_name, a->suggested);
   } else if (a->tp_size > a->ranks_per_host) {
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  advice: %s=%lld is larger than the %d %s of "
-                              "a host: no order keeps a TP group on one host; "
-                              "use %s <= %d\n",
-                              a->tp_name, (long long)a->tp_size,
-                              a->ranks_per_host, a->uses_gpus ? "GPUs" : "cores",
-                              a->tp_name, a->ranks_per_host);
+    u = tpdp_topo_text_printf(
+        buf, len, u,
+        "  advice: %s=%lld is larger than the %d %s of "
+        "a host: no order keeps a TP group on one host; "
+        "use %s <= %d\n",
+        a->tp_name, (long long)a->tp_size, a->ranks_per_host,
+        a->uses_gpus ? "GPUs" : "cores", a->tp_name, a->ranks_per_host);
   } else {
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  advice: %s=%lld does not divide the %d %s of "
-                              "a host, so some TP groups straddle two hosts "
-                              "whatever the order; use a divisor of %d%s%s\n",
-                              a->tp_name, (long long)a->tp_size,
-                              a->ranks_per_host, a->uses_gpus ? "GPUs" : "cores",
-                              a->ranks_per_host,
-                              a->reorder ? " and the order " : "",
-                              a->reorder ? a->suggested : "");
+    u = tpdp_topo_text_printf(
+        buf, len, u,
+        "  advice: %s=%lld does not divide the %d %s of "
+        "a host, so some TP groups straddle two hosts "
+        "whatever the order; use a divisor of %d%s%s\n",
+        a->tp_name, (long long)a->tp_size, a->ranks_per_host,
+        a->uses_gpus ? "GPUs" : "cores", a->ranks_per_host,
+        a->reorder ? " and the order " : "", a->reorder ? a->suggested : "");
   }
   if (a->tp_in_host > 0 && a->tp_in_switch == 0 && a->gpus_per_switch > 0 &&
       a->tp_size > a->gpus_per_switch)

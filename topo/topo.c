@@ -1,4 +1,6 @@
 /* Topology discovery, GPU affinity and rank binding with hwloc. */
+#include "tpdp/topo.h"
+
 #include <errno.h>
 #include <hwloc.h>
 #include <stdarg.h>
@@ -8,7 +10,6 @@
 
 #include "core/check.h"
 #include "topo/topo_internal.h"
-#include "tpdp/topo.h"
 
 static int is_gpu(hwloc_obj_t o) {
   return o->type == HWLOC_OBJ_PCI_DEVICE &&
@@ -18,11 +19,15 @@ static int is_gpu(hwloc_obj_t o) {
 }
 
 static int cmp_pci(const void *a, const void *b) {
-  const struct hwloc_pcidev_attr_s *x = &(*(hwloc_obj_t const *)a)->attr->pcidev;
-  const struct hwloc_pcidev_attr_s *y = &(*(hwloc_obj_t const *)b)->attr->pcidev;
-  unsigned long kx = ((unsigned long)x->domain << 24) | ((unsigned long)x->bus << 16) |
+  const struct hwloc_pcidev_attr_s *x =
+      &(*(hwloc_obj_t const *)a)->attr->pcidev;
+  const struct hwloc_pcidev_attr_s *y =
+      &(*(hwloc_obj_t const *)b)->attr->pcidev;
+  unsigned long kx = ((unsigned long)x->domain << 24) |
+                     ((unsigned long)x->bus << 16) |
                      ((unsigned long)x->dev << 8) | x->func;
-  unsigned long ky = ((unsigned long)y->domain << 24) | ((unsigned long)y->bus << 16) |
+  unsigned long ky = ((unsigned long)y->domain << 24) |
+                     ((unsigned long)y->bus << 16) |
                      ((unsigned long)y->dev << 8) | y->func;
   return kx < ky ? -1 : kx > ky;
 }
@@ -157,13 +162,15 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
     gi->device_id = pa->device_id;
     gi->class_id = pa->class_id;
     hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t->h, g);
-    hwloc_const_cpuset_t set =
-        anc && anc->cpuset ? anc->cpuset : hwloc_topology_get_topology_cpuset(t->h);
+    hwloc_const_cpuset_t set = anc && anc->cpuset
+                                   ? anc->cpuset
+                                   : hwloc_topology_get_topology_cpuset(t->h);
     hwloc_obj_t numa = single_intersecting(t->h, set, HWLOC_OBJ_NUMANODE);
     hwloc_obj_t pkg = single_intersecting(t->h, set, HWLOC_OBJ_PACKAGE);
     gi->numa_node = numa ? (int)numa->os_index : -1;
     gi->package = pkg ? (int)pkg->logical_index : -1;
-    gi->ncores = hwloc_get_nbobjs_inside_cpuset_by_type(t->h, set, core_type(t->h));
+    gi->ncores =
+        hwloc_get_nbobjs_inside_cpuset_by_type(t->h, set, core_type(t->h));
     if (list_string(set, gi->cpuset, sizeof gi->cpuset, __func__) != 0) {
       st = TPDP_ERR_INTERNAL;
       free(switches);
@@ -208,9 +215,8 @@ tpdp_status tpdp_topo_gpu(const tpdp_topo *topo, int index,
   CHECK_PTR(topo);
   CHECK_PTR(out);
   if (index < 0 || index >= topo->counts.gpus)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "GPU %d outside [0, %d) of %s", index, topo->counts.gpus,
-                    topo->source);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "GPU %d outside [0, %d) of %s",
+                    index, topo->counts.gpus, topo->source);
   *out = topo->info[index];
   return TPDP_SUCCESS;
 }
@@ -233,8 +239,8 @@ tpdp_status tpdp_topo_binding_set(const tpdp_topo *topo, int local_rank,
   CHECK_PTR(topo);
   CHECK_PTR(out);
   if (nlocal < 1 || local_rank < 0 || local_rank >= nlocal)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "local rank %d outside [0, %d)", local_rank, nlocal);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "local rank %d outside [0, %d)",
+                    local_rank, nlocal);
   memset(out, 0, sizeof *out);
   int ngpus = topo->counts.gpus;
   hwloc_const_cpuset_t loc;
@@ -264,8 +270,10 @@ tpdp_status tpdp_topo_binding_set(const tpdp_topo *topo, int local_rank,
   if (hi <= lo) hi = lo + 1;
   hwloc_bitmap_zero(set);
   for (int c = lo; c < hi; c++) {
-    hwloc_obj_t core = hwloc_get_obj_inside_cpuset_by_type(topo->h, loc, ct, (unsigned)c);
-    if (core != NULL && core->cpuset != NULL) hwloc_bitmap_or(set, set, core->cpuset);
+    hwloc_obj_t core =
+        hwloc_get_obj_inside_cpuset_by_type(topo->h, loc, ct, (unsigned)c);
+    if (core != NULL && core->cpuset != NULL)
+      hwloc_bitmap_or(set, set, core->cpuset);
   }
   out->sharers = k;
   out->share = j;
@@ -280,7 +288,8 @@ tpdp_status tpdp_topo_binding_for(const tpdp_topo *topo, int local_rank,
   CHECK_PTR(topo);
   CHECK_PTR(out);
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
-  if (set == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "hwloc_bitmap_alloc");
+  if (set == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "hwloc_bitmap_alloc");
   tpdp_status st = tpdp_topo_binding_set(topo, local_rank, nlocal, set, out);
   hwloc_bitmap_free(set);
   return st;
@@ -291,13 +300,15 @@ tpdp_status tpdp_topo_bind_self(const tpdp_topo *topo, int local_rank,
   CHECK_PTR(topo);
   tpdp_binding b;
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
-  if (set == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "hwloc_bitmap_alloc");
+  if (set == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "hwloc_bitmap_alloc");
   tpdp_status st = tpdp_topo_binding_set(topo, local_rank, nlocal, set, &b);
   if (st != TPDP_SUCCESS) goto done;
   if (tpdp_env_long("TPDP_BIND", 1) == 0) {
-    TPDP_INFO("binding disabled (TPDP_BIND=0): local rank %d of %d would use "
-              "PUs %s",
-              local_rank, nlocal, b.cpuset);
+    TPDP_INFO(
+        "binding disabled (TPDP_BIND=0): local rank %d of %d would use "
+        "PUs %s",
+        local_rank, nlocal, b.cpuset);
     goto done;
   }
   if (topo->from_xml) {
@@ -315,10 +326,11 @@ tpdp_status tpdp_topo_bind_self(const tpdp_topo *topo, int local_rank,
   }
   b.applied = 1;
   if (b.gpu >= 0)
-    TPDP_INFO("local rank %d of %d bound to %d core(s), PUs %s, near GPU %d "
-              "(%s)",
-              local_rank, nlocal, b.ncores, b.cpuset, b.gpu,
-              topo->info[b.gpu].pci_bus_id);
+    TPDP_INFO(
+        "local rank %d of %d bound to %d core(s), PUs %s, near GPU %d "
+        "(%s)",
+        local_rank, nlocal, b.ncores, b.cpuset, b.gpu,
+        topo->info[b.gpu].pci_bus_id);
   else
     TPDP_INFO("local rank %d of %d bound to %d core(s), PUs %s (no GPU)",
               local_rank, nlocal, b.ncores, b.cpuset);
@@ -386,24 +398,31 @@ size_t tpdp_topo_format(const tpdp_topo *topo, char *buf, size_t len) {
   if (topo == NULL) return 0;
   const tpdp_topo_counts *c = &topo->counts;
   char list[TPDP_TOPO_CPUSET_LEN];
-  out_printf(&o, "Machine (%s): %d package(s), %d NUMA node(s), %d core(s), "
+  out_printf(&o,
+             "Machine (%s): %d package(s), %d NUMA node(s), %d core(s), "
              "%d PU(s), %d GPU(s)\n",
              topo->source, c->packages, c->numa_nodes, c->cores, c->pus,
              c->gpus);
   hwloc_obj_type_t ct = core_type(topo->h);
-  for (hwloc_obj_t p = hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_PACKAGE, NULL);
-       p != NULL; p = hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_PACKAGE, p)) {
+  for (hwloc_obj_t p =
+           hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_PACKAGE, NULL);
+       p != NULL;
+       p = hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_PACKAGE, p)) {
     int ncores = hwloc_get_nbobjs_inside_cpuset_by_type(topo->h, p->cpuset, ct);
-    if (hwloc_bitmap_list_snprintf(list, sizeof list, p->cpuset) < 0) list[0] = 0;
+    if (hwloc_bitmap_list_snprintf(list, sizeof list, p->cpuset) < 0)
+      list[0] = 0;
     out_printf(&o, "  Package %u: %d core(s), PUs %s\n", p->logical_index,
                ncores, list);
-    for (hwloc_obj_t n = hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_NUMANODE, NULL);
-         n != NULL; n = hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_NUMANODE, n)) {
+    for (hwloc_obj_t n =
+             hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_NUMANODE, NULL);
+         n != NULL;
+         n = hwloc_get_next_obj_by_type(topo->h, HWLOC_OBJ_NUMANODE, n)) {
       if (!hwloc_bitmap_isincluded(n->cpuset, p->cpuset) ||
           hwloc_bitmap_iszero(n->cpuset))
         continue;
       int nc = hwloc_get_nbobjs_inside_cpuset_by_type(topo->h, n->cpuset, ct);
-      if (hwloc_bitmap_list_snprintf(list, sizeof list, n->cpuset) < 0) list[0] = 0;
+      if (hwloc_bitmap_list_snprintf(list, sizeof list, n->cpuset) < 0)
+        list[0] = 0;
       out_printf(&o, "    NUMA node %u: %d core(s), PUs %s, %llu MiB\n",
                  n->os_index, nc, list,
                  (unsigned long long)(n->attr->numanode.local_memory >> 20));

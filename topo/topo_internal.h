@@ -11,10 +11,10 @@ struct tpdp_topo {
   int from_xml;
   char source[512];
   tpdp_topo_counts counts;
-  hwloc_obj_t *gpus;     /* counts.gpus, PCI bus id order */
-  tpdp_gpu_info *info;   /* same order */
-  int shows_switches;    /* some switch holds >= 2 GPUs */
-  int gpus_per_switch;   /* most GPUs under one switch, 0 if not shown */
+  hwloc_obj_t *gpus;   /* counts.gpus, PCI bus id order */
+  tpdp_gpu_info *info; /* same order */
+  int shows_switches;  /* some switch holds >= 2 GPUs */
+  int gpus_per_switch; /* most GPUs under one switch, 0 if not shown */
 };
 
 /* Binding as a bitmap (for hwloc_set_cpubind) and as a tpdp_binding. */

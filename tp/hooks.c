@@ -17,9 +17,9 @@
 
 typedef struct {
   int n;
-  tpdp_param **params;      /* [n] */
-  const tpdp_spec **specs;  /* [n], captured at transform time */
-  const char **fqns;        /* [n], into one pool */
+  tpdp_param **params;     /* [n] */
+  const tpdp_spec **specs; /* [n], captured at transform time */
+  const char **fqns;       /* [n], into one pool */
   char *pool;
   tpdp_hook_handle pre, post;
 } dp_transform;
@@ -60,8 +60,8 @@ static tpdp_status reconstruct_hook(tpdp_module *m, void *ctx) {
   for (int i = 0; i < n; i++) {
     tpdp_param *p = params[i];
     tpdp_dtensor dt;
-    tpdp_status st = tpdp_dtensor_unflatten(tpdp_param_tensor(p), specs[i],
-                                            &dt);
+    tpdp_status st =
+        tpdp_dtensor_unflatten(tpdp_param_tensor(p), specs[i], &dt);
     if (st != TPDP_SUCCESS) {
       for (int k = 0; k < i; k++) localize_one(params[k]);
       return tpdp_set_error(st, "tpdp_pre_dp_transform",
@@ -143,9 +143,9 @@ tpdp_status tpdp_pre_dp_transform(tpdp_module *root) {
   map = NULL;
   /* Check everything before changing anything. */
   CHECK_GOTO(validate_all(t, __func__), st, fail);
-  CHECK_GOTO(tpdp_module_register_forward_pre_hook(root, reconstruct_hook, t,
-                                                   &t->pre),
-             st, fail);
+  CHECK_GOTO(
+      tpdp_module_register_forward_pre_hook(root, reconstruct_hook, t, &t->pre),
+      st, fail);
   st = tpdp_module_register_forward_hook(root, localize_hook, t, &t->post);
   if (st != TPDP_SUCCESS) {
     tpdp_hook_remove(t->pre);

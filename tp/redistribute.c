@@ -50,8 +50,8 @@ static int sharded_after(const tpdp_placement *pl, int n, int m, int d) {
   return 0;
 }
 
-static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst,
-                        step *steps, int *nsteps) {
+static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst, step *steps,
+                        int *nsteps) {
   int n = src->mesh_ndim;
   const tpdp_placement *sp = src->placements, *dp = dst->placements;
   int dirty[TPDP_MAX_DIMS] = {0};
@@ -59,21 +59,21 @@ static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst,
   for (int m = 0; m < n; m++) {
     if (dirty[m] || sp[m].kind != TPDP_PLACEMENT_SHARD) continue;
     for (int mm = 0; mm < m; mm++)
-      if (dirty[mm] && (is_shard(sp[mm], sp[m].dim) ||
-                        is_shard(dp[mm], sp[m].dim)))
+      if (dirty[mm] &&
+          (is_shard(sp[mm], sp[m].dim) || is_shard(dp[mm], sp[m].dim)))
         dirty[m] = 1;
   }
   tpdp_placement cur[TPDP_MAX_DIMS];
   memcpy(cur, sp, sizeof(tpdp_placement) * (size_t)n);
   int ns = 0;
-#define PUSH(kind_, m_, to_)                                          \
-  do {                                                                \
-    step *s_ = &steps[ns++];                                          \
-    s_->kind = (kind_);                                               \
-    s_->m = (m_);                                                     \
-    memcpy(s_->before, cur, sizeof(tpdp_placement) * (size_t)n);      \
-    cur[(m_)] = (to_);                                                \
-    memcpy(s_->after, cur, sizeof(tpdp_placement) * (size_t)n);       \
+#define PUSH(kind_, m_, to_)                                     \
+  do {                                                           \
+    step *s_ = &steps[ns++];                                     \
+    s_->kind = (kind_);                                          \
+    s_->m = (m_);                                                \
+    memcpy(s_->before, cur, sizeof(tpdp_placement) * (size_t)n); \
+    cur[(m_)] = (to_);                                           \
+    memcpy(s_->after, cur, sizeof(tpdp_placement) * (size_t)n);  \
   } while (0)
 
   /* Phase 1: last to first, towards Replicate (or directly to Shard). */
@@ -84,8 +84,7 @@ static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst,
       int j = dp[m].dim;
       fast = !sharded_after(cur, n, m, j);
       for (int mm = 0; fast && mm < m; mm++)
-        if (dirty[mm] && (is_shard(sp[mm], j) || is_shard(dp[mm], j)))
-          fast = 0;
+        if (dirty[mm] && (is_shard(sp[mm], j) || is_shard(dp[mm], j))) fast = 0;
     }
     if (cur[m].kind == TPDP_PLACEMENT_SHARD) {
       if (sharded_after(cur, n, m, cur[m].dim))
@@ -110,7 +109,8 @@ static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst,
     if (cur[m].kind != TPDP_PLACEMENT_REPLICATE)
       return TPDP_ERR(TPDP_ERR_INTERNAL,
                       "redistribute plan: mesh dim %d not replicated in "
-                      "phase 2", m);
+                      "phase 2",
+                      m);
     if (dp[m].kind == TPDP_PLACEMENT_SHARD) {
       if (sharded_after(cur, n, m, dp[m].dim))
         return TPDP_ERR(TPDP_ERR_INTERNAL,
@@ -144,9 +144,8 @@ static int64_t outer_of(int ndim, const int64_t *shape, int d) {
 
 /* A contiguous row-major view of `data` with `shape` (from a valid spec,
  * so tpdp_tensor_init cannot fail here). */
-static tpdp_tensor contig_view(void *data, tpdp_dtype dtype,
-                               tpdp_device device, int ndim,
-                               const int64_t *shape) {
+static tpdp_tensor contig_view(void *data, tpdp_dtype dtype, tpdp_device device,
+                               int ndim, const int64_t *shape) {
   tpdp_tensor t;
   memset(&t, 0, sizeof t);
   (void)tpdp_tensor_init(&t, data, dtype, device, ndim, shape);
@@ -157,9 +156,8 @@ static void *byte_at(void *base, int64_t elems, size_t es) {
   return (char *)base + (size_t)elems * es;
 }
 
-static tpdp_status narrow2(const tpdp_tensor *t, int d1, int64_t s1,
-                           int64_t l1, int d2, int64_t s2, int64_t l2,
-                           tpdp_tensor *out) {
+static tpdp_status narrow2(const tpdp_tensor *t, int d1, int64_t s1, int64_t l1,
+                           int d2, int64_t s2, int64_t l2, tpdp_tensor *out) {
   tpdp_tensor tmp;
   CHECK(tpdp_tensor_narrow(t, d1, s1, l1, &tmp));
   return tpdp_tensor_narrow(&tmp, d2, s2, l2, out);
@@ -170,7 +168,7 @@ static tpdp_status narrow2(const tpdp_tensor *t, int d1, int64_t s1,
 typedef struct {
   const tpdp_spec *spec;
   tpdp_comm *comm;
-  int64_t k, c;     /* comm size, this rank's coordinate on the mesh dim */
+  int64_t k, c; /* comm size, this rank's coordinate on the mesh dim */
   size_t es;
   int ndim;
   int64_t lin[TPDP_MAX_DIMS], lout[TPDP_MAX_DIMS];
@@ -213,8 +211,8 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
     int64_t size, start;
     tp_chunk(E, k, r, &size, &start);
     if (size == 0) continue;
-    tpdp_tensor blk = contig_view(byte_at(rbuf, r * bn, x->es),
-                                  x->spec->dtype, dev, x->ndim, B);
+    tpdp_tensor blk = contig_view(byte_at(rbuf, r * bn, x->es), x->spec->dtype,
+                                  dev, x->ndim, B);
     tpdp_tensor src_part, dst_part;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, d, 0, size, &src_part), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(out, d, start, size, &dst_part), st, done);
@@ -228,14 +226,14 @@ done:
 
 static tpdp_status run_allreduce(const ctx *x, tpdp_reduce_op op,
                                  const tpdp_tensor *in, tpdp_tensor *out) {
-  if (tpdp_tensor_is_contiguous(in)) return tpdp_allreduce(x->comm, in, out, op);
+  if (tpdp_tensor_is_contiguous(in))
+    return tpdp_allreduce(x->comm, in, out, op);
   CHECK(tp_mem_copy(out, in));
   return tpdp_allreduce(x->comm, out, out, op);
 }
 
 static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
-                                      const tpdp_tensor *in,
-                                      tpdp_tensor *out) {
+                                      const tpdp_tensor *in, tpdp_tensor *out) {
   int64_t E = x->lin[j], k = x->k;
   int64_t ch = (E + k - 1) / k;
   if (E % k == 0 && outer_of(x->ndim, x->lin, j) == 1 &&
@@ -252,8 +250,8 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   for (int64_t r = 0; r < k; r++) {
     int64_t size, start;
     tp_chunk(E, k, r, &size, &start);
-    tpdp_tensor blk = contig_view(byte_at(buf, r * bn, x->es),
-                                  x->spec->dtype, dev, x->ndim, B);
+    tpdp_tensor blk = contig_view(byte_at(buf, r * bn, x->es), x->spec->dtype,
+                                  dev, x->ndim, B);
     tpdp_tensor a, b;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, size, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(in, j, start, size, &b), st, done);
@@ -267,8 +265,8 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
    * shape (its chunk is full) and `out` is contiguous. */
   int direct = x->lout[j] == ch && tpdp_tensor_is_contiguous(out);
   tpdp_tensor flat_s = contig_view(buf, x->spec->dtype, dev, 1, &sn);
-  tpdp_tensor flat_r = contig_view(direct ? out->data : rbuf,
-                                   x->spec->dtype, dev, 1, &bn);
+  tpdp_tensor flat_r =
+      contig_view(direct ? out->data : rbuf, x->spec->dtype, dev, 1, &bn);
   CHECK_GOTO(tpdp_reduce_scatter(x->comm, &flat_s, &flat_r, op), st, done);
   if (direct) {
     st = TPDP_SUCCESS;
@@ -310,8 +308,8 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
   for (int64_t r = 0; r < k; r++) {
     int64_t sj, oj;
     tp_chunk(Ej, k, r, &sj, &oj);
-    tpdp_tensor blk = contig_view(byte_at(buf, r * bn, x->es), dt, dev,
-                                  x->ndim, B);
+    tpdp_tensor blk =
+        contig_view(byte_at(buf, r * bn, x->es), dt, dev, x->ndim, B);
     tpdp_tensor a, b;
     CHECK_GOTO(narrow2(&blk, i, 0, my_i, j, 0, sj, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(in, j, sj ? oj : 0, sj, &b), st, done);
@@ -326,8 +324,8 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
     int64_t si, oi;
     tp_chunk(Ei, k, r, &si, &oi);
     if (si == 0) continue;
-    tpdp_tensor blk = contig_view(byte_at(rbuf, r * bn, x->es), dt, dev,
-                                  x->ndim, B);
+    tpdp_tensor blk =
+        contig_view(byte_at(rbuf, r * bn, x->es), dt, dev, x->ndim, B);
     tpdp_tensor a, b;
     CHECK_GOTO(narrow2(&blk, i, 0, si, j, 0, my_j, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(out, i, oi, si, &b), st, done);
@@ -370,25 +368,25 @@ static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
     tpdp_shape_format(spec->ndim, spec->self_shape, want, sizeof want);
     tpdp_shape_format(t->ndim, t->shape, got, sizeof got);
     return RD_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                    "%s local tensor has shape %s but mesh rank %d needs %s",
-                    role, got, spec->self_rank, want);
+                  "%s local tensor has shape %s but mesh rank %d needs %s",
+                  role, got, spec->self_rank, want);
   }
   if (t->dtype != spec->dtype)
     return RD_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                    "%s local tensor has dtype %s but the spec says %s", role,
-                    tpdp_dtype_name(t->dtype), tpdp_dtype_name(spec->dtype));
+                  "%s local tensor has dtype %s but the spec says %s", role,
+                  tpdp_dtype_name(t->dtype), tpdp_dtype_name(spec->dtype));
   if (t->device.type != spec->device.type) {
     char want[32], got[32];
     tpdp_device_format(spec->device, want, sizeof want);
     tpdp_device_format(t->device, got, sizeof got);
     return RD_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                    "%s local tensor is on %s but the spec says %s", role, got,
-                    want);
+                  "%s local tensor is on %s but the spec says %s", role, got,
+                  want);
   }
   if (t->data == NULL && tpdp_tensor_numel(t) > 0)
     return RD_ERR(TPDP_ERR_NULL_POINTER,
-                    "%s local tensor has NULL data and %lld elements", role,
-                    (long long)tpdp_tensor_numel(t));
+                  "%s local tensor has NULL data and %lld elements", role,
+                  (long long)tpdp_tensor_numel(t));
   return TPDP_SUCCESS;
 }
 
@@ -421,14 +419,13 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
     tpdp_shape_format(ss->ndim, ss->global_shape, a, sizeof a);
     tpdp_shape_format(dst_spec->ndim, dst_spec->global_shape, b, sizeof b);
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                    "source global shape %s != destination global shape %s",
-                    a, b);
+                    "source global shape %s != destination global shape %s", a,
+                    b);
   }
   if (ss->dtype != dst_spec->dtype)
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                    "source dtype %s != destination dtype %s",
-                    tpdp_dtype_name(ss->dtype),
-                    tpdp_dtype_name(dst_spec->dtype));
+    return TPDP_ERR(
+        TPDP_ERR_DTYPE_MISMATCH, "source dtype %s != destination dtype %s",
+        tpdp_dtype_name(ss->dtype), tpdp_dtype_name(dst_spec->dtype));
   if (ss->device.type != dst_spec->device.type)
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "source and destination specs name different devices");
@@ -476,16 +473,24 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
     }
     tpdp_placement from = p->before[p->m], to = p->after[p->m];
     switch (p->kind) {
-      case STEP_ALLGATHER: st = run_allgather(&x, from.dim, &cur, &out); break;
-      case STEP_ALLREDUCE: st = run_allreduce(&x, from.op, &cur, &out); break;
+      case STEP_ALLGATHER:
+        st = run_allgather(&x, from.dim, &cur, &out);
+        break;
+      case STEP_ALLREDUCE:
+        st = run_allreduce(&x, from.op, &cur, &out);
+        break;
       case STEP_REDUCE_SCATTER:
         st = run_reduce_scatter(&x, to.dim, from.op, &cur, &out);
         break;
       case STEP_ALLTOALL:
         st = run_alltoall(&x, from.dim, to.dim, &cur, &out);
         break;
-      case STEP_SLICE: st = run_slice(&x, to.dim, &cur, &out); break;
-      case STEP_PARTIALIZE: st = run_partialize(&x, to.op, &cur, &out); break;
+      case STEP_SLICE:
+        st = run_slice(&x, to.dim, &cur, &out);
+        break;
+      case STEP_PARTIALIZE:
+        st = run_partialize(&x, to.op, &cur, &out);
+        break;
     }
     if (owned) tp_mem_free(ss->device, owned);
     owned = buf;

@@ -1,10 +1,9 @@
 /* Placements, the sharding spec (local shapes and offsets by the
  * torch.chunk rule), DTensor flatten/unflatten, and the spec's JSON form. */
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <cjson/cJSON.h>
 
 #include "tp/tp_internal.h"
 
@@ -33,12 +32,18 @@ int tpdp_placement_equal(tpdp_placement a, tpdp_placement b) {
 void tpdp_placement_format(tpdp_placement p, char *buf, size_t len) {
   if (buf == NULL || len == 0) return;
   switch (p.kind) {
-    case TPDP_PLACEMENT_SHARD: snprintf(buf, len, "S%d", p.dim); break;
-    case TPDP_PLACEMENT_REPLICATE: snprintf(buf, len, "R"); break;
+    case TPDP_PLACEMENT_SHARD:
+      snprintf(buf, len, "S%d", p.dim);
+      break;
+    case TPDP_PLACEMENT_REPLICATE:
+      snprintf(buf, len, "R");
+      break;
     case TPDP_PLACEMENT_PARTIAL:
       snprintf(buf, len, "P:%s", tpdp_reduce_op_name(p.op));
       break;
-    default: snprintf(buf, len, "?"); break;
+    default:
+      snprintf(buf, len, "?");
+      break;
   }
 }
 
@@ -90,8 +95,8 @@ tpdp_status tpdp_placements_parse(const char *text, tpdp_placement *out,
     char item[32];
     if (len == 0 || len >= sizeof item)
       return TPDP_ERR(TPDP_ERR_PARSE,
-                      "placement list '%s': item %d is empty or too long",
-                      text, count);
+                      "placement list '%s': item %d is empty or too long", text,
+                      count);
     if (count >= max)
       return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
                       "placement list '%s' has more than %d items", text, max);
@@ -108,8 +113,7 @@ tpdp_status tpdp_placements_parse(const char *text, tpdp_placement *out,
 
 /* ------------------------------------------------------------ layout */
 
-void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size,
-              int64_t *start) {
+void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size, int64_t *start) {
   int64_t chunk = k > 0 ? (n + k - 1) / k : n;
   int64_t lo = i * chunk;
   if (lo >= n) {
@@ -164,7 +168,8 @@ static tpdp_status check_placements(const tpdp_mesh *mesh,
   for (int m = 0; m < nplacements; m++) {
     tpdp_placement p = placements[m];
     switch (p.kind) {
-      case TPDP_PLACEMENT_REPLICATE: break;
+      case TPDP_PLACEMENT_REPLICATE:
+        break;
       case TPDP_PLACEMENT_SHARD:
         if (p.dim < 0 || p.dim >= ndim)
           return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
@@ -196,10 +201,10 @@ static tpdp_status check_placements(const tpdp_mesh *mesh,
 }
 
 tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
-                             const tpdp_placement *placements,
-                             int nplacements, int ndim,
-                             const int64_t *global_shape, tpdp_dtype dtype,
-                             tpdp_device device, tpdp_spec **out) {
+                             const tpdp_placement *placements, int nplacements,
+                             int ndim, const int64_t *global_shape,
+                             tpdp_dtype dtype, tpdp_device device,
+                             tpdp_spec **out) {
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(mesh);
@@ -207,13 +212,13 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
     return TPDP_ERR(TPDP_ERR_MESH_SIZE, "mesh has size %lld (%d dims)",
                     (long long)tpdp_mesh_size(mesh), tpdp_mesh_ndim(mesh));
   if (ndim < 0 || ndim > TPDP_MAX_DIMS)
-    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
-                    "tensor ndim %d outside [0, %d]", ndim, TPDP_MAX_DIMS);
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "tensor ndim %d outside [0, %d]",
+                    ndim, TPDP_MAX_DIMS);
   if (ndim > 0) CHECK_PTR(global_shape);
   for (int d = 0; d < ndim; d++)
     if (global_shape[d] < 0)
-      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "global shape dim %d is %lld",
-                      d, (long long)global_shape[d]);
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "global shape dim %d is %lld", d,
+                      (long long)global_shape[d]);
   if (tpdp_dtype_size(dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)dtype);
   CHECK(check_placements(mesh, placements, nplacements, ndim, dtype));
@@ -236,8 +241,8 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
   s->dtype = dtype;
   s->device = device;
   s->self_rank = tpdp_mesh_rank(mesh) >= 0 ? tpdp_mesh_rank(mesh) : 0;
-  tpdp_status st = tpdp_spec_local_shape(s, s->self_rank, s->self_shape,
-                                         s->self_offset);
+  tpdp_status st =
+      tpdp_spec_local_shape(s, s->self_rank, s->self_shape, s->self_offset);
   if (st != TPDP_SUCCESS) {
     free(s);
     return st;
@@ -475,16 +480,16 @@ tpdp_status tpdp_spec_to_json_alloc(const tpdp_spec *spec, char **out) {
   return TPDP_SUCCESS;
 }
 
-static tpdp_status json_i64_array(const cJSON *arr, const char *field,
-                                  int max, int *n, int64_t *out) {
+static tpdp_status json_i64_array(const cJSON *arr, const char *field, int max,
+                                  int *n, int64_t *out) {
   if (!cJSON_IsArray(arr))
     return TPDP_ERR(TPDP_ERR_PARSE, "spec JSON: '%s' missing or not an array",
                     field);
   int count = cJSON_GetArraySize(arr);
   if (count > max)
     return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
-                    "spec JSON: '%s' has %d entries (at most %d)", field,
-                    count, max);
+                    "spec JSON: '%s' has %d entries (at most %d)", field, count,
+                    max);
   int i = 0;
   const cJSON *item;
   cJSON_ArrayForEach(item, arr) {
@@ -535,7 +540,8 @@ static tpdp_status from_json(const tpdp_mesh *mesh, const cJSON *root,
     return TPDP_ERR(TPDP_ERR_PARSE, "spec JSON is not an object");
   const cJSON *jmesh = cJSON_GetObjectItemCaseSensitive(root, "mesh");
   if (!cJSON_IsObject(jmesh))
-    return TPDP_ERR(TPDP_ERR_PARSE, "spec JSON: 'mesh' missing or not an "
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "spec JSON: 'mesh' missing or not an "
                     "object");
   int mesh_ndim = 0;
   int64_t mesh_sizes[TPDP_MAX_DIMS];
@@ -582,8 +588,7 @@ static tpdp_status from_json(const tpdp_mesh *mesh, const cJSON *root,
   int np = cJSON_GetArraySize(jpl);
   if (np > TPDP_MAX_DIMS)
     return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
-                    "spec JSON: %d placements (at most %d)", np,
-                    TPDP_MAX_DIMS);
+                    "spec JSON: %d placements (at most %d)", np, TPDP_MAX_DIMS);
   tpdp_placement pl[TPDP_MAX_DIMS];
   for (int m = 0; m < np; m++) {
     const cJSON *p = cJSON_GetArrayItem(jpl, m);
@@ -594,8 +599,8 @@ static tpdp_status from_json(const tpdp_mesh *mesh, const cJSON *root,
   }
   int ndim = 0;
   int64_t shape[TPDP_MAX_DIMS];
-  CHECK(json_i64_array(cJSON_GetObjectItemCaseSensitive(root, "shape"),
-                       "shape", TPDP_MAX_DIMS, &ndim, shape));
+  CHECK(json_i64_array(cJSON_GetObjectItemCaseSensitive(root, "shape"), "shape",
+                       TPDP_MAX_DIMS, &ndim, shape));
   const cJSON *jstride = cJSON_GetObjectItemCaseSensitive(root, "stride");
   if (jstride != NULL) {
     int ns = 0;

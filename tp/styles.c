@@ -37,8 +37,8 @@ static void tp_state_free(void *ptr) {
 }
 
 const char *tpdp_tp_style_name(tpdp_tp_style style) {
-  static const char *const names[] = {"colwise", "rowwise",
-                                      "sequence_parallel", "replicate"};
+  static const char *const names[] = {"colwise", "rowwise", "sequence_parallel",
+                                      "replicate"};
   if ((int)style < 0 || style >= TPDP_STYLE_COUNT) return "?";
   return names[style];
 }
@@ -85,7 +85,7 @@ typedef struct {
 typedef struct {
   const tpdp_tp_plan_entry *plan;
   int nplan;
-  int *hits;        /* per plan entry */
+  int *hits; /* per plan entry */
   tp_match *matches;
   int nmatches, cap;
   tpdp_status oom;
@@ -155,9 +155,8 @@ static tpdp_status style_placement(const tp_match *mt, const char *pname,
                                    tpdp_placement *out) {
   char fqn[320];
   snprintf(fqn, sizeof fqn, "%s%s%s", mt->fqn, mt->fqn[0] ? "." : "", pname);
-  tpdp_status st = tpdp_tp_style_placement(mt->style, fqn, pname, t->ndim,
-                                           t->ndim ? t->shape[0] : 0,
-                                           out_size, out);
+  tpdp_status st = tpdp_tp_style_placement(
+      mt->style, fqn, pname, t->ndim, t->ndim ? t->shape[0] : 0, out_size, out);
   if (st != TPDP_SUCCESS) /* report the public entry point */
     return tpdp_set_error(st, "tpdp_parallelize", "%s",
                           strchr(tpdp_last_error(), ':') + 2);
@@ -224,8 +223,8 @@ static tpdp_status prepare_style(const tp_match *mt, const tpdp_mesh *mesh,
       goto fail;
     }
     int64_t lshape[TPDP_MAX_DIMS], loff[TPDP_MAX_DIMS];
-    res = tpdp_spec_local_shape(st->specs[i], tpdp_mesh_rank(mesh), lshape,
-                                loff);
+    res =
+        tpdp_spec_local_shape(st->specs[i], tpdp_mesh_rank(mesh), lshape, loff);
     tpdp_tensor local;
     if (res == TPDP_SUCCESS)
       res = tpdp_tensor_init(&local, NULL, full->dtype, full->device,
@@ -278,8 +277,8 @@ static void commit_params(const tp_match *mt, const tpdp_mesh *mesh,
 }
 
 tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
-                             const char *tp_dim,
-                             const tpdp_tp_plan_entry *plan, int nplan) {
+                             const char *tp_dim, const tpdp_tp_plan_entry *plan,
+                             int nplan) {
   CHECK_PTR(root);
   CHECK_PTR(mesh);
   CHECK_PTR(tp_dim);

@@ -18,7 +18,6 @@
 
 #include "core/tensor_cuda.h"
 
-
 static tpdp_status cuda_alloc(int dev, size_t bytes, void **out) {
   tpdp_cuda_device_guard g;
   CHECK(tpdp_cuda_guard_enter(&g, dev));
@@ -34,8 +33,8 @@ static tpdp_status cuda_zero(tpdp_tensor *t) {
   CHECK(tpdp_cuda_guard_enter(&g, t->device.index));
   tpdp_status st = tpdp_cuda_tensor_zero_async(t, NULL);
   if (st == TPDP_SUCCESS)
-    st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
-                          "cudaStreamSynchronize", __func__);
+    st = tpdp_cuda_status(cudaStreamSynchronize(NULL), "cudaStreamSynchronize",
+                          __func__);
   tpdp_cuda_guard_exit(&g);
   return st;
 }
@@ -98,8 +97,8 @@ static void copy_rec(char *d, const char *s, const tpdp_tensor *dt,
   }
   for (int64_t i = 0; i < dt->shape[k]; i++)
     copy_rec(d + (ptrdiff_t)(i * dt->strides[k]) * (ptrdiff_t)es,
-             s + (ptrdiff_t)(i * st->strides[k]) * (ptrdiff_t)es, dt, st,
-             k + 1, es);
+             s + (ptrdiff_t)(i * st->strides[k]) * (ptrdiff_t)es, dt, st, k + 1,
+             es);
 }
 
 tpdp_status tp_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src) {

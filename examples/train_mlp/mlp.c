@@ -18,22 +18,56 @@ double mlp_now(void) {
 /* ------------------------------------------------------------ layout */
 
 int mlp_num_params(const mlp_shape *s) { return 4 + BLK_SLOTS * s->layers; }
-int mlp_block_param(int layer, int slot) { return 2 + BLK_SLOTS * layer + slot; }
+int mlp_block_param(int layer, int slot) {
+  return 2 + BLK_SLOTS * layer + slot;
+}
 int mlp_head_param(const mlp_shape *s) { return 2 + BLK_SLOTS * s->layers; }
 
 static void shape_of(const mlp_shape *s, int f, int i, int *ndim,
                      int64_t shape[2]) {
   int head = mlp_head_param(s);
   int H = s->hidden;
-  if (i == MLP_IN_W) { *ndim = 2; shape[0] = H; shape[1] = s->d_in; return; }
-  if (i == MLP_IN_B) { *ndim = 1; shape[0] = H; return; }
-  if (i == head) { *ndim = 2; shape[0] = s->classes; shape[1] = H; return; }
-  if (i == head + 1) { *ndim = 1; shape[0] = s->classes; return; }
+  if (i == MLP_IN_W) {
+    *ndim = 2;
+    shape[0] = H;
+    shape[1] = s->d_in;
+    return;
+  }
+  if (i == MLP_IN_B) {
+    *ndim = 1;
+    shape[0] = H;
+    return;
+  }
+  if (i == head) {
+    *ndim = 2;
+    shape[0] = s->classes;
+    shape[1] = H;
+    return;
+  }
+  if (i == head + 1) {
+    *ndim = 1;
+    shape[0] = s->classes;
+    return;
+  }
   switch ((i - 2) % BLK_SLOTS) {
-    case BLK_FC1_W: *ndim = 2; shape[0] = f; shape[1] = H; return;
-    case BLK_FC1_B: *ndim = 1; shape[0] = f; return;
-    case BLK_FC2_W: *ndim = 2; shape[0] = H; shape[1] = f; return;
-    default: *ndim = 1; shape[0] = H; return; /* norm w/b, fc2 bias */
+    case BLK_FC1_W:
+      *ndim = 2;
+      shape[0] = f;
+      shape[1] = H;
+      return;
+    case BLK_FC1_B:
+      *ndim = 1;
+      shape[0] = f;
+      return;
+    case BLK_FC2_W:
+      *ndim = 2;
+      shape[0] = H;
+      shape[1] = f;
+      return;
+    default:
+      *ndim = 1;
+      shape[0] = H;
+      return; /* norm w/b, fc2 bias */
   }
 }
 
@@ -44,14 +78,18 @@ void mlp_local_shape(const mlp_shape *s, int f_local, int i, int *ndim,
 
 void mlp_param_info(const mlp_shape *s, int i, char *name, int len, int *ndim,
                     int64_t shape[2]) {
-  static const char *const slot_names[BLK_SLOTS] = {
-      "norm.weight", "norm.bias", "fc1.weight", "fc1.bias", "fc2.weight",
-      "fc2.bias"};
+  static const char *const slot_names[BLK_SLOTS] = {"norm.weight", "norm.bias",
+                                                    "fc1.weight",  "fc1.bias",
+                                                    "fc2.weight",  "fc2.bias"};
   int head = mlp_head_param(s);
-  if (i == MLP_IN_W) snprintf(name, (size_t)len, "inp.weight");
-  else if (i == MLP_IN_B) snprintf(name, (size_t)len, "inp.bias");
-  else if (i == head) snprintf(name, (size_t)len, "head.weight");
-  else if (i == head + 1) snprintf(name, (size_t)len, "head.bias");
+  if (i == MLP_IN_W)
+    snprintf(name, (size_t)len, "inp.weight");
+  else if (i == MLP_IN_B)
+    snprintf(name, (size_t)len, "inp.bias");
+  else if (i == head)
+    snprintf(name, (size_t)len, "head.weight");
+  else if (i == head + 1)
+    snprintf(name, (size_t)len, "head.bias");
   else
     snprintf(name, (size_t)len, "layers.%d.%s", (i - 2) / BLK_SLOTS,
              slot_names[(i - 2) % BLK_SLOTS]);
@@ -84,9 +122,9 @@ void mlp_init_param(const mlp_shape *s, int i, uint64_t seed, float *out) {
   mlp_param_info(s, i, name, sizeof name, &ndim, shape);
   int64_t n = ndim == 2 ? shape[0] * shape[1] : shape[0];
   uint64_t st = seed * 1000003ull + (uint64_t)i * 7919ull + 1;
-  int is_norm = i >= 2 && i < mlp_head_param(s) &&
-                ((i - 2) % BLK_SLOTS == BLK_LN_G ||
-                 (i - 2) % BLK_SLOTS == BLK_LN_B);
+  int is_norm =
+      i >= 2 && i < mlp_head_param(s) &&
+      ((i - 2) % BLK_SLOTS == BLK_LN_G || (i - 2) % BLK_SLOTS == BLK_LN_B);
   if (is_norm) {
     float v = (i - 2) % BLK_SLOTS == BLK_LN_G ? 1.0f : 0.0f;
     for (int64_t k = 0; k < n; k++) out[k] = v;
@@ -94,11 +132,14 @@ void mlp_init_param(const mlp_shape *s, int i, uint64_t seed, float *out) {
   }
   /* As torch.nn.Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for both. */
   int fan_in;
-  if (i == MLP_IN_W || i == MLP_IN_B) fan_in = s->d_in;
-  else if (i >= mlp_head_param(s)) fan_in = s->hidden;
+  if (i == MLP_IN_W || i == MLP_IN_B)
+    fan_in = s->d_in;
+  else if (i >= mlp_head_param(s))
+    fan_in = s->hidden;
   else if ((i - 2) % BLK_SLOTS == BLK_FC2_W || (i - 2) % BLK_SLOTS == BLK_FC2_B)
     fan_in = s->ffn;
-  else fan_in = s->hidden;
+  else
+    fan_in = s->hidden;
   double bound = 1.0 / sqrt((double)fan_in);
   for (int64_t k = 0; k < n; k++)
     out[k] = (float)((2.0 * uniform01(&st) - 1.0) * bound);
@@ -133,8 +174,12 @@ void mlp_make_batch(const mlp_shape *s, uint64_t seed, int step, int batch,
     double best_v = -1e300;
     for (int c = 0; c < C; c++) {
       double acc = 0;
-      for (int j = 0; j < TEACHER_HIDDEN; j++) acc += Bm[c * TEACHER_HIDDEN + j] * hid[j];
-      if (acc > best_v) { best_v = acc; best = c; }
+      for (int j = 0; j < TEACHER_HIDDEN; j++)
+        acc += Bm[c * TEACHER_HIDDEN + j] * hid[j];
+      if (acc > best_v) {
+        best_v = acc;
+        best = c;
+      }
     }
     labels[b] = best;
   }
@@ -177,15 +222,15 @@ static void linear_bwd_params(const float *X, const float *dY, float *dW,
 }
 
 /* dX[B,NI] = dY[B,NO] W[NO,NI] (beta 0 overwrites, 1 adds). */
-static void linear_bwd_input(const float *dY, const float *W, float *dX,
-                             int B, int NI, int NO, float beta) {
+static void linear_bwd_input(const float *dY, const float *W, float *dX, int B,
+                             int NI, int NO, float beta) {
   if ((int64_t)B * NI == 0) return;
   if (NO == 0) {
     if (beta == 0.0f) memset(dX, 0, sizeof(float) * (size_t)B * (size_t)NI);
     return;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, NI, NO, 1.0f, dY, NO,
-              W, NI, beta, dX, NI);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, NI, NO, 1.0f, dY,
+              NO, W, NI, beta, dX, NI);
 }
 
 static const float LN_EPS = 1e-5f;
@@ -318,29 +363,29 @@ int mlp_model_init(mlp_model *m, const mlp_shape *s, int f_local, int batch,
 }
 
 void mlp_model_free(mlp_model *m) {
-  float *bufs[] = {m->x, m->h, m->y, m->mean, m->rstd, m->a, m->g, m->tmp,
-                   m->logits, m->dh, m->dy, m->da};
+  float *bufs[] = {m->x, m->h,   m->y,      m->mean, m->rstd, m->a,
+                   m->g, m->tmp, m->logits, m->dh,   m->dy,   m->da};
   for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) free(bufs[k]);
   memset(m, 0, sizeof *m);
 }
 
-#define TP_ALLREDUCE(kind, layer, buf, n)                       \
-  do {                                                          \
-    double t0_ = mlp_now();                                     \
+#define TP_ALLREDUCE(kind, layer, buf, n)                                     \
+  do {                                                                        \
+    double t0_ = mlp_now();                                                   \
     int rc_ = allreduce ? allreduce((kind), (layer), (buf), (n), ar_ctx) : 0; \
-    t->tp_comm += mlp_now() - t0_;                              \
-    paused += mlp_now() - t0_;                                  \
-    if (rc_ != 0) return rc_;                                   \
+    t->tp_comm += mlp_now() - t0_;                                            \
+    paused += mlp_now() - t0_;                                                \
+    if (rc_ != 0) return rc_;                                                 \
   } while (0)
 
-#define GRAD_READY(i)                                  \
-  do {                                                 \
-    if (on_grad_ready) {                               \
-      double t0_ = mlp_now();                          \
-      int rc_ = on_grad_ready((i), gr_ctx);            \
-      paused += mlp_now() - t0_;                       \
-      if (rc_ != 0) return rc_;                        \
-    }                                                  \
+#define GRAD_READY(i)                       \
+  do {                                      \
+    if (on_grad_ready) {                    \
+      double t0_ = mlp_now();               \
+      int rc_ = on_grad_ready((i), gr_ctx); \
+      paused += mlp_now() - t0_;            \
+      if (rc_ != 0) return rc_;             \
+    }                                       \
   } while (0)
 
 int mlp_forward(mlp_model *m, const float *x, const int *labels,
@@ -373,8 +418,8 @@ int mlp_forward(mlp_model *m, const float *x, const int *labels,
     const float *b2 = P[mlp_block_param(l, BLK_FC2_B)];
     for (int b = 0; b < B; b++)
       for (int k = 0; k < H; k++)
-        hout[(int64_t)b * H + k] = hin[(int64_t)b * H + k] +
-                                   m->tmp[(int64_t)b * H + k] + b2[k];
+        hout[(int64_t)b * H + k] =
+            hin[(int64_t)b * H + k] + m->tmp[(int64_t)b * H + k] + b2[k];
   }
   linear_fwd(m->h + L * BH, P[head], P[head + 1], m->logits, B, H, C);
   *loss_sum = softmax_ce(m->logits, labels, B, C, loss_scale);
@@ -383,8 +428,7 @@ int mlp_forward(mlp_model *m, const float *x, const int *labels,
 }
 
 int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
-                 mlp_grad_ready_fn on_grad_ready, void *gr_ctx,
-                 mlp_timers *t) {
+                 mlp_grad_ready_fn on_grad_ready, void *gr_ctx, mlp_timers *t) {
   const mlp_shape *s = &m->s;
   int B = m->batch, H = s->hidden, D = s->d_in, C = s->classes;
   int F = m->f_local, L = s->layers, head = mlp_head_param(s);

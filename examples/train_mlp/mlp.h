@@ -20,19 +20,26 @@
 #include <stdint.h>
 
 typedef struct {
-  int d_in;     /* input features */
-  int hidden;   /* H */
-  int ffn;      /* F, the sharded dim; need not divide by tp_size */
-  int classes;  /* C */
-  int layers;   /* L */
+  int d_in;    /* input features */
+  int hidden;  /* H */
+  int ffn;     /* F, the sharded dim; need not divide by tp_size */
+  int classes; /* C */
+  int layers;  /* L */
 } mlp_shape;
 
 /* Parameters in registration order: inp.weight, inp.bias, then per block
  * norm.weight, norm.bias, fc1.weight, fc1.bias, fc2.weight, fc2.bias, then
  * head.weight, head.bias. */
 enum { MLP_IN_W = 0, MLP_IN_B = 1 };
-enum { BLK_LN_G = 0, BLK_LN_B, BLK_FC1_W, BLK_FC1_B, BLK_FC2_W, BLK_FC2_B,
-       BLK_SLOTS };
+enum {
+  BLK_LN_G = 0,
+  BLK_LN_B,
+  BLK_FC1_W,
+  BLK_FC1_B,
+  BLK_FC2_W,
+  BLK_FC2_B,
+  BLK_SLOTS
+};
 
 /* Total number of parameter tensors: 4 + 6 L. */
 int mlp_num_params(const mlp_shape *s);
@@ -41,8 +48,8 @@ int mlp_block_param(int layer, int slot);
 /* Index of head.weight (head.bias follows). */
 int mlp_head_param(const mlp_shape *s);
 /* Name ("layers.3.fc1.weight"), global shape and ndim of parameter i. */
-void mlp_param_info(const mlp_shape *s, int i, char *name, int len,
-                    int *ndim, int64_t shape[2]);
+void mlp_param_info(const mlp_shape *s, int i, char *name, int len, int *ndim,
+                    int64_t shape[2]);
 
 /* The two TP collectives of a block, in place over the TP group (sum):
  * MLP_TP_ROWWISE_OUT (forward, after fc2 of `layer`) and
@@ -57,11 +64,11 @@ typedef int (*mlp_allreduce_fn)(int kind, int layer, float *data, int64_t n,
 typedef struct {
   mlp_shape s;
   int f_local;
-  float **param;  /* [num_params] local data */
-  float **grad;   /* [num_params] local gradients */
-  int batch;      /* rows per forward */
+  float **param; /* [num_params] local data */
+  float **grad;  /* [num_params] local gradients */
+  int batch;     /* rows per forward */
   /* activations */
-  float *x, *h;   /* h: [(L+1) B H] residual stream per layer */
+  float *x, *h; /* h: [(L+1) B H] residual stream per layer */
   float *y, *mean, *rstd, *a, *g, *tmp, *logits, *dh, *dy, *da;
   const int *labels;
   float loss_scale;
@@ -78,8 +85,8 @@ void mlp_model_free(mlp_model *m);
 
 /* Timers the model adds to (seconds). */
 typedef struct {
-  double compute;  /* everything but the TP collectives and the callback */
-  double tp_comm;  /* inside the allreduce callback */
+  double compute; /* everything but the TP collectives and the callback */
+  double tp_comm; /* inside the allreduce callback */
 } mlp_timers;
 
 /* Forward on x [batch, d_in] (copied) with labels; returns through
@@ -96,8 +103,7 @@ int mlp_forward(mlp_model *m, const float *x, const int *labels,
  * goes on (its time is not counted in t). */
 typedef int (*mlp_grad_ready_fn)(int param_index, void *ctx);
 int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
-                 mlp_grad_ready_fn on_grad_ready, void *gr_ctx,
-                 mlp_timers *t);
+                 mlp_grad_ready_fn on_grad_ready, void *gr_ctx, mlp_timers *t);
 
 /* Deterministic full-size initial values of parameter i (identical on every
  * rank for a given seed). */

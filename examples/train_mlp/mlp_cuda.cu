@@ -5,16 +5,15 @@
 // Row-major matrices through column-major cuBLAS: a row-major [r, c] buffer
 // read as column-major is its [c, r] transpose, so a row-major product
 // C = A B is computed as the column-major C^T = B^T A^T.
-#include "examples/train_mlp/mlp_cuda.h"
-
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
-
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "examples/train_mlp/mlp_cuda.h"
 
 // ------------------------------------------------------------ errors
 
@@ -30,28 +29,28 @@ static int set_err(const char *fmt, ...) {
 
 extern "C" const char *mlp_cuda_last_error(void) { return g_err; }
 
-#define CUDA_TRY(call)                                                    \
-  do {                                                                    \
-    cudaError_t e_ = (call);                                              \
-    if (e_ != cudaSuccess)                                                \
-      return set_err("%s: %s (%s)", #call, cudaGetErrorString(e_),        \
-                     cudaGetErrorName(e_));                               \
+#define CUDA_TRY(call)                                             \
+  do {                                                             \
+    cudaError_t e_ = (call);                                       \
+    if (e_ != cudaSuccess)                                         \
+      return set_err("%s: %s (%s)", #call, cudaGetErrorString(e_), \
+                     cudaGetErrorName(e_));                        \
   } while (0)
 
-#define CUBLAS_TRY(call)                                                  \
-  do {                                                                    \
-    cublasStatus_t s_ = (call);                                           \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                                      \
-      return set_err("%s: %s", #call, cublasGetStatusString(s_));         \
+#define CUBLAS_TRY(call)                                          \
+  do {                                                            \
+    cublasStatus_t s_ = (call);                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS)                              \
+      return set_err("%s: %s", #call, cublasGetStatusString(s_)); \
   } while (0)
 
 // A kernel launch: launch errors now, execution errors at the next sync.
 #define LAUNCHED(name) CUDA_TRY(cudaGetLastError())
 
-#define TRY(call)              \
-  do {                         \
-    int rc_ = (call);          \
-    if (rc_ != 0) return rc_;  \
+#define TRY(call)             \
+  do {                        \
+    int rc_ = (call);         \
+    if (rc_ != 0) return rc_; \
   } while (0)
 
 // ------------------------------------------------------------ helpers
@@ -150,7 +149,8 @@ __device__ double warp_sum(double v) {
 }
 
 __device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -259,8 +259,8 @@ __global__ void k_residual(const float *hin, const float *tmp, const float *b2,
 
 // Softmax cross-entropy, one warp per row: row_loss[b] = lse - z[label];
 // logits overwritten with (p - onehot) / scale.
-__global__ void k_softmax_ce(float *logits, const int *labels,
-                             double *row_loss, int B, int C, float scale) {
+__global__ void k_softmax_ce(float *logits, const int *labels, double *row_loss,
+                             int B, int C, float scale) {
   int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= B) return;
@@ -281,8 +281,8 @@ __global__ void k_softmax_ce(float *logits, const int *labels,
   }
 }
 
-__global__ void k_adamw(float *p, const float *g, float *m, float *v,
-                        int64_t n, float lr, float c1, float c2) {
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, int64_t n,
+                        float lr, float c1, float c2) {
   const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
   GRID_STRIDE(k, n) {
     float gk = g[k];
@@ -319,17 +319,16 @@ static int linear_fwd(mlp_cuda_model *m, const float *X, const float *W,
                            &one, W, NI, X, NI, &zero, Y, NO));
   }
   if (bias) {
-    k_bias_add<<<grid_for((int64_t)B * NO), THREADS, 0, stream_of(m)>>>(
-        Y, bias, B, NO);
+    k_bias_add<<<grid_for((int64_t)B * NO), THREADS, 0, stream_of(m)>>>(Y, bias,
+                                                                        B, NO);
     LAUNCHED(k_bias_add);
   }
   return 0;
 }
 
 // dW[NO,NI] = dY^T X, dbias[NO] = sum_b dY (either may be NULL).
-static int linear_bwd_params(mlp_cuda_model *m, const float *X,
-                             const float *dY, float *dW, float *dbias, int B,
-                             int NI, int NO) {
+static int linear_bwd_params(mlp_cuda_model *m, const float *X, const float *dY,
+                             float *dW, float *dbias, int B, int NI, int NO) {
   if (dW && (int64_t)NO * NI > 0) {
     if (B == 0) {
       CUDA_TRY(cudaMemsetAsync(dW, 0, sizeof(float) * (size_t)NO * (size_t)NI,
@@ -404,7 +403,8 @@ extern "C" int mlp_cuda_model_init(mlp_cuda_model *m, const mlp_shape *s,
   m->cublas = h;
   bs = cublasSetStream(h, stream);
   // Strict FP32: no TF32 tensor-core rounding (so --check can hold 1e-4).
-  if (bs == CUBLAS_STATUS_SUCCESS) bs = cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
+  if (bs == CUBLAS_STATUS_SUCCESS)
+    bs = cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
   if (bs != CUBLAS_STATUS_SUCCESS) {
     mlp_cuda_model_free(m);
     return set_err("cublasSetStream/cublasSetMathMode: %s",
@@ -441,35 +441,37 @@ extern "C" int mlp_cuda_model_init(mlp_cuda_model *m, const mlp_shape *s,
 
 extern "C" void mlp_cuda_model_free(mlp_cuda_model *m) {
   if (m->stream) cudaStreamSynchronize(stream_of(m));
-  void *bufs[] = {m->x, m->h, m->y, m->mean, m->rstd, m->a, m->g, m->tmp,
-                  m->logits, m->dh, m->dy, m->da, m->labels, m->row_loss};
-  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) mlp_cuda_free(bufs[k]);
+  void *bufs[] = {m->x,  m->h,  m->y,      m->mean,    m->rstd,
+                  m->a,  m->g,  m->tmp,    m->logits,  m->dh,
+                  m->dy, m->da, m->labels, m->row_loss};
+  for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+    mlp_cuda_free(bufs[k]);
   free(m->host_loss);
   if (m->cublas) cublasDestroy(blas_of(m));
   if (m->stream) cudaStreamDestroy(stream_of(m));
   memset(m, 0, sizeof *m);
 }
 
-#define TP_ALLREDUCE(kind, layer, buf, n)                                   \
-  do {                                                                      \
-    if (allreduce) {                                                        \
-      int rc_ = allreduce((kind), (layer), (buf), (n), m->stream, ar_ctx);  \
-      if (rc_ != 0) {                                                       \
+#define TP_ALLREDUCE(kind, layer, buf, n)                                    \
+  do {                                                                       \
+    if (allreduce) {                                                         \
+      int rc_ = allreduce((kind), (layer), (buf), (n), m->stream, ar_ctx);   \
+      if (rc_ != 0) {                                                        \
         set_err("TP allreduce (kind %d, layer %d) failed", (kind), (layer)); \
-        return rc_;                                                         \
-      }                                                                     \
-    }                                                                       \
+        return rc_;                                                          \
+      }                                                                      \
+    }                                                                        \
   } while (0)
 
-#define GRAD_READY(i)                                                   \
-  do {                                                                  \
-    if (on_grad_ready) {                                                \
-      int rc_ = on_grad_ready((i), gr_ctx);                             \
-      if (rc_ != 0) {                                                   \
+#define GRAD_READY(i)                                                    \
+  do {                                                                   \
+    if (on_grad_ready) {                                                 \
+      int rc_ = on_grad_ready((i), gr_ctx);                              \
+      if (rc_ != 0) {                                                    \
         set_err("gradient-ready callback for parameter %d failed", (i)); \
-        return rc_;                                                     \
-      }                                                                 \
-    }                                                                   \
+        return rc_;                                                      \
+      }                                                                  \
+    }                                                                    \
   } while (0)
 
 extern "C" int mlp_cuda_forward(mlp_cuda_model *m, const float *x,
@@ -513,8 +515,9 @@ extern "C" int mlp_cuda_forward(mlp_cuda_model *m, const float *x,
   k_softmax_ce<<<grid_rows(B), 32 * WARPS_PER_BLOCK, 0, st>>>(
       m->logits, m->labels, m->row_loss, B, C, loss_scale);
   LAUNCHED(k_softmax_ce);
-  CUDA_TRY(cudaMemcpyAsync(m->host_loss, m->row_loss, sizeof(double) * (size_t)B,
-                           cudaMemcpyDeviceToHost, st));
+  CUDA_TRY(cudaMemcpyAsync(m->host_loss, m->row_loss,
+                           sizeof(double) * (size_t)B, cudaMemcpyDeviceToHost,
+                           st));
   CUDA_TRY(cudaStreamSynchronize(st));
   double total = 0;
   for (int b = 0; b < B; b++) total += m->host_loss[b];
@@ -562,12 +565,11 @@ extern "C" int mlp_cuda_backward(mlp_cuda_model *m,
     // dh accumulates the branch through the norm (residual keeps dh)
     k_layernorm_bwd_params<<<grid_for(H), THREADS, 0, st>>>(
         hin, m->mean + l * B, m->rstd + l * B, m->dy,
-        G[mlp_block_param(l, BLK_LN_G)], G[mlp_block_param(l, BLK_LN_B)], B,
-        H);
+        G[mlp_block_param(l, BLK_LN_G)], G[mlp_block_param(l, BLK_LN_B)], B, H);
     LAUNCHED(k_layernorm_bwd_params);
     k_layernorm_bwd_x<<<grid_rows(B), 32 * WARPS_PER_BLOCK, 0, st>>>(
-        hin, P[mlp_block_param(l, BLK_LN_G)], m->mean + l * B,
-        m->rstd + l * B, m->dy, m->dh, B, H);
+        hin, P[mlp_block_param(l, BLK_LN_G)], m->mean + l * B, m->rstd + l * B,
+        m->dy, m->dh, B, H);
     LAUNCHED(k_layernorm_bwd_x);
     GRAD_READY(mlp_block_param(l, BLK_LN_G));
     GRAD_READY(mlp_block_param(l, BLK_LN_B));
@@ -582,7 +584,8 @@ extern "C" int mlp_cuda_adamw(float *p, const float *g, float *m, float *v,
                               int64_t n, float lr, int step, void *stream) {
   if (n <= 0) return 0;
   // bias corrections computed on the host exactly as adamw_update does
-  float c1 = 1.0f - powf(0.9f, (float)step), c2 = 1.0f - powf(0.999f, (float)step);
+  float c1 = 1.0f - powf(0.9f, (float)step),
+        c2 = 1.0f - powf(0.999f, (float)step);
   k_adamw<<<grid_for(n), THREADS, 0, (cudaStream_t)stream>>>(p, g, m, v, n, lr,
                                                              c1, c2);
   LAUNCHED(k_adamw);

@@ -42,8 +42,8 @@ int mlp_cuda_use_device(int device, char *name, size_t len);
 int mlp_cuda_current_device(int *device);
 
 /* Device memory helpers (synchronous unless stated). */
-int mlp_cuda_alloc(void **ptr, size_t bytes);        /* zero-filled */
-void mlp_cuda_free(void *ptr);                       /* NULL: no-op */
+int mlp_cuda_alloc(void **ptr, size_t bytes); /* zero-filled */
+void mlp_cuda_free(void *ptr);                /* NULL: no-op */
 int mlp_cuda_to_device(void *dst, const void *src, size_t bytes);
 int mlp_cuda_to_host(void *dst, const void *src, size_t bytes);
 /* Make `waiter` (a cudaStream_t, NULL = legacy default stream) wait on the
@@ -59,15 +59,15 @@ typedef struct {
   mlp_shape s;
   int f_local;
   int batch;
-  float **param;  /* [num_params] device pointers */
-  float **grad;   /* [num_params] device pointers */
-  void *stream;   /* cudaStream_t, owned */
-  void *cublas;   /* cublasHandle_t, owned */
+  float **param; /* [num_params] device pointers */
+  float **grad;  /* [num_params] device pointers */
+  void *stream;  /* cudaStream_t, owned */
+  void *cublas;  /* cublasHandle_t, owned */
   /* device activations, as mlp_model's */
   float *x, *h, *y, *mean, *rstd, *a, *g, *tmp, *logits, *dh, *dy, *da;
   int *labels;
-  double *row_loss;   /* [batch] */
-  double *host_loss;  /* [batch], host */
+  double *row_loss;  /* [batch] */
+  double *host_loss; /* [batch], host */
 } mlp_cuda_model;
 
 /* TP collective callback: in-place sum over the TP group of n floats at

@@ -32,7 +32,7 @@ typedef struct {
   int nparams;
   tpdp_param **params; /* in mlp index order */
   char (*names)[64];
-  float **full;        /* caller-side full tensors (replicated params keep them) */
+  float **full; /* caller-side full tensors (replicated params keep them) */
   float **full_grad;
 } model_tree;
 
@@ -63,25 +63,25 @@ typedef struct train_backend train_backend;
 typedef struct {
   options o;
   const train_backend *b;
-  int rank;              /* in the world; -1 until known */
+  int rank; /* in the world; -1 until known */
   mlp_shape s;
   model_tree tree;
   tpdp_mesh *mesh;
-  tpdp_comm *own_comm;   /* the backend's communicator under the mesh
+  tpdp_comm *own_comm; /* the backend's communicator under the mesh
                             (cuda: NCCL), destroyed after the mesh */
   tpdp_comm *dp_comm;
   int dp_rank;
-  int f_local;           /* this TP rank's rows of F (the fc1 width) */
-  int batch_local;       /* this DP rank's rows of the global batch */
+  int f_local;     /* this TP rank's rows of F (the fc1 width) */
+  int batch_local; /* this DP rank's rows of the global batch */
   /* The model's parameters as the reducer sees them, and the pointers the
    * model reads: the backend fills them in setup; the loop re-points
    * grad[i] at the reducer's buckets every step. */
   tpdp_reducer_param *rparams;
   float **param, **grad;
-  void *grad_stream;     /* the stream producing gradients (cuda) or NULL */
+  void *grad_stream; /* the stream producing gradients (cuda) or NULL */
   dp_ctx dp;
-  char model_note[96];   /* appended to the "model (mesh ...)" header */
-  void *dev;             /* the backend's own state */
+  char model_note[96]; /* appended to the "model (mesh ...)" header */
+  void *dev;           /* the backend's own state */
 } trainer;
 
 /* What differs with --device. Every function returns 0, or nonzero after
@@ -128,14 +128,14 @@ extern const train_backend train_cuda_backend;
 
 /* On failure of a tpdp call: report it with the rank and go to `fail`
  * (needs `t`, the trainer, in scope). */
-#define TRY(call)                                                         \
-  do {                                                                    \
-    tpdp_status st_ = (call);                                             \
-    if (st_ != TPDP_SUCCESS) {                                            \
-      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s: %s\n",         \
-              t->rank, #call, tpdp_status_string(st_), tpdp_last_error()); \
-      goto fail;                                                          \
-    }                                                                     \
+#define TRY(call)                                                          \
+  do {                                                                     \
+    tpdp_status st_ = (call);                                              \
+    if (st_ != TPDP_SUCCESS) {                                             \
+      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s: %s\n", t->rank, \
+              #call, tpdp_status_string(st_), tpdp_last_error());          \
+      goto fail;                                                           \
+    }                                                                      \
   } while (0)
 
 #endif

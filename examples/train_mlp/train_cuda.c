@@ -32,7 +32,7 @@ typedef struct {
   tpdp_comm *comm; /* the TP communicator (NCCL) */
   tpdp_device device;
   tpdp_status status;
-  double seconds;  /* host time spent queueing the collectives */
+  double seconds; /* host time spent queueing the collectives */
 } cuda_tp_ctx;
 
 typedef struct {
@@ -40,19 +40,19 @@ typedef struct {
   tpdp_device dev;
   mlp_cuda_model model;
   cuda_tp_ctx tp;
-  float **m1, **m2;   /* AdamW moments (device) */
-  void **gown;        /* first gradient buffers (the reducer's buckets
+  float **m1, **m2; /* AdamW moments (device) */
+  void **gown;      /* first gradient buffers (the reducer's buckets
                          replace them in t->grad) */
-  double *d_loss;     /* the loss sum on the device, for the dp allreduce */
+  double *d_loss;   /* the loss sum on the device, for the dp allreduce */
 } cuda_state;
 
-#define CUDA_OK(call)                                                     \
-  do {                                                                    \
-    if ((call) != 0) {                                                    \
-      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s\n", t->rank,    \
-              #call, mlp_cuda_last_error());                              \
-      goto fail;                                                          \
-    }                                                                     \
+#define CUDA_OK(call)                                                         \
+  do {                                                                        \
+    if ((call) != 0) {                                                        \
+      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s\n", t->rank, #call, \
+              mlp_cuda_last_error());                                         \
+      goto fail;                                                              \
+    }                                                                         \
   } while (0)
 
 static int tp_allreduce_cuda(int kind, int layer, float *data, int64_t n,
@@ -127,10 +127,10 @@ static int cuda_setup(trainer *t) {
     CUDA_OK(mlp_cuda_alloc(&b, bytes));
     c->m2[i] = b;
     CUDA_OK(mlp_cuda_to_device(p, host->data, bytes));
-    TRY(tpdp_tensor_init(&t->rparams[i].param, p, TPDP_F32, c->dev,
-                         host->ndim, host->shape));
-    TRY(tpdp_tensor_init(&t->rparams[i].grad, g, TPDP_F32, c->dev,
-                         host->ndim, host->shape));
+    TRY(tpdp_tensor_init(&t->rparams[i].param, p, TPDP_F32, c->dev, host->ndim,
+                         host->shape));
+    TRY(tpdp_tensor_init(&t->rparams[i].grad, g, TPDP_F32, c->dev, host->ndim,
+                         host->shape));
   }
   CUDA_OK(mlp_cuda_model_init(&c->model, &t->s, t->f_local, t->batch_local,
                               t->param, t->grad));
@@ -161,8 +161,8 @@ fail:
 
 static int cuda_backward(trainer *t) {
   cuda_state *c = t->dev;
-  if (mlp_cuda_backward(&c->model, tp_allreduce_cuda, &c->tp,
-                        train_grad_ready, &t->dp) != 0) {
+  if (mlp_cuda_backward(&c->model, tp_allreduce_cuda, &c->tp, train_grad_ready,
+                        &t->dp) != 0) {
     TRY(c->tp.status);
     TRY(t->dp.status);
     CUDA_OK(1);
@@ -176,8 +176,8 @@ fail:
  * communicator's stream; the model's reads of them wait on the GPU. */
 static int cuda_wait_dp(trainer *t) {
   cuda_state *c = t->dev;
-  CUDA_OK(mlp_cuda_stream_wait(c->model.stream,
-                               tpdp_comm_nccl_stream(t->dp_comm)));
+  CUDA_OK(
+      mlp_cuda_stream_wait(c->model.stream, tpdp_comm_nccl_stream(t->dp_comm)));
   return 0;
 fail:
   return 1;
@@ -222,10 +222,11 @@ static void cuda_print_time(const trainer *t, const train_times *tm,
                             const tpdp_reducer_stats *rs) {
   const cuda_state *c = t->dev;
   (void)rs;
-  printf("time (host side; GPU work is asynchronous, the forward waits for "
-         "its loss): model %.3f s (queueing tp collectives %.3f s), dp "
-         "finalize %.3f s, optimizer %.3f s\n",
-         tm->model, c->tp.seconds, tm->finalize, tm->optim);
+  printf(
+      "time (host side; GPU work is asynchronous, the forward waits for "
+      "its loss): model %.3f s (queueing tp collectives %.3f s), dp "
+      "finalize %.3f s, optimizer %.3f s\n",
+      tm->model, c->tp.seconds, tm->finalize, tm->optim);
 }
 
 /* The full value of parameter i into host memory `out` (collective over

@@ -26,75 +26,123 @@
 #include "tpdp/tpdp.h"
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: mpirun -np D*T train_mlp [options]\n\n"
-          "Trains a residual MLP classifier (input projection, L blocks of\n"
-          "layernorm -> colwise fc1 -> GELU -> rowwise fc2 -> residual, head)\n"
-          "on synthetic teacher data with TP over the mesh's tp dim and DP\n"
-          "over its dp dim.\n\n"
-          "  --dp D          data-parallel size (default 1)\n"
-          "  --tp T          tensor-parallel size (default 1)\n"
-          "  --layers L      residual blocks (default 2)\n"
-          "  --hidden H      fc1 output width, the TP-sharded size; need not\n"
-          "                  divide by T (default 67)\n"
-          "  --width W       residual stream width (default 32)\n"
-          "  --inputs N      input features (default 16)\n"
-          "  --classes C     classes (default 10)\n"
-          "  --batch B       global batch, split over dp (default 64)\n"
-          "  --steps S       training steps (default 40)\n"
-          "  --lr X          AdamW learning rate (default 3e-3)\n"
-          "  --seed N        seed of weights and data (default 1)\n"
-          "  --device cpu|cuda  (cuda needs a --config=cuda build; default cpu)\n"
-          "  --bucket-mib M  DP bucket cap in MiB (default 25)\n"
-          "  --check         also train in one process on rank 0 and compare;\n"
-          "                  exit 1 if loss or parameters differ by > 1e-4\n"
-          "  --quiet         print only the summary lines\n");
+  fprintf(
+      out,
+      "usage: mpirun -np D*T train_mlp [options]\n\n"
+      "Trains a residual MLP classifier (input projection, L blocks of\n"
+      "layernorm -> colwise fc1 -> GELU -> rowwise fc2 -> residual, head)\n"
+      "on synthetic teacher data with TP over the mesh's tp dim and DP\n"
+      "over its dp dim.\n\n"
+      "  --dp D          data-parallel size (default 1)\n"
+      "  --tp T          tensor-parallel size (default 1)\n"
+      "  --layers L      residual blocks (default 2)\n"
+      "  --hidden H      fc1 output width, the TP-sharded size; need not\n"
+      "                  divide by T (default 67)\n"
+      "  --width W       residual stream width (default 32)\n"
+      "  --inputs N      input features (default 16)\n"
+      "  --classes C     classes (default 10)\n"
+      "  --batch B       global batch, split over dp (default 64)\n"
+      "  --steps S       training steps (default 40)\n"
+      "  --lr X          AdamW learning rate (default 3e-3)\n"
+      "  --seed N        seed of weights and data (default 1)\n"
+      "  --device cpu|cuda  (cuda needs a --config=cuda build; default cpu)\n"
+      "  --bucket-mib M  DP bucket cap in MiB (default 25)\n"
+      "  --check         also train in one process on rank 0 and compare;\n"
+      "                  exit 1 if loss or parameters differ by > 1e-4\n"
+      "  --quiet         print only the summary lines\n");
 }
 
 static int parse_options(int argc, char **argv, options *o) {
   *o = (options){1, 1, 2, 67, 32, 16, 10, 64, 40, 3e-3, 1, "cpu", 25.0, 0, 0};
   static const struct option longopts[] = {
-      {"dp", required_argument, 0, 'd'},      {"tp", required_argument, 0, 't'},
-      {"layers", required_argument, 0, 'L'},  {"hidden", required_argument, 0, 'H'},
-      {"width", required_argument, 0, 'W'},   {"inputs", required_argument, 0, 'I'},
-      {"classes", required_argument, 0, 'C'}, {"batch", required_argument, 0, 'B'},
-      {"steps", required_argument, 0, 'S'},   {"lr", required_argument, 0, 'r'},
-      {"seed", required_argument, 0, 's'},    {"device", required_argument, 0, 'v'},
-      {"bucket-mib", required_argument, 0, 'm'}, {"check", no_argument, 0, 'c'},
-      {"quiet", no_argument, 0, 'q'},         {"help", no_argument, 0, 'h'},
+      {"dp", required_argument, 0, 'd'},
+      {"tp", required_argument, 0, 't'},
+      {"layers", required_argument, 0, 'L'},
+      {"hidden", required_argument, 0, 'H'},
+      {"width", required_argument, 0, 'W'},
+      {"inputs", required_argument, 0, 'I'},
+      {"classes", required_argument, 0, 'C'},
+      {"batch", required_argument, 0, 'B'},
+      {"steps", required_argument, 0, 'S'},
+      {"lr", required_argument, 0, 'r'},
+      {"seed", required_argument, 0, 's'},
+      {"device", required_argument, 0, 'v'},
+      {"bucket-mib", required_argument, 0, 'm'},
+      {"check", no_argument, 0, 'c'},
+      {"quiet", no_argument, 0, 'q'},
+      {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
     switch (c) {
-      case 'd': o->dp = atoi(optarg); break;
-      case 't': o->tp = atoi(optarg); break;
-      case 'L': o->layers = atoi(optarg); break;
-      case 'H': o->hidden = atoi(optarg); break;
-      case 'W': o->width = atoi(optarg); break;
-      case 'I': o->inputs = atoi(optarg); break;
-      case 'C': o->classes = atoi(optarg); break;
-      case 'B': o->batch = atoi(optarg); break;
-      case 'S': o->steps = atoi(optarg); break;
-      case 'r': o->lr = atof(optarg); break;
-      case 's': o->seed = strtoull(optarg, NULL, 10); break;
-      case 'v': o->device = optarg; break;
-      case 'm': o->bucket_mib = atof(optarg); break;
-      case 'c': o->check = 1; break;
-      case 'q': o->quiet = 1; break;
-      case 'h': usage(stdout); return 1;
-      default: usage(stderr); return 2;
+      case 'd':
+        o->dp = atoi(optarg);
+        break;
+      case 't':
+        o->tp = atoi(optarg);
+        break;
+      case 'L':
+        o->layers = atoi(optarg);
+        break;
+      case 'H':
+        o->hidden = atoi(optarg);
+        break;
+      case 'W':
+        o->width = atoi(optarg);
+        break;
+      case 'I':
+        o->inputs = atoi(optarg);
+        break;
+      case 'C':
+        o->classes = atoi(optarg);
+        break;
+      case 'B':
+        o->batch = atoi(optarg);
+        break;
+      case 'S':
+        o->steps = atoi(optarg);
+        break;
+      case 'r':
+        o->lr = atof(optarg);
+        break;
+      case 's':
+        o->seed = strtoull(optarg, NULL, 10);
+        break;
+      case 'v':
+        o->device = optarg;
+        break;
+      case 'm':
+        o->bucket_mib = atof(optarg);
+        break;
+      case 'c':
+        o->check = 1;
+        break;
+      case 'q':
+        o->quiet = 1;
+        break;
+      case 'h':
+        usage(stdout);
+        return 1;
+      default:
+        usage(stderr);
+        return 2;
     }
   }
   const char *bad = NULL;
-  if (o->dp < 1) bad = "--dp must be >= 1";
-  else if (o->tp < 1) bad = "--tp must be >= 1";
-  else if (o->layers < 0) bad = "--layers must be >= 0";
+  if (o->dp < 1)
+    bad = "--dp must be >= 1";
+  else if (o->tp < 1)
+    bad = "--tp must be >= 1";
+  else if (o->layers < 0)
+    bad = "--layers must be >= 0";
   else if (o->hidden < 1 || o->width < 1 || o->inputs < 1 || o->classes < 2)
     bad = "--hidden, --width, --inputs must be >= 1 and --classes >= 2";
   else if (o->batch < 1 || o->batch % o->dp != 0)
     bad = "--batch must be a positive multiple of --dp";
-  else if (o->steps < 1) bad = "--steps must be >= 1";
-  else if (o->bucket_mib <= 0) bad = "--bucket-mib must be > 0";
+  else if (o->steps < 1)
+    bad = "--steps must be >= 1";
+  else if (o->bucket_mib <= 0)
+    bad = "--bucket-mib must be > 0";
   else if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
     bad = "--device must be cpu or cuda";
   if (bad) {
@@ -204,7 +252,6 @@ static void free_tree(model_tree *t) {
   free(t->names);
 }
 
-
 /* ------------------------------------------------------------ dp hook */
 
 int train_grad_ready(int i, void *vctx) {
@@ -223,7 +270,8 @@ static int train_reference(const options *o, const mlp_shape *s,
                            double *ref_loss, float **ref_params) {
   int np = mlp_num_params(s);
   float **grad = calloc((size_t)np, sizeof *grad);
-  float **m1 = calloc((size_t)np, sizeof *m1), **m2 = calloc((size_t)np, sizeof *m2);
+  float **m1 = calloc((size_t)np, sizeof *m1),
+        **m2 = calloc((size_t)np, sizeof *m2);
   int64_t *numel = calloc((size_t)np, sizeof *numel);
   float *x = malloc(sizeof(float) * (size_t)o->batch * (size_t)s->d_in);
   int *labels = malloc(sizeof(int) * (size_t)o->batch);
@@ -251,8 +299,8 @@ static int train_reference(const options *o, const mlp_shape *s,
     mlp_forward(&m, x, labels, (float)o->batch, NULL, NULL, &loss, &t);
     mlp_backward(&m, NULL, NULL, NULL, NULL, &t);
     for (int i = 0; i < np; i++)
-      adamw_update(ref_params[i], grad[i], m1[i], m2[i], numel[i],
-                   (float)o->lr, step + 1);
+      adamw_update(ref_params[i], grad[i], m1[i], m2[i], numel[i], (float)o->lr,
+                   step + 1);
     ref_loss[step] = loss / o->batch;
   }
   rc = 0;
@@ -367,8 +415,7 @@ static int cpu_optimizer_step(trainer *t, int step) {
   cpu_state *c = t->dev;
   for (int i = 0; i < t->tree.nparams; i++)
     adamw_update(t->param[i], t->grad[i], c->m1[i], c->m2[i],
-                 tpdp_tensor_numel(&t->rparams[i].param), (float)t->o.lr,
-                 step);
+                 tpdp_tensor_numel(&t->rparams[i].param), (float)t->o.lr, step);
   return 0;
 }
 
@@ -383,11 +430,11 @@ fail:
 static void cpu_print_time(const trainer *t, const train_times *tm,
                            const tpdp_reducer_stats *rs) {
   const cpu_state *c = t->dev;
-  printf("time: compute %.3f s, tp collectives %.3f s, dp reduction %.3f s "
-         "(collectives %.3f, averaging %.3f), optimizer %.3f s\n",
-         c->timers.compute, c->timers.tp_comm,
-         rs->comm_seconds + rs->data_seconds, rs->comm_seconds,
-         rs->data_seconds, tm->optim);
+  printf(
+      "time: compute %.3f s, tp collectives %.3f s, dp reduction %.3f s "
+      "(collectives %.3f, averaging %.3f), optimizer %.3f s\n",
+      c->timers.compute, c->timers.tp_comm, rs->comm_seconds + rs->data_seconds,
+      rs->comm_seconds, rs->data_seconds, tm->optim);
 }
 
 /* full_tensor is collective: every rank gathers, rank 0 compares. */
@@ -609,14 +656,15 @@ static int train(const options *opt, const train_backend *b, int *argc,
      * (its time minus collectives and passes over gradient data). */
     double bookkeeping = rs.total_seconds - rs.comm_seconds - rs.data_seconds;
     double overhead = tm.hooks + bookkeeping;
-    printf("throughput: %.1f samples/s (%d steps of %d samples in %.3f s; "
-           "drawing the synthetic batches took another %.3f s, excluded)\n",
-           o->batch * o->steps / elapsed, o->steps, o->batch, elapsed,
-           tm.data);
+    printf(
+        "throughput: %.1f samples/s (%d steps of %d samples in %.3f s; "
+        "drawing the synthetic batches took another %.3f s, excluded)\n",
+        o->batch * o->steps / elapsed, o->steps, o->batch, elapsed, tm.data);
     b->print_time(t, &tm, &rs);
-    printf("tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "
-           "%.2f%% of step time\n",
-           overhead, tm.hooks, bookkeeping, 100.0 * overhead / elapsed);
+    printf(
+        "tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "
+        "%.2f%% of step time\n",
+        overhead, tm.hooks, bookkeeping, 100.0 * overhead / elapsed);
     printf("reducer: %lld buckets, rebuilt %s\n",
            (long long)tpdp_reducer_num_buckets(t->dp.reducer),
            tpdp_reducer_rebuilt(t->dp.reducer) ? "yes" : "no");
@@ -656,8 +704,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
         }
     }
     if (t->rank == 0) {
-      printf("check: max_rel_loss_diff %.3e max_abs_param_diff %.3e\n",
-             max_rel, max_abs);
+      printf("check: max_rel_loss_diff %.3e max_abs_param_diff %.3e\n", max_rel,
+             max_abs);
       if (ref_rc != 0 || !(max_rel <= 1e-4) || !(max_abs <= 1e-4)) {
         printf("check: FAILED (tolerance 1e-4)\n");
         exit_code = 1;

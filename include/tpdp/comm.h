@@ -68,8 +68,8 @@ tpdp_status tpdp_comm_world(tpdp_comm **out);
  * Outstanding work must have been waited for. NULL is a no-op. */
 tpdp_status tpdp_comm_destroy(tpdp_comm *comm);
 
-int tpdp_comm_rank(const tpdp_comm *comm);  /* -1 for NULL */
-int tpdp_comm_size(const tpdp_comm *comm);  /* 0 for NULL */
+int tpdp_comm_rank(const tpdp_comm *comm); /* -1 for NULL */
+int tpdp_comm_size(const tpdp_comm *comm); /* 0 for NULL */
 /* Human-readable name, e.g. "world", "mesh.dp", "world/split(3)". */
 const char *tpdp_comm_name(const tpdp_comm *comm);
 /* "mpi" or "nccl". */
@@ -143,8 +143,7 @@ tpdp_status tpdp_allgather_async(tpdp_comm *comm, const tpdp_tensor *send,
  * numel(send) == size * numel(recv). */
 tpdp_status tpdp_reduce_scatter(tpdp_comm *comm, const tpdp_tensor *send,
                                 tpdp_tensor *recv, tpdp_reduce_op op);
-tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm,
-                                      const tpdp_tensor *send,
+tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm, const tpdp_tensor *send,
                                       tpdp_tensor *recv, tpdp_reduce_op op,
                                       tpdp_work **work);
 
@@ -154,8 +153,7 @@ tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm,
 tpdp_status tpdp_broadcast(tpdp_comm *comm, const tpdp_tensor *send,
                            tpdp_tensor *recv, int root);
 tpdp_status tpdp_broadcast_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                 tpdp_tensor *recv, int root,
-                                 tpdp_work **work);
+                                 tpdp_tensor *recv, int root, tpdp_work **work);
 
 /* send is `size` equal blocks; block j goes to rank j, and recv block i
  * comes from rank i. numel(send) == numel(recv), divisible by size.
@@ -202,7 +200,7 @@ tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
 void tpdp_mesh_destroy(tpdp_mesh *mesh);
 
 int tpdp_mesh_ndim(const tpdp_mesh *mesh);
-int64_t tpdp_mesh_size(const tpdp_mesh *mesh);          /* product of dims */
+int64_t tpdp_mesh_size(const tpdp_mesh *mesh); /* product of dims */
 int64_t tpdp_mesh_dim_size(const tpdp_mesh *mesh, int dim);
 const char *tpdp_mesh_dim_name(const tpdp_mesh *mesh, int dim);
 /* Index of a named dim, or -1. */
@@ -225,11 +223,10 @@ tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
                                   int *ranks);
 /* The sub-communicator of dim `dim` (owned by the mesh). Errors: dim out of
  * range, TPDP_ERR_STATE for a layout-only mesh. */
-tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
-                               tpdp_comm **out);
+tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim, tpdp_comm **out);
 /* Same, by name. Errors also TPDP_ERR_NOT_FOUND naming the dim. */
-tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh,
-                                       const char *name, tpdp_comm **out);
+tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh, const char *name,
+                                       tpdp_comm **out);
 
 /* ------------------------------------------------------------ NCCL
  *

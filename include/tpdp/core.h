@@ -11,10 +11,9 @@
 #ifndef TPDP_CORE_H
 #define TPDP_CORE_H
 
+#include <dlpack/dlpack.h>
 #include <stddef.h>
 #include <stdint.h>
-
-#include <dlpack/dlpack.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -191,9 +190,9 @@ tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out);
 /* ------------------------------------------------ half-precision helpers */
 
 float tpdp_f16_to_f32(uint16_t h);
-uint16_t tpdp_f32_to_f16(float f);   /* round to nearest even */
+uint16_t tpdp_f32_to_f16(float f); /* round to nearest even */
 float tpdp_bf16_to_f32(uint16_t b);
-uint16_t tpdp_f32_to_bf16(float f);  /* round to nearest even */
+uint16_t tpdp_f32_to_bf16(float f); /* round to nearest even */
 
 #ifdef __cplusplus
 }

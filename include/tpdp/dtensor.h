@@ -39,8 +39,8 @@ typedef enum {
 /* One mesh dim's placement: Shard(dim), Replicate, or Partial(op). */
 typedef struct {
   tpdp_placement_kind kind;
-  int dim;            /* tensor dim, for SHARD (0 otherwise) */
-  tpdp_reduce_op op;  /* for PARTIAL (TPDP_OP_SUM otherwise) */
+  int dim;           /* tensor dim, for SHARD (0 otherwise) */
+  tpdp_reduce_op op; /* for PARTIAL (TPDP_OP_SUM otherwise) */
 } tpdp_placement;
 
 tpdp_placement tpdp_shard(int dim);
@@ -85,10 +85,10 @@ typedef struct tpdp_spec tpdp_spec;
  *   TPDP_ERR_OP_DTYPE          Partial(avg) with an integer dtype
  *   TPDP_ERR_OUT_OF_MEMORY */
 tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
-                             const tpdp_placement *placements,
-                             int nplacements, int ndim,
-                             const int64_t *global_shape, tpdp_dtype dtype,
-                             tpdp_device device, tpdp_spec **out);
+                             const tpdp_placement *placements, int nplacements,
+                             int ndim, const int64_t *global_shape,
+                             tpdp_dtype dtype, tpdp_device device,
+                             tpdp_spec **out);
 /* Same mesh, shape, dtype and device as `spec` with other placements. */
 tpdp_status tpdp_spec_with_placements(const tpdp_spec *spec,
                                       const tpdp_placement *placements,
@@ -114,8 +114,7 @@ int tpdp_spec_equal(const tpdp_spec *a, const tpdp_spec *b);
  * NULL) of mesh rank `rank` in [0, mesh size). Errors: NULL spec or
  * local_shape, TPDP_ERR_INVALID_ARGUMENT for a rank out of range. */
 tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
-                                  int64_t *local_shape,
-                                  int64_t *global_offset);
+                                  int64_t *local_shape, int64_t *global_offset);
 /* The mesh rank whose local shape tpdp_dtensor_unflatten checks: this
  * process's mesh rank, or 0 for a layout-only mesh (no communicator). */
 int tpdp_spec_self_rank(const tpdp_spec *spec);
@@ -212,8 +211,7 @@ tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
                                     tpdp_dtensor *out);
 /* The whole global tensor on every rank (redistribute to all-Replicate).
  * out: contiguous, the global shape, spec dtype and device. Collective. */
-tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
-                                     tpdp_tensor *out);
+tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src, tpdp_tensor *out);
 /* Same into memory it allocates: malloc'd host memory for a host spec (free
  * with free()), cudaMalloc'd for a CUDA spec (free with cudaFree); or
  * wrap it as {out, spec} and call tpdp_dtensor_free_local. */
@@ -327,11 +325,12 @@ tpdp_status tpdp_tp_style_placement(tpdp_tp_style style, const char *fqn,
  * FQNs when one parameter object is registered in two matched modules;
  * TPDP_ERR_STATE for a layout-only mesh. */
 tpdp_status tpdp_parallelize(struct tpdp_module *root, const tpdp_mesh *mesh,
-                             const char *tp_dim,
-                             const tpdp_tp_plan_entry *plan, int nplan);
+                             const char *tp_dim, const tpdp_tp_plan_entry *plan,
+                             int nplan);
 
 /* The style of a parallelized module (TPDP_ERR_NOT_FOUND if it is none). */
-tpdp_status tpdp_tp_module_style(const struct tpdp_module *m, tpdp_tp_style *out);
+tpdp_status tpdp_tp_module_style(const struct tpdp_module *m,
+                                 tpdp_tp_style *out);
 
 /* The TP communicator of a parallelized module (owned by the mesh). */
 tpdp_status tpdp_tp_module_comm(const struct tpdp_module *m, tpdp_comm **out);

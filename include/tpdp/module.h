@@ -81,7 +81,7 @@ const char *tpdp_module_class_name(const tpdp_module *m);
 /* Name under the parent; "" for a root. */
 const char *tpdp_module_name(const tpdp_module *m);
 tpdp_module *tpdp_module_parent(const tpdp_module *m); /* NULL for a root */
-tpdp_module *tpdp_module_root(tpdp_module *m);        /* top ancestor */
+tpdp_module *tpdp_module_root(tpdp_module *m);         /* top ancestor */
 int tpdp_module_num_children(const tpdp_module *m);
 /* i-th child in registration order (NULL out of range); name optional. */
 tpdp_module *tpdp_module_child(const tpdp_module *m, int i, const char **name);
@@ -103,9 +103,9 @@ size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len);
 /* ----------------------------------------------------------- parameters */
 
 typedef enum {
-  TPDP_PARAM_PLAIN = 0,     /* no spec: an ordinary tensor */
-  TPDP_PARAM_DTENSOR = 1,   /* spec set, exposed as a DTensor */
-  TPDP_PARAM_LOCALIZED = 2  /* spec set but stashed: exposed as local tensor */
+  TPDP_PARAM_PLAIN = 0,    /* no spec: an ordinary tensor */
+  TPDP_PARAM_DTENSOR = 1,  /* spec set, exposed as a DTensor */
+  TPDP_PARAM_LOCALIZED = 2 /* spec set but stashed: exposed as local tensor */
 } tpdp_param_form;
 
 /* Parameter handle training state (seed 001 HandleTrainingState). */
@@ -164,9 +164,8 @@ const char *tpdp_handle_state_name(tpdp_handle_state s);
  * "u1.seq." below), `level` its depth (root 0). Returning non-success stops
  * the traversal and that status is returned. The visitor must not add or
  * remove children of the tree during the traversal. */
-typedef tpdp_status (*tpdp_module_visit_fn)(tpdp_module *m,
-                                            const char *prefix, int level,
-                                            void *ctx);
+typedef tpdp_status (*tpdp_module_visit_fn)(tpdp_module *m, const char *prefix,
+                                            int level, void *ctx);
 
 /* Pre-order traversal of root's subtree (seed 001 _apply_to_modules); the
  * root's prefix is "" even if it has a parent. Errors: NULL pointers,
@@ -232,8 +231,7 @@ tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s);
 /* TPDP_ERR_STATE unless m's state is one of allowed[0..n); the message names
  * the module, the expected states and the actual one. */
 tpdp_status tpdp_module_check_state(const tpdp_module *m,
-                                    const tpdp_training_state *allowed,
-                                    int n);
+                                    const tpdp_training_state *allowed, int n);
 
 /* ------------------------------------------------------------ management */
 
@@ -243,8 +241,8 @@ tpdp_status tpdp_module_check_state(const tpdp_module *m,
  * themselves are skipped, not their subtrees. Marks already present are
  * overwritten. */
 tpdp_status tpdp_module_mark_managed(tpdp_module *root,
-                                     tpdp_module *const *ignored,
-                                     int nignored, int setting);
+                                     tpdp_module *const *ignored, int nignored,
+                                     int setting);
 int tpdp_module_is_managed(const tpdp_module *m);
 /* The stored setting (0 when not managed). */
 int tpdp_module_managed_setting(const tpdp_module *m);
@@ -274,8 +272,8 @@ const char *tpdp_module_unit_kind(const tpdp_module *m);
  * a unit with no parameter has no key and no suffix). */
 typedef struct tpdp_tree_report tpdp_tree_report;
 tpdp_status tpdp_tree_report_create(tpdp_module *root,
-                                    const char *const *prefixes,
-                                    int nprefixes, tpdp_tree_report **out);
+                                    const char *const *prefixes, int nprefixes,
+                                    tpdp_tree_report **out);
 void tpdp_tree_report_destroy(tpdp_tree_report *r);
 const char *tpdp_tree_report_text(const tpdp_tree_report *r);
 int tpdp_tree_report_num_units(const tpdp_tree_report *r);
@@ -307,8 +305,7 @@ tpdp_status tpdp_module_register_forward_pre_hook(tpdp_module *m,
                                                   tpdp_hook_handle *out);
 tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
                                               tpdp_forward_hook_fn fn,
-                                              void *ctx,
-                                              tpdp_hook_handle *out);
+                                              void *ctx, tpdp_hook_handle *out);
 /* Remove a registration (also allowed from inside a hook: a removed hook
  * that has not run yet in the current run is skipped). Errors:
  * TPDP_ERR_ALREADY if it was removed before, TPDP_ERR_NOT_FOUND for an id

@@ -115,11 +115,11 @@ typedef enum {
  * (host memory on MPI, device memory on NCCL; 1-D, the bucket's dtype),
  * holding this rank's gradients. */
 typedef struct {
-  tpdp_comm *comm;       /* the reducer's communicator */
-  int64_t bucket;        /* bucket index (launch order) */
-  tpdp_tensor *flat;     /* the bucket buffer: read and overwrite in place */
-  double divide_factor;  /* what the built-in hooks would divide by */
-  void *user_data;       /* options.hook_user_data */
+  tpdp_comm *comm;      /* the reducer's communicator */
+  int64_t bucket;       /* bucket index (launch order) */
+  tpdp_tensor *flat;    /* the bucket buffer: read and overwrite in place */
+  double divide_factor; /* what the built-in hooks would divide by */
+  void *user_data;      /* options.hook_user_data */
 } tpdp_reducer_hook_args;
 
 /* A user hook is called synchronously when its bucket is launched (in
@@ -150,7 +150,7 @@ typedef struct {
   int static_graph;
   /* Gradients are divided by this; 0 (default) = the communicator size. */
   double divide_factor;
-  tpdp_reducer_hook comm_hook; /* default TPDP_REDUCER_HOOK_NONE */
+  tpdp_reducer_hook comm_hook;  /* default TPDP_REDUCER_HOOK_NONE */
   tpdp_reducer_hook_fn hook_fn; /* for TPDP_REDUCER_HOOK_USER */
   void *hook_user_data;
   /* NCCL: the cudaStream_t producing the gradients; each bucket's
@@ -274,8 +274,7 @@ tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
 /* Parameters treated as unused by the last synchronised finalize (in
  * ascending order; owned by the reducer, valid until the next finalize). */
 tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
-                                       const int64_t **params,
-                                       int64_t *count);
+                                       const int64_t **params, int64_t *count);
 
 /* 1 once the buckets have been rebuilt in gradient-ready order. */
 int tpdp_reducer_rebuilt(const tpdp_reducer *r);

@@ -60,35 +60,34 @@ tpdp_status tpdp_topo_get_counts(const tpdp_topo *topo, tpdp_topo_counts *out);
 const char *tpdp_topo_source(const tpdp_topo *topo);
 
 typedef struct {
-  int index;              /* 0.. in PCI bus id order */
-  char pci_bus_id[16];    /* "0000:17:00.0" */
-  unsigned vendor_id;     /* 0x10de */
+  int index;           /* 0.. in PCI bus id order */
+  char pci_bus_id[16]; /* "0000:17:00.0" */
+  unsigned vendor_id;  /* 0x10de */
   unsigned device_id;
-  unsigned class_id;      /* 0x0302 or 0x0300 */
-  int numa_node;          /* OS index of its NUMA node; -1 if several/none */
-  int package;            /* logical index of its package; -1 if several */
-  int switch_domain;      /* PCIe switch domain id (0..); GPUs sharing one
+  unsigned class_id; /* 0x0302 or 0x0300 */
+  int numa_node;     /* OS index of its NUMA node; -1 if several/none */
+  int package;       /* logical index of its package; -1 if several */
+  int switch_domain; /* PCIe switch domain id (0..); GPUs sharing one
                              share a switch; every GPU has one */
-  int ncores;             /* cores in its locality */
+  int ncores;        /* cores in its locality */
   char cpuset[TPDP_TOPO_CPUSET_LEN]; /* PU OS indexes of its locality */
 } tpdp_gpu_info;
 
 /* Information on GPU `index`. Errors: NULL pointers, index out of range
  * (TPDP_ERR_INVALID_ARGUMENT naming the count). */
-tpdp_status tpdp_topo_gpu(const tpdp_topo *topo, int index,
-                          tpdp_gpu_info *out);
+tpdp_status tpdp_topo_gpu(const tpdp_topo *topo, int index, tpdp_gpu_info *out);
 
 /* 1 if at least two GPUs share a PCIe switch (so switch domains say
  * something), else 0. */
 int tpdp_topo_shows_switches(const tpdp_topo *topo);
 
 typedef struct {
-  int gpu;         /* GPU of the rank (local_rank mod gpus), -1 without GPUs */
-  int sharers;     /* local ranks splitting the same set of cores */
-  int share;       /* this rank's position among them (0..sharers-1) */
-  int ncores;      /* cores in the binding */
+  int gpu;     /* GPU of the rank (local_rank mod gpus), -1 without GPUs */
+  int sharers; /* local ranks splitting the same set of cores */
+  int share;   /* this rank's position among them (0..sharers-1) */
+  int ncores;  /* cores in the binding */
   char cpuset[TPDP_TOPO_CPUSET_LEN]; /* PU OS indexes, list form "0-3,16-19" */
-  int applied;     /* tpdp_topo_bind_self: 1 if the process was bound */
+  int applied; /* tpdp_topo_bind_self: 1 if the process was bound */
 } tpdp_binding;
 
 /* The cores for host-local rank `local_rank` of `nlocal`:
@@ -137,25 +136,25 @@ size_t tpdp_topo_format(const tpdp_topo *topo, char *buf, size_t len);
  * the sizes of the dims after the TP dim.
  */
 typedef struct {
-  char mesh[128];       /* the mesh as parsed, "dp=4,tp=8" */
-  int tp_dim;           /* the dim named "tp", else the innermost */
+  char mesh[128]; /* the mesh as parsed, "dp=4,tp=8" */
+  int tp_dim;     /* the dim named "tp", else the innermost */
   char tp_name[32];
   int64_t tp_size;
-  int64_t tp_stride;    /* rank distance between TP neighbours */
-  int64_t world_size;   /* product of the sizes */
+  int64_t tp_stride;  /* rank distance between TP neighbours */
+  int64_t world_size; /* product of the sizes */
   int ranks_per_host;
-  int uses_gpus;        /* 1: ranks_per_host counts GPUs; 0: cores */
-  int64_t nhosts;       /* ceil(world_size / ranks_per_host) */
-  int tp_in_host;       /* 1 if every TP group lies inside one host */
-  int tp_in_switch;     /* 1/0 every TP group inside one PCIe switch;
+  int uses_gpus;       /* 1: ranks_per_host counts GPUs; 0: cores */
+  int64_t nhosts;      /* ceil(world_size / ranks_per_host) */
+  int tp_in_host;      /* 1 if every TP group lies inside one host */
+  int tp_in_switch;    /* 1/0 every TP group inside one PCIe switch;
                            -1: the topology shows no shared switch */
-  int gpus_per_switch;  /* most GPUs under one switch (0 if not shown) */
-  int tp_in_numa;       /* 1/0 every TP group's GPUs on one NUMA node;
+  int gpus_per_switch; /* most GPUs under one switch (0 if not shown) */
+  int tp_in_numa;      /* 1/0 every TP group's GPUs on one NUMA node;
                            -1: no GPUs or no NUMA affinity known */
-  int fixable;          /* 1 if some order of the dims puts every TP group
+  int fixable;         /* 1 if some order of the dims puts every TP group
                            inside one host */
-  int reorder;          /* 1 if the suggestion differs from the mesh */
-  char suggested[128];  /* suggested mesh: the TP dim innermost */
+  int reorder;         /* 1 if the suggestion differs from the mesh */
+  char suggested[128]; /* suggested mesh: the TP dim innermost */
 } tpdp_placement_advice;
 
 /* Advice for mesh `mesh_spec` ("dp=4,tp=8", see tpdp_mesh_parse) on hosts

@@ -16,7 +16,9 @@ namespace coll {
 
 // Input of group rank g at element i: small integers so that sums over up
 // to 4 ranks are exact in every dtype (u8 and bf16 included).
-inline double In(int g, int64_t i) { return static_cast<double>((g * 7 + i) % 11); }
+inline double In(int g, int64_t i) {
+  return static_cast<double>((g * 7 + i) % 11);
+}
 
 // Exact encoders for values representable in the target format (the tests
 // only use small integers and quarters).
@@ -31,8 +33,8 @@ inline uint16_t EncodeF16(double v) {
 }
 inline double DecodeF16(uint16_t h) {
   int field = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  double mag = field == 0 ? std::ldexp(mant, -24)
-                          : std::ldexp(1024 + mant, field - 25);
+  double mag =
+      field == 0 ? std::ldexp(mant, -24) : std::ldexp(1024 + mant, field - 25);
   if (field == 0x1f) mag = mant ? NAN : INFINITY;
   return (h & 0x8000) ? -mag : mag;
 }
@@ -52,12 +54,16 @@ inline double DecodeBF16(uint16_t h) {
 class HostBuf {
  public:
   HostBuf(tpdp_dtype dt, int64_t n)
-      : dt_(dt), n_(n), es_(tpdp_dtype_size(dt)),
+      : dt_(dt),
+        n_(n),
+        es_(tpdp_dtype_size(dt)),
         bytes_(static_cast<size_t>((n > 0 ? n : 1)) * es_, 0) {}
   tpdp_dtype dtype() const { return dt_; }
   int64_t size() const { return n_; }
   void *data() { return bytes_.data(); }
-  char *at(int64_t i) { return reinterpret_cast<char *>(bytes_.data()) + i * es_; }
+  char *at(int64_t i) {
+    return reinterpret_cast<char *>(bytes_.data()) + i * es_;
+  }
   const char *at(int64_t i) const {
     return reinterpret_cast<const char *>(bytes_.data()) + i * es_;
   }
@@ -65,27 +71,83 @@ class HostBuf {
   void Set(int64_t i, double v) {
     char *p = at(i);
     switch (dt_) {
-      case TPDP_F32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-      case TPDP_F64: std::memcpy(p, &v, 8); break;
-      case TPDP_F16: { uint16_t x = EncodeF16(v); std::memcpy(p, &x, 2); break; }
-      case TPDP_BF16: { uint16_t x = EncodeBF16(v); std::memcpy(p, &x, 2); break; }
-      case TPDP_I32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-      case TPDP_I64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-      case TPDP_U8: { uint8_t x = static_cast<uint8_t>(v); std::memcpy(p, &x, 1); break; }
-      default: break;
+      case TPDP_F32: {
+        float x = static_cast<float>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case TPDP_F64:
+        std::memcpy(p, &v, 8);
+        break;
+      case TPDP_F16: {
+        uint16_t x = EncodeF16(v);
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case TPDP_BF16: {
+        uint16_t x = EncodeBF16(v);
+        std::memcpy(p, &x, 2);
+        break;
+      }
+      case TPDP_I32: {
+        int32_t x = static_cast<int32_t>(v);
+        std::memcpy(p, &x, 4);
+        break;
+      }
+      case TPDP_I64: {
+        int64_t x = static_cast<int64_t>(v);
+        std::memcpy(p, &x, 8);
+        break;
+      }
+      case TPDP_U8: {
+        uint8_t x = static_cast<uint8_t>(v);
+        std::memcpy(p, &x, 1);
+        break;
+      }
+      default:
+        break;
     }
   }
   double Get(int64_t i) const {
     const char *p = at(i);
     switch (dt_) {
-      case TPDP_F32: { float x; std::memcpy(&x, p, 4); return x; }
-      case TPDP_F64: { double x; std::memcpy(&x, p, 8); return x; }
-      case TPDP_F16: { uint16_t x; std::memcpy(&x, p, 2); return DecodeF16(x); }
-      case TPDP_BF16: { uint16_t x; std::memcpy(&x, p, 2); return DecodeBF16(x); }
-      case TPDP_I32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-      case TPDP_I64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-      case TPDP_U8: { uint8_t x; std::memcpy(&x, p, 1); return x; }
-      default: return NAN;
+      case TPDP_F32: {
+        float x;
+        std::memcpy(&x, p, 4);
+        return x;
+      }
+      case TPDP_F64: {
+        double x;
+        std::memcpy(&x, p, 8);
+        return x;
+      }
+      case TPDP_F16: {
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        return DecodeF16(x);
+      }
+      case TPDP_BF16: {
+        uint16_t x;
+        std::memcpy(&x, p, 2);
+        return DecodeBF16(x);
+      }
+      case TPDP_I32: {
+        int32_t x;
+        std::memcpy(&x, p, 4);
+        return x;
+      }
+      case TPDP_I64: {
+        int64_t x;
+        std::memcpy(&x, p, 8);
+        return static_cast<double>(x);
+      }
+      case TPDP_U8: {
+        uint8_t x;
+        std::memcpy(&x, p, 1);
+        return x;
+      }
+      default:
+        return NAN;
     }
   }
   void Fill(double v) {
@@ -107,14 +169,18 @@ class HostBuf {
 // Compares buf[off + i] with want(i) for i < count; one failure per call
 // with the first differing index, so a million elements stay readable.
 template <typename F>
-::testing::AssertionResult Matches(const HostBuf &buf, int64_t off, int64_t count,
-                                   F want) {
+::testing::AssertionResult Matches(const HostBuf &buf, int64_t off,
+                                   int64_t count, F want) {
   int64_t bad = 0, first = -1;
   double got0 = 0, want0 = 0;
   for (int64_t i = 0; i < count; i++) {
     double w = want(i), g = buf.Get(off + i);
     if (g != w) {
-      if (bad++ == 0) { first = i; got0 = g; want0 = w; }
+      if (bad++ == 0) {
+        first = i;
+        got0 = g;
+        want0 = w;
+      }
     }
   }
   if (bad == 0) return ::testing::AssertionSuccess();

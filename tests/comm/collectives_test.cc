@@ -31,9 +31,12 @@ class Comms {
     targets_.push_back({"world", w});
     int n = tpdp_comm_size(w);
     std::vector<std::string> specs;
-    if (n == 4) specs = {"dp=2,tp=2", "dp=4,tp=1"};
-    else if (n == 2) specs = {"dp=2,tp=1", "dp=1,tp=2"};
-    else specs = {"dp=" + std::to_string(n)};
+    if (n == 4)
+      specs = {"dp=2,tp=2", "dp=4,tp=1"};
+    else if (n == 2)
+      specs = {"dp=2,tp=1", "dp=1,tp=2"};
+    else
+      specs = {"dp=" + std::to_string(n)};
     for (const std::string &s : specs) {
       tpdp_mesh *m = nullptr;
       tpdp_status st = tpdp_mesh_create_from_string(w, s.c_str(), &m);
@@ -65,7 +68,8 @@ struct Mode {
   bool inplace;
   bool async;
 };
-const Mode kModes[] = {{false, false}, {true, false}, {false, true}, {true, true}};
+const Mode kModes[] = {
+    {false, false}, {true, false}, {false, true}, {true, true}};
 
 std::string Describe(const Target &t, tpdp_dtype dt, const char *op, int64_t n,
                      Mode m) {
@@ -100,7 +104,8 @@ void CheckAllreduce(tpdp_comm *c, tpdp_dtype dt, tpdp_reduce_op op, int64_t n,
     st = tpdp_allreduce(c, &s, &r, op);
   }
   ASSERT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
-  EXPECT_TRUE(Matches(recv, 0, n, [&](int64_t i) { return coll::Reduce(op, dt, p, i); }));
+  EXPECT_TRUE(Matches(recv, 0, n,
+                      [&](int64_t i) { return coll::Reduce(op, dt, p, i); }));
   if (!m.inplace) {  // the input is left alone
     EXPECT_TRUE(Matches(send, 0, n, [&](int64_t i) { return In(g, i); }));
   }
@@ -129,7 +134,8 @@ void CheckAllgather(tpdp_comm *c, tpdp_dtype dt, int64_t n, Mode m) {
   }
   ASSERT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
   for (int src = 0; src < p; src++)
-    EXPECT_TRUE(Matches(recv, src * n, n, [&](int64_t i) { return In(src, i); }))
+    EXPECT_TRUE(
+        Matches(recv, src * n, n, [&](int64_t i) { return In(src, i); }))
         << "block from rank " << src;
 }
 
@@ -305,8 +311,12 @@ TEST(Collectives, SeveralAsyncInFlightCompleteInAnyWaitOrder) {
   EXPECT_TPDP_OK(tpdp_work_wait(w3));  // waited in reverse order
   EXPECT_TPDP_OK(tpdp_work_wait(w2));
   EXPECT_TPDP_OK(tpdp_work_wait(w1));
-  EXPECT_TRUE(Matches(a, 0, n, [&](int64_t i) { return coll::Reduce(TPDP_OP_SUM, TPDP_F32, p, i); }));
-  EXPECT_TRUE(Matches(b, 0, n, [&](int64_t i) { return coll::Reduce(TPDP_OP_MAX, TPDP_I64, p, i); }));
+  EXPECT_TRUE(Matches(a, 0, n, [&](int64_t i) {
+    return coll::Reduce(TPDP_OP_SUM, TPDP_F32, p, i);
+  }));
+  EXPECT_TRUE(Matches(b, 0, n, [&](int64_t i) {
+    return coll::Reduce(TPDP_OP_MAX, TPDP_I64, p, i);
+  }));
   for (int src = 0; src < p; src++)
     EXPECT_TRUE(Matches(ga, src * n, n, [&](int64_t i) { return In(src, i); }));
 }
@@ -325,15 +335,18 @@ TEST(Collectives, U8SumWrapsAndIntegerAvgTruncates) {
   tpdp_comm *c = tpdp_test::World();
   int g = tpdp_comm_rank(c), p = tpdp_comm_size(c);
   uint8_t u = 200, usum = 0;
-  tpdp_tensor tu = tpdp_tensor_1d(&u, TPDP_U8, 1), tus = tpdp_tensor_1d(&usum, TPDP_U8, 1);
+  tpdp_tensor tu = tpdp_tensor_1d(&u, TPDP_U8, 1),
+              tus = tpdp_tensor_1d(&usum, TPDP_U8, 1);
   ASSERT_TPDP_OK(tpdp_allreduce(c, &tu, &tus, TPDP_OP_SUM));
   EXPECT_EQ(usum, (200 * p) % 256);
   int32_t x = g == 0 ? 1 : 0, avg = -1;  // sum 1 over p >= 2 ranks -> 0
-  tpdp_tensor tx = tpdp_tensor_1d(&x, TPDP_I32, 1), ta = tpdp_tensor_1d(&avg, TPDP_I32, 1);
+  tpdp_tensor tx = tpdp_tensor_1d(&x, TPDP_I32, 1),
+              ta = tpdp_tensor_1d(&avg, TPDP_I32, 1);
   ASSERT_TPDP_OK(tpdp_allreduce(c, &tx, &ta, TPDP_OP_AVG));
   EXPECT_EQ(avg, p == 1 ? 1 : 0);
   float f = g == 0 ? 1.0f : 0.0f, favg = -1;
-  tpdp_tensor tf = tpdp_tensor_1d(&f, TPDP_F32, 1), tfa = tpdp_tensor_1d(&favg, TPDP_F32, 1);
+  tpdp_tensor tf = tpdp_tensor_1d(&f, TPDP_F32, 1),
+              tfa = tpdp_tensor_1d(&favg, TPDP_F32, 1);
   ASSERT_TPDP_OK(tpdp_allreduce(c, &tf, &tfa, TPDP_OP_AVG));
   EXPECT_EQ(favg, 1.0f / p);
 }
@@ -449,7 +462,8 @@ TEST(CollectivesLarge, ReduceScatter) {
   Comms comms;
   for (const Target &t : comms.targets())
     for (tpdp_dtype dt : coll::kDtypes)
-      for (tpdp_reduce_op op : {TPDP_OP_SUM, dt % 2 ? TPDP_OP_AVG : TPDP_OP_MIN})
+      for (tpdp_reduce_op op :
+           {TPDP_OP_SUM, dt % 2 ? TPDP_OP_AVG : TPDP_OP_MIN})
         for (Mode m : {Mode{false, true}, Mode{true, false}}) {
           SCOPED_TRACE(Describe(t, dt, tpdp_reduce_op_name(op), kLarge, m));
           CheckReduceScatter(t.comm, dt, op, kLarge, m);

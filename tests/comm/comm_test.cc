@@ -56,7 +56,8 @@ TEST(Comm, SplitByColorAndKey) {
   EXPECT_EQ(tpdp_comm_rank(c),
             std::find(want.begin(), want.end(), me) - want.begin());
   EXPECT_EQ(Members(c), want);
-  EXPECT_NE(std::string(tpdp_comm_name(c)).find("world/split("), std::string::npos)
+  EXPECT_NE(std::string(tpdp_comm_name(c)).find("world/split("),
+            std::string::npos)
       << tpdp_comm_name(c);
   // A split of a split.
   tpdp_comm *cc = nullptr;
@@ -84,15 +85,17 @@ TEST(Comm, SplitWithNegativeColorLeavesRankOut) {
     EXPECT_TPDP_OK(tpdp_comm_destroy(c));
   }
   EXPECT_TPDP_OK(tpdp_comm_destroy(nullptr));
-  EXPECT_TPDP_ERROR(tpdp_comm_split(nullptr, 0, 0, &c), TPDP_ERR_NULL_POINTER, "'comm'");
-  EXPECT_TPDP_ERROR(tpdp_comm_split(w, 0, 0, nullptr), TPDP_ERR_NULL_POINTER, "'out'");
+  EXPECT_TPDP_ERROR(tpdp_comm_split(nullptr, 0, 0, &c), TPDP_ERR_NULL_POINTER,
+                    "'comm'");
+  EXPECT_TPDP_ERROR(tpdp_comm_split(w, 0, 0, nullptr), TPDP_ERR_NULL_POINTER,
+                    "'out'");
 }
 
 // The layout worked out by hand for the world size this test runs on.
 struct Layout {
   const char *spec;
-  std::vector<std::vector<int>> coords;                     // per rank
-  std::vector<std::vector<std::vector<int>>> groups;        // per dim, per group
+  std::vector<std::vector<int>> coords;               // per rank
+  std::vector<std::vector<std::vector<int>>> groups;  // per dim, per group
 };
 
 Layout HandLayout(int p) {
@@ -141,18 +144,24 @@ TEST(Mesh, CoordinatesGroupsAndSubCommunicators) {
     EXPECT_EQ(tpdp_comm_size(c), static_cast<int>(mine.size()));
     EXPECT_EQ(tpdp_comm_rank(c), L.coords[me][d]);  // group rank = coordinate
     EXPECT_EQ(Members(c), mine);
-    EXPECT_EQ(std::string(tpdp_comm_name(c)), std::string("mesh.") + tpdp_mesh_dim_name(m, d));
+    EXPECT_EQ(std::string(tpdp_comm_name(c)),
+              std::string("mesh.") + tpdp_mesh_dim_name(m, d));
     tpdp_comm *byname = nullptr;
-    ASSERT_TPDP_OK(tpdp_mesh_dim_comm_by_name(m, tpdp_mesh_dim_name(m, d), &byname));
+    ASSERT_TPDP_OK(
+        tpdp_mesh_dim_comm_by_name(m, tpdp_mesh_dim_name(m, d), &byname));
     EXPECT_EQ(byname, c);
   }
   tpdp_comm *c = nullptr;
-  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm_by_name(m, "pp", &c), TPDP_ERR_NOT_FOUND, "'pp'");
-  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm(m, 2, &c), TPDP_ERR_INVALID_ARGUMENT, "dim 2");
-  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm(m, -1, &c), TPDP_ERR_INVALID_ARGUMENT, "dim -1");
+  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm_by_name(m, "pp", &c), TPDP_ERR_NOT_FOUND,
+                    "'pp'");
+  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm(m, 2, &c), TPDP_ERR_INVALID_ARGUMENT,
+                    "dim 2");
+  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm(m, -1, &c), TPDP_ERR_INVALID_ARGUMENT,
+                    "dim -1");
   int64_t bad[2] = {0, 5};
   int r = -1;
-  EXPECT_TPDP_ERROR(tpdp_mesh_rank_of(m, bad, &r), TPDP_ERR_INVALID_ARGUMENT, "5", "'tp'");
+  EXPECT_TPDP_ERROR(tpdp_mesh_rank_of(m, bad, &r), TPDP_ERR_INVALID_ARGUMENT,
+                    "5", "'tp'");
   int64_t cc[2];
   std::string rank_p = "rank " + std::to_string(p);
   EXPECT_TPDP_ERROR(tpdp_mesh_coords(m, p, cc), TPDP_ERR_INVALID_ARGUMENT,
@@ -231,7 +240,8 @@ class BadInput : public ::testing::Test {
   // After every bad call the communicator must still work.
   void TearDown() override {
     int32_t one = 1, sum = 0;
-    tpdp_tensor s = tpdp_tensor_1d(&one, TPDP_I32, 1), r = tpdp_tensor_1d(&sum, TPDP_I32, 1);
+    tpdp_tensor s = tpdp_tensor_1d(&one, TPDP_I32, 1),
+                r = tpdp_tensor_1d(&sum, TPDP_I32, 1);
     EXPECT_TPDP_OK(tpdp_allreduce(w_, &s, &r, TPDP_OP_SUM));
     EXPECT_EQ(sum, p_);
   }
@@ -266,9 +276,11 @@ TEST_F(BadInput, NullPointers) {
                     "barrier", "work handle");
   tpdp_tensor nodata = tpdp_tensor_1d(nullptr, TPDP_F32, 3);
   EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &nodata, &nodata, TPDP_OP_SUM),
-                    TPDP_ERR_NULL_POINTER, "recv buffer has NULL data", "3 elements");
+                    TPDP_ERR_NULL_POINTER, "recv buffer has NULL data",
+                    "3 elements");
   int done = 0;
-  EXPECT_TPDP_ERROR(tpdp_work_test(nullptr, &done), TPDP_ERR_NULL_POINTER, "'work'");
+  EXPECT_TPDP_ERROR(tpdp_work_test(nullptr, &done), TPDP_ERR_NULL_POINTER,
+                    "'work'");
   EXPECT_TPDP_OK(tpdp_work_wait(nullptr));
   EXPECT_TPDP_OK(tpdp_work_wait_stream(nullptr, nullptr));
   // A failed async call leaves *work NULL.
@@ -278,22 +290,28 @@ TEST_F(BadInput, NullPointers) {
   EXPECT_EQ(wk, nullptr);
   // tpdp_work_test on a live handle needs a place to put the answer.
   ASSERT_TPDP_OK(tpdp_barrier_async(w_, &wk));
-  EXPECT_TPDP_ERROR(tpdp_work_test(wk, nullptr), TPDP_ERR_NULL_POINTER, "'done'");
+  EXPECT_TPDP_ERROR(tpdp_work_test(wk, nullptr), TPDP_ERR_NULL_POINTER,
+                    "'done'");
   EXPECT_TPDP_OK(tpdp_work_wait(wk));
 }
 
 TEST_F(BadInput, MismatchedDtypes) {
   float f[8] = {0};
   int32_t i[8] = {0};
-  tpdp_tensor tf = tpdp_tensor_1d(f, TPDP_F32, 1), ti = tpdp_tensor_1d(i, TPDP_I32, 1);
-  tpdp_tensor tfp = tpdp_tensor_1d(f, TPDP_F32, p_), tip = tpdp_tensor_1d(i, TPDP_I32, p_);
-  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &tf, &ti, TPDP_OP_SUM), TPDP_ERR_DTYPE_MISMATCH,
-                    "allreduce", "send dtype f32", "recv dtype i32");
+  tpdp_tensor tf = tpdp_tensor_1d(f, TPDP_F32, 1),
+              ti = tpdp_tensor_1d(i, TPDP_I32, 1);
+  tpdp_tensor tfp = tpdp_tensor_1d(f, TPDP_F32, p_),
+              tip = tpdp_tensor_1d(i, TPDP_I32, p_);
+  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &tf, &ti, TPDP_OP_SUM),
+                    TPDP_ERR_DTYPE_MISMATCH, "allreduce", "send dtype f32",
+                    "recv dtype i32");
   EXPECT_TPDP_ERROR(tpdp_allgather(w_, &tf, &tip), TPDP_ERR_DTYPE_MISMATCH,
                     "allgather", "f32", "i32");
   EXPECT_TPDP_ERROR(tpdp_reduce_scatter(w_, &tip, &tf, TPDP_OP_MAX),
-                    TPDP_ERR_DTYPE_MISMATCH, "reduce_scatter", "send dtype i32");
-  EXPECT_TPDP_ERROR(tpdp_alltoall(w_, &tfp, &tip), TPDP_ERR_DTYPE_MISMATCH, "alltoall");
+                    TPDP_ERR_DTYPE_MISMATCH, "reduce_scatter",
+                    "send dtype i32");
+  EXPECT_TPDP_ERROR(tpdp_alltoall(w_, &tfp, &tip), TPDP_ERR_DTYPE_MISMATCH,
+                    "alltoall");
   // Broadcast checks send on the root only: every rank is root here.
   tpdp_comm *self = nullptr;
   ASSERT_TPDP_OK(tpdp_comm_split(w_, tpdp_comm_rank(w_), 0, &self));
@@ -307,11 +325,14 @@ TEST_F(BadInput, MismatchedDtypes) {
 
 TEST_F(BadInput, MismatchedCountsForEachCollective) {
   std::vector<double> a(64), b(64);
-  auto T = [](std::vector<double> &v, int64_t n) { return tpdp_tensor_1d(v.data(), TPDP_F64, n); };
+  auto T = [](std::vector<double> &v, int64_t n) {
+    return tpdp_tensor_1d(v.data(), TPDP_F64, n);
+  };
   std::string P = std::to_string(p_) + " ranks";
   tpdp_tensor s7 = T(a, 7), r6 = T(b, 6);
-  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &s7, &r6, TPDP_OP_SUM), TPDP_ERR_SHAPE_MISMATCH,
-                    "allreduce", "send has 7", "recv 6");
+  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &s7, &r6, TPDP_OP_SUM),
+                    TPDP_ERR_SHAPE_MISMATCH, "allreduce", "send has 7",
+                    "recv 6");
   tpdp_work *wk = nullptr;
   EXPECT_TPDP_ERROR(tpdp_allreduce_async(w_, &s7, &r6, TPDP_OP_AVG, &wk),
                     TPDP_ERR_SHAPE_MISMATCH, "allreduce", "send has 7");
@@ -319,18 +340,19 @@ TEST_F(BadInput, MismatchedCountsForEachCollective) {
   tpdp_tensor s3 = T(a, 3), r3p1 = T(b, 3 * p_ + 1);
   std::string r3p1s = "recv " + std::to_string(3 * p_ + 1);
   EXPECT_TPDP_ERROR(tpdp_allgather(w_, &s3, &r3p1), TPDP_ERR_SHAPE_MISMATCH,
-                    "allgather", "numel(recv) must be size * numel(send)", "send has 3",
-                    r3p1s.c_str(), P.c_str());
+                    "allgather", "numel(recv) must be size * numel(send)",
+                    "send has 3", r3p1s.c_str(), P.c_str());
   tpdp_tensor s3p1 = T(a, 3 * p_ + 1), r3 = T(b, 3);
   EXPECT_TPDP_ERROR(tpdp_reduce_scatter(w_, &s3p1, &r3, TPDP_OP_SUM),
                     TPDP_ERR_SHAPE_MISMATCH, "reduce_scatter",
-                    "numel(send) must be size * numel(recv)", "recv 3", P.c_str());
+                    "numel(send) must be size * numel(recv)", "recv 3",
+                    P.c_str());
   tpdp_tensor s5 = T(a, 4 * p_ + 1), r5 = T(b, 4 * p_ + 1);
-  EXPECT_TPDP_ERROR(tpdp_alltoall(w_, &s5, &r5), TPDP_ERR_SHAPE_MISMATCH, "alltoall",
-                    "divide by size");
+  EXPECT_TPDP_ERROR(tpdp_alltoall(w_, &s5, &r5), TPDP_ERR_SHAPE_MISMATCH,
+                    "alltoall", "divide by size");
   tpdp_tensor s8 = T(a, 2 * p_), r4 = T(b, p_);
-  EXPECT_TPDP_ERROR(tpdp_alltoall(w_, &s8, &r4), TPDP_ERR_SHAPE_MISMATCH, "alltoall",
-                    "equal numel(recv)");
+  EXPECT_TPDP_ERROR(tpdp_alltoall(w_, &s8, &r4), TPDP_ERR_SHAPE_MISMATCH,
+                    "alltoall", "equal numel(recv)");
   // Broadcast compares counts on the root; a size-1 communicator makes
   // every rank its own root so no rank waits for another.
   tpdp_comm *self = nullptr;
@@ -347,20 +369,26 @@ TEST_F(BadInput, NonContiguousTensors) {
   tpdp_tensor ok4 = tpdp_tensor_1d(x + 32, TPDP_F32, 4);
   tpdp_tensor okp = tpdp_tensor_1d(x + 40, TPDP_F32, 4 * p_);
   EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &strided, &ok4, TPDP_OP_SUM),
-                    TPDP_ERR_INVALID_ARGUMENT, "allreduce", "send buffer is not contiguous");
+                    TPDP_ERR_INVALID_ARGUMENT, "allreduce",
+                    "send buffer is not contiguous");
   EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &ok4, &strided, TPDP_OP_SUM),
                     TPDP_ERR_INVALID_ARGUMENT, "recv buffer is not contiguous");
-  EXPECT_TPDP_ERROR(tpdp_allgather(w_, &strided, &okp), TPDP_ERR_INVALID_ARGUMENT,
-                    "allgather", "send buffer is not contiguous");
-  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, nullptr, &strided, 0), TPDP_ERR_INVALID_ARGUMENT,
-                    "broadcast", "recv buffer is not contiguous");
+  EXPECT_TPDP_ERROR(tpdp_allgather(w_, &strided, &okp),
+                    TPDP_ERR_INVALID_ARGUMENT, "allgather",
+                    "send buffer is not contiguous");
+  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, nullptr, &strided, 0),
+                    TPDP_ERR_INVALID_ARGUMENT, "broadcast",
+                    "recv buffer is not contiguous");
   // A 2-D column view.
   tpdp_tensor col = tpdp_tensor_1d(x, TPDP_F32, 0);
   col.ndim = 2;
-  col.shape[0] = 4; col.shape[1] = 1;
-  col.strides[0] = 3; col.strides[1] = 1;
+  col.shape[0] = 4;
+  col.shape[1] = 1;
+  col.strides[0] = 3;
+  col.strides[1] = 1;
   EXPECT_TPDP_ERROR(tpdp_reduce_scatter(w_, &okp, &col, TPDP_OP_SUM),
-                    TPDP_ERR_INVALID_ARGUMENT, "reduce_scatter", "recv buffer is not contiguous");
+                    TPDP_ERR_INVALID_ARGUMENT, "reduce_scatter",
+                    "recv buffer is not contiguous");
 }
 
 TEST_F(BadInput, WrongDeviceBadRootBadOpBadShape) {
@@ -369,30 +397,35 @@ TEST_F(BadInput, WrongDeviceBadRootBadOpBadShape) {
   tpdp_tensor gpu = cpu;
   gpu.device.type = TPDP_DEVICE_CUDA;
   gpu.device.index = 0;
-  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &gpu, &cpu, TPDP_OP_SUM), TPDP_ERR_DEVICE_MISMATCH,
-                    "allreduce", "send buffer is on cuda:0", "world", "mpi");
-  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, nullptr, &gpu, 0), TPDP_ERR_DEVICE_MISMATCH,
-                    "broadcast", "recv buffer is on cuda:0");
+  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &gpu, &cpu, TPDP_OP_SUM),
+                    TPDP_ERR_DEVICE_MISMATCH, "allreduce",
+                    "send buffer is on cuda:0", "world", "mpi");
+  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, nullptr, &gpu, 0),
+                    TPDP_ERR_DEVICE_MISMATCH, "broadcast",
+                    "recv buffer is on cuda:0");
   std::string root_p = "root " + std::to_string(p_);
-  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, &cpu, &cpu, p_), TPDP_ERR_INVALID_ARGUMENT,
-                    "broadcast", root_p.c_str(), "world");
-  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, &cpu, &cpu, -1), TPDP_ERR_INVALID_ARGUMENT,
-                    "root -1");
+  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, &cpu, &cpu, p_),
+                    TPDP_ERR_INVALID_ARGUMENT, "broadcast", root_p.c_str(),
+                    "world");
+  EXPECT_TPDP_ERROR(tpdp_broadcast(w_, &cpu, &cpu, -1),
+                    TPDP_ERR_INVALID_ARGUMENT, "root -1");
   tpdp_work *wk = nullptr;
   EXPECT_TPDP_ERROR(tpdp_broadcast_async(w_, &cpu, &cpu, 1000, &wk),
                     TPDP_ERR_INVALID_ARGUMENT, "root 1000");
-  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &cpu, &cpu, static_cast<tpdp_reduce_op>(9)),
-                    TPDP_ERR_INVALID_ARGUMENT, "allreduce", "reduce op 9");
+  EXPECT_TPDP_ERROR(
+      tpdp_allreduce(w_, &cpu, &cpu, static_cast<tpdp_reduce_op>(9)),
+      TPDP_ERR_INVALID_ARGUMENT, "allreduce", "reduce op 9");
   tpdp_tensor cpup = tpdp_tensor_1d(x, TPDP_F32, p_);
-  EXPECT_TPDP_ERROR(tpdp_reduce_scatter(w_, &cpup, &cpu, static_cast<tpdp_reduce_op>(-1)),
-                    TPDP_ERR_INVALID_ARGUMENT, "reduce_scatter", "reduce op -1");
+  EXPECT_TPDP_ERROR(
+      tpdp_reduce_scatter(w_, &cpup, &cpu, static_cast<tpdp_reduce_op>(-1)),
+      TPDP_ERR_INVALID_ARGUMENT, "reduce_scatter", "reduce op -1");
   tpdp_tensor neg = tpdp_tensor_1d(x, TPDP_F32, -2);
-  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &neg, &neg, TPDP_OP_SUM), TPDP_ERR_BAD_DIM_SIZE,
-                    "shape[0] = -2");
+  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &neg, &neg, TPDP_OP_SUM),
+                    TPDP_ERR_BAD_DIM_SIZE, "shape[0] = -2");
   tpdp_tensor nine = cpu;
   nine.ndim = 9;
-  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &cpu, &nine, TPDP_OP_SUM), TPDP_ERR_TOO_MANY_DIMS,
-                    "recv buffer has ndim 9");
+  EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &cpu, &nine, TPDP_OP_SUM),
+                    TPDP_ERR_TOO_MANY_DIMS, "recv buffer has ndim 9");
 }
 
 }  // namespace

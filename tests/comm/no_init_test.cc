@@ -63,27 +63,33 @@ TEST(LayoutMesh, ThreeDimsCoordinatesAndGroups) {
   EXPECT_EQ(std::vector<int>(g, g + 2), (std::vector<int>{6, 7}));
 
   tpdp_comm *c = nullptr;
-  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm(m, 0, &c), TPDP_ERR_STATE, "layout-only");
+  EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm(m, 0, &c), TPDP_ERR_STATE,
+                    "layout-only");
   EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm_by_name(m, "dp", &c), TPDP_ERR_STATE,
                     "layout-only");
   EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm_by_name(m, "ep", &c), TPDP_ERR_NOT_FOUND,
                     "'ep'");
-  EXPECT_TPDP_ERROR(tpdp_mesh_group_ranks(m, 3, 0, g), TPDP_ERR_INVALID_ARGUMENT,
-                    "dim 3");
-  EXPECT_TPDP_ERROR(tpdp_mesh_group_ranks(m, 0, 12, g), TPDP_ERR_INVALID_ARGUMENT,
-                    "rank 12");
+  EXPECT_TPDP_ERROR(tpdp_mesh_group_ranks(m, 3, 0, g),
+                    TPDP_ERR_INVALID_ARGUMENT, "dim 3");
+  EXPECT_TPDP_ERROR(tpdp_mesh_group_ranks(m, 0, 12, g),
+                    TPDP_ERR_INVALID_ARGUMENT, "rank 12");
   int64_t co[3];
-  EXPECT_TPDP_ERROR(tpdp_mesh_coords(m, -1, co), TPDP_ERR_INVALID_ARGUMENT, "rank -1");
+  EXPECT_TPDP_ERROR(tpdp_mesh_coords(m, -1, co), TPDP_ERR_INVALID_ARGUMENT,
+                    "rank -1");
   int64_t bad[3] = {0, 3, 0};
   int r;
   EXPECT_TPDP_ERROR(tpdp_mesh_rank_of(m, bad, &r), TPDP_ERR_INVALID_ARGUMENT,
                     "coordinate 3", "'dp'");
-  EXPECT_TPDP_ERROR(tpdp_mesh_coords(nullptr, 0, co), TPDP_ERR_NULL_POINTER, "'mesh'");
-  EXPECT_TPDP_ERROR(tpdp_mesh_coords(m, 0, nullptr), TPDP_ERR_NULL_POINTER, "'coords'");
+  EXPECT_TPDP_ERROR(tpdp_mesh_coords(nullptr, 0, co), TPDP_ERR_NULL_POINTER,
+                    "'mesh'");
+  EXPECT_TPDP_ERROR(tpdp_mesh_coords(m, 0, nullptr), TPDP_ERR_NULL_POINTER,
+                    "'coords'");
 
   tpdp_mesh *same = nullptr, *other = nullptr;
-  ASSERT_TPDP_OK(tpdp_mesh_create_from_string(nullptr, "pp=2,dp=3,tp=2", &same));
-  ASSERT_TPDP_OK(tpdp_mesh_create_from_string(nullptr, "pp=2,ep=3,tp=2", &other));
+  ASSERT_TPDP_OK(
+      tpdp_mesh_create_from_string(nullptr, "pp=2,dp=3,tp=2", &same));
+  ASSERT_TPDP_OK(
+      tpdp_mesh_create_from_string(nullptr, "pp=2,ep=3,tp=2", &other));
   EXPECT_TRUE(tpdp_mesh_equal(m, same));
   EXPECT_FALSE(tpdp_mesh_equal(m, other));
   EXPECT_FALSE(tpdp_mesh_equal(m, nullptr));
@@ -97,17 +103,17 @@ TEST(LayoutMesh, CreateRejectsBadDims) {
   tpdp_mesh *m = reinterpret_cast<tpdp_mesh *>(0x1);
   int64_t s[9] = {2, 2, 1, 1, 1, 1, 1, 1, 1};
   const char *n[9] = {"a", "b", "c", "d", "e", "f", "g", "h", "i"};
-  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 9, s, n, &m), TPDP_ERR_TOO_MANY_DIMS,
-                    "9 dims");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 9, s, n, &m),
+                    TPDP_ERR_TOO_MANY_DIMS, "9 dims");
   EXPECT_EQ(m, nullptr);
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 0, s, n, &m),
                     TPDP_ERR_INVALID_ARGUMENT, "at least 1 dim");
   const char *dup[2] = {"dp", "dp"};
-  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, s, dup, &m), TPDP_ERR_DUPLICATE,
-                    "'dp'", "dims 0 and 1");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, s, dup, &m),
+                    TPDP_ERR_DUPLICATE, "'dp'", "dims 0 and 1");
   const char *empty[2] = {"", "tp"};
-  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, s, empty, &m), TPDP_ERR_EMPTY_NAME,
-                    "dim 0");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, s, empty, &m),
+                    TPDP_ERR_EMPTY_NAME, "dim 0");
   const char *null_name[2] = {"dp", nullptr};
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, s, null_name, &m),
                     TPDP_ERR_NULL_POINTER, "dim 1");
@@ -116,13 +122,13 @@ TEST(LayoutMesh, CreateRejectsBadDims) {
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, s, lng, &m),
                     TPDP_ERR_INVALID_ARGUMENT, "dim 1", "longer");
   int64_t zero[2] = {2, 0}, neg[2] = {-3, 2};
-  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, zero, n, &m), TPDP_ERR_BAD_DIM_SIZE,
-                    "dim 1", "'b'", "size 0");
-  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, neg, n, &m), TPDP_ERR_BAD_DIM_SIZE,
-                    "dim 0", "size -3");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, zero, n, &m),
+                    TPDP_ERR_BAD_DIM_SIZE, "dim 1", "'b'", "size 0");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, neg, n, &m),
+                    TPDP_ERR_BAD_DIM_SIZE, "dim 0", "size -3");
   int64_t huge[3] = {65536, 65536, 2};
-  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 3, huge, n, &m), TPDP_ERR_BAD_DIM_SIZE,
-                    "[65536, 65536, 2]", "more than");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 3, huge, n, &m),
+                    TPDP_ERR_BAD_DIM_SIZE, "[65536, 65536, 2]", "more than");
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, nullptr, n, &m),
                     TPDP_ERR_NULL_POINTER, "'sizes'");
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, s, n, nullptr),
@@ -160,8 +166,8 @@ TEST(MeshParse, Errors) {
   for (const ParseCase &c : k) {
     SCOPED_TRACE(c.text);
     tpdp_mesh *m = reinterpret_cast<tpdp_mesh *>(0x1);
-    EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(nullptr, c.text, &m), c.status,
-                      "tpdp_mesh_parse", c.needle);
+    EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(nullptr, c.text, &m),
+                      c.status, "tpdp_mesh_parse", c.needle);
     EXPECT_EQ(m, reinterpret_cast<tpdp_mesh *>(0x1));  // parse fails first
   }
 }
@@ -172,21 +178,23 @@ TEST(MeshParse, AcceptsBlanksAndEightDims) {
   int ndim = 0;
   int64_t sizes[TPDP_MAX_DIMS];
   const char *names[TPDP_MAX_DIMS];
-  ASSERT_TPDP_OK(tpdp_mesh_parse(text.c_str(), storage.data(), &ndim, sizes, names));
+  ASSERT_TPDP_OK(
+      tpdp_mesh_parse(text.c_str(), storage.data(), &ndim, sizes, names));
   ASSERT_EQ(ndim, 2);
   EXPECT_STREQ(names[0], "dp");
   EXPECT_STREQ(names[1], "tp");
   EXPECT_EQ(sizes[0], 2);
   EXPECT_EQ(sizes[1], 3);
   tpdp_mesh *m = nullptr;
-  ASSERT_TPDP_OK(
-      tpdp_mesh_create_from_string(nullptr, "a=1,b=2,c=1,d=1,e=1,f=1,g=1,h=3", &m));
+  ASSERT_TPDP_OK(tpdp_mesh_create_from_string(
+      nullptr, "a=1,b=2,c=1,d=1,e=1,f=1,g=1,h=3", &m));
   EXPECT_EQ(tpdp_mesh_ndim(m), 8);
   EXPECT_EQ(tpdp_mesh_size(m), 6);
   EXPECT_EQ(tpdp_mesh_dim_index(m, "h"), 7);
   tpdp_mesh_destroy(m);
-  EXPECT_TPDP_ERROR(tpdp_mesh_parse(nullptr, storage.data(), &ndim, sizes, names),
-                    TPDP_ERR_NULL_POINTER, "'text'");
+  EXPECT_TPDP_ERROR(
+      tpdp_mesh_parse(nullptr, storage.data(), &ndim, sizes, names),
+      TPDP_ERR_NULL_POINTER, "'text'");
 }
 
 }  // namespace

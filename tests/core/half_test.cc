@@ -33,8 +33,8 @@ TEST(F16, ExactValuesBothWays) {
       {1.5f, 0x3E00},
       {3.0f, 0x4200},
       {10.0f, 0x4900},
-      {0.333251953125f, 0x3555},           // nearest f16 to 1/3
-      {65504.0f, 0x7BFF},                  // largest finite
+      {0.333251953125f, 0x3555},  // nearest f16 to 1/3
+      {65504.0f, 0x7BFF},         // largest finite
       {-65504.0f, 0xFBFF},
       {std::ldexp(1.0f, -14), 0x0400},     // smallest normal
       {std::ldexp(1.0f, -24), 0x0001},     // smallest subnormal
@@ -55,10 +55,13 @@ TEST(F16, ExactValuesBothWays) {
 
 TEST(F16, RoundToNearestEven) {
   // Between 1.0 (0x3C00) and 1 + 2^-10 (0x3C01) the midpoint is 1 + 2^-11.
-  EXPECT_EQ(tpdp_f32_to_f16(1.0f + std::ldexp(1.0f, -11)), 0x3C00);  // tie -> even
-  EXPECT_EQ(tpdp_f32_to_f16(1.0f + std::ldexp(3.0f, -11)), 0x3C02);  // tie -> even
-  EXPECT_EQ(tpdp_f32_to_f16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)),
-            0x3C01);  // just above the midpoint
+  EXPECT_EQ(tpdp_f32_to_f16(1.0f + std::ldexp(1.0f, -11)),
+            0x3C00);  // tie -> even
+  EXPECT_EQ(tpdp_f32_to_f16(1.0f + std::ldexp(3.0f, -11)),
+            0x3C02);  // tie -> even
+  EXPECT_EQ(
+      tpdp_f32_to_f16(1.0f + std::ldexp(1.0f, -11) + std::ldexp(1.0f, -20)),
+      0x3C01);  // just above the midpoint
   EXPECT_EQ(tpdp_f32_to_f16(1.0f + std::ldexp(1.0f, -12)), 0x3C00);  // below
   EXPECT_EQ(tpdp_f32_to_f16(0.1f), 0x2E66);
   // Rounding up into the next binade: 2 - 2^-12 is above the midpoint of
@@ -75,7 +78,8 @@ TEST(F16, SubnormalRounding) {
   // 2^-25 is halfway between 0 and 2^-24: ties to even gives 0.
   EXPECT_EQ(tpdp_f32_to_f16(std::ldexp(1.0f, -25)), 0x0000);
   EXPECT_EQ(tpdp_f32_to_f16(-std::ldexp(1.0f, -25)), 0x8000);
-  EXPECT_EQ(tpdp_f32_to_f16(std::ldexp(1.0f, -25) + std::ldexp(1.0f, -35)), 0x0001);
+  EXPECT_EQ(tpdp_f32_to_f16(std::ldexp(1.0f, -25) + std::ldexp(1.0f, -35)),
+            0x0001);
   // 3 * 2^-25 is halfway between 0x0001 and 0x0002: even wins.
   EXPECT_EQ(tpdp_f32_to_f16(std::ldexp(3.0f, -25)), 0x0002);
   // 5 * 2^-25 is halfway between 0x0002 and 0x0003: even wins.
@@ -122,7 +126,7 @@ TEST(BF16, ExactValuesBothWays) {
       {10.0f, 0x4120},
       {INFINITY, 0x7F80},
       {-INFINITY, 0xFF80},
-      {FromBits(0x7F7F0000), 0x7F7F},  // largest finite bf16
+      {FromBits(0x7F7F0000), 0x7F7F},    // largest finite bf16
       {std::ldexp(1.0f, -126), 0x0080},  // smallest normal
       {std::ldexp(1.0f, -133), 0x0001},  // smallest subnormal
   };
@@ -137,8 +141,9 @@ TEST(BF16, RoundToNearestEven) {
   // Between 1.0 (0x3F80) and 1 + 2^-7 (0x3F81) the midpoint is 1 + 2^-8.
   EXPECT_EQ(tpdp_f32_to_bf16(1.0f + std::ldexp(1.0f, -8)), 0x3F80);
   EXPECT_EQ(tpdp_f32_to_bf16(1.0f + std::ldexp(3.0f, -8)), 0x3F82);
-  EXPECT_EQ(tpdp_f32_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)),
-            0x3F81);
+  EXPECT_EQ(
+      tpdp_f32_to_bf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)),
+      0x3F81);
   EXPECT_EQ(tpdp_f32_to_bf16(FromBits(0x3F80FFFF)), 0x3F81);
   EXPECT_EQ(tpdp_f32_to_bf16(FromBits(0x3F807FFF)), 0x3F80);
   // Largest f32 rounds up to inf; f32 subnormals round like the rest.

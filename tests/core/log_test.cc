@@ -85,7 +85,8 @@ TEST_F(Log, TraceShowsFailedCalls) {
   tpdp_dtype d;
   EXPECT_EQ(tpdp_dtype_parse("f7", &d), TPDP_ERR_PARSE);
   std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("[rank 0] tpdp TRACE: error TPDP_ERR_PARSE"), std::string::npos)
+  EXPECT_NE(err.find("[rank 0] tpdp TRACE: error TPDP_ERR_PARSE"),
+            std::string::npos)
       << err;
   EXPECT_NE(err.find("'f7'"), std::string::npos) << err;
 }

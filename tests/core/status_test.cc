@@ -45,9 +45,7 @@ TEST(Status, LastErrorNamesFunctionAndIsThreadLocal) {
   EXPECT_STREQ(tpdp_last_error(), "");
 }
 
-TEST(Version, RuntimeMatchesHeader) {
-  EXPECT_EQ(tpdp_version(), TPDP_VERSION);
-}
+TEST(Version, RuntimeMatchesHeader) { EXPECT_EQ(tpdp_version(), TPDP_VERSION); }
 
 extern "C" {
 #include "core/check.h"

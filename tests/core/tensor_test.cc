@@ -11,10 +11,15 @@ namespace {
 const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
 
 TEST(Dtype, SizesNamesAndParse) {
-  const struct { tpdp_dtype dt; size_t size; const char *name; int is_float; } k[] = {
-      {TPDP_F32, 4, "f32", 1}, {TPDP_F64, 8, "f64", 1}, {TPDP_F16, 2, "f16", 1},
-      {TPDP_BF16, 2, "bf16", 1}, {TPDP_I32, 4, "i32", 0}, {TPDP_I64, 8, "i64", 0},
-      {TPDP_U8, 1, "u8", 0}};
+  const struct {
+    tpdp_dtype dt;
+    size_t size;
+    const char *name;
+    int is_float;
+  } k[] = {{TPDP_F32, 4, "f32", 1}, {TPDP_F64, 8, "f64", 1},
+           {TPDP_F16, 2, "f16", 1}, {TPDP_BF16, 2, "bf16", 1},
+           {TPDP_I32, 4, "i32", 0}, {TPDP_I64, 8, "i64", 0},
+           {TPDP_U8, 1, "u8", 0}};
   for (const auto &e : k) {
     EXPECT_EQ(tpdp_dtype_size(e.dt), e.size) << e.name;
     EXPECT_STREQ(tpdp_dtype_name(e.dt), e.name);
@@ -28,8 +33,10 @@ TEST(Dtype, SizesNamesAndParse) {
   EXPECT_STREQ(tpdp_dtype_name(static_cast<tpdp_dtype>(42)), "?");
   tpdp_dtype d;
   EXPECT_TPDP_ERROR(tpdp_dtype_parse("f8", &d), TPDP_ERR_PARSE, "'f8'");
-  EXPECT_TPDP_ERROR(tpdp_dtype_parse(nullptr, &d), TPDP_ERR_NULL_POINTER, "name");
-  EXPECT_TPDP_ERROR(tpdp_dtype_parse("f32", nullptr), TPDP_ERR_NULL_POINTER, "out");
+  EXPECT_TPDP_ERROR(tpdp_dtype_parse(nullptr, &d), TPDP_ERR_NULL_POINTER,
+                    "name");
+  EXPECT_TPDP_ERROR(tpdp_dtype_parse("f32", nullptr), TPDP_ERR_NULL_POINTER,
+                    "out");
 }
 
 TEST(Device, FormatAndEqual) {
@@ -100,8 +107,9 @@ TEST(Tensor, InitContiguousStridesNumelBytes) {
 TEST(Tensor, InitRejectsBadInput) {
   int64_t shape[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
   tpdp_tensor t;
-  EXPECT_TPDP_ERROR(tpdp_tensor_init(nullptr, nullptr, TPDP_F32, kCpu, 1, shape),
-                    TPDP_ERR_NULL_POINTER, "tpdp_tensor_init", "'out'");
+  EXPECT_TPDP_ERROR(
+      tpdp_tensor_init(nullptr, nullptr, TPDP_F32, kCpu, 1, shape),
+      TPDP_ERR_NULL_POINTER, "tpdp_tensor_init", "'out'");
   EXPECT_TPDP_ERROR(tpdp_tensor_init(&t, nullptr, TPDP_F32, kCpu, 9, shape),
                     TPDP_ERR_TOO_MANY_DIMS, "ndim 9");
   EXPECT_TPDP_ERROR(tpdp_tensor_init(&t, nullptr, TPDP_F32, kCpu, -1, shape),
@@ -121,8 +129,10 @@ TEST(Tensor, Contiguity) {
   // A transposed [2, 3]: shape [3, 2], strides [1, 3].
   tpdp_tensor tr = tpdp_tensor_1d(buf, TPDP_F32, 0);
   tr.ndim = 2;
-  tr.shape[0] = 3; tr.shape[1] = 2;
-  tr.strides[0] = 1; tr.strides[1] = 3;
+  tr.shape[0] = 3;
+  tr.shape[1] = 2;
+  tr.strides[0] = 1;
+  tr.strides[1] = 3;
   EXPECT_FALSE(tpdp_tensor_is_contiguous(&tr));
   // Every other element: shape [3], stride 2.
   tpdp_tensor every2 = tpdp_tensor_1d(buf, TPDP_F32, 3);
@@ -131,8 +141,12 @@ TEST(Tensor, Contiguity) {
   // Size-1 dims may carry any stride.
   tpdp_tensor ones = tpdp_tensor_1d(buf, TPDP_F32, 0);
   ones.ndim = 3;
-  ones.shape[0] = 1; ones.shape[1] = 6; ones.shape[2] = 1;
-  ones.strides[0] = 99; ones.strides[1] = 1; ones.strides[2] = 42;
+  ones.shape[0] = 1;
+  ones.shape[1] = 6;
+  ones.shape[2] = 1;
+  ones.strides[0] = 99;
+  ones.strides[1] = 1;
+  ones.strides[2] = 42;
   EXPECT_TRUE(tpdp_tensor_is_contiguous(&ones));
   // Empty tensors are contiguous whatever their strides.
   tpdp_tensor empty = every2;
@@ -233,7 +247,9 @@ TEST(Tensor, CopyStridedBothWays) {
   for (double &x : dst_buf) x = -1;
   tpdp_tensor dst = src;
   dst.data = dst_buf;
-  dst.strides[0] = 1; dst.strides[1] = 2; dst.strides[2] = 6;
+  dst.strides[0] = 1;
+  dst.strides[1] = 2;
+  dst.strides[2] = 6;
   ASSERT_TPDP_OK(tpdp_tensor_copy(&dst, &src));
   for (int i = 0; i < 2; i++)
     for (int j = 0; j < 3; j++)
@@ -276,8 +292,8 @@ TEST(Tensor, CopyRejectsMismatches) {
   tb = ta;
   tb.data = b;
   tb.dtype = TPDP_I32;
-  EXPECT_TPDP_ERROR(tpdp_tensor_copy(&ta, &tb), TPDP_ERR_DTYPE_MISMATCH,
-                    "f32", "i32");
+  EXPECT_TPDP_ERROR(tpdp_tensor_copy(&ta, &tb), TPDP_ERR_DTYPE_MISMATCH, "f32",
+                    "i32");
   tb.dtype = TPDP_F32;
   tb.device.type = TPDP_DEVICE_CUDA;
 #ifndef TPDP_WITH_CUDA
@@ -288,7 +304,8 @@ TEST(Tensor, CopyRejectsMismatches) {
   tb.device = kCpu;
   tb.data = nullptr;
   EXPECT_TPDP_ERROR(tpdp_tensor_copy(&ta, &tb), TPDP_ERR_NULL_POINTER, "src");
-  EXPECT_TPDP_ERROR(tpdp_tensor_copy(nullptr, &tb), TPDP_ERR_NULL_POINTER, "dst");
+  EXPECT_TPDP_ERROR(tpdp_tensor_copy(nullptr, &tb), TPDP_ERR_NULL_POINTER,
+                    "dst");
   tb.data = b;
   tb.ndim = 9;
   EXPECT_TPDP_ERROR(tpdp_tensor_copy(&ta, &tb), TPDP_ERR_TOO_MANY_DIMS, "9");
@@ -297,11 +314,14 @@ TEST(Tensor, CopyRejectsMismatches) {
 // ------------------------------------------------------------ DLPack
 
 TEST(DLPack, RoundTripEveryDtype) {
-  const struct { tpdp_dtype dt; uint8_t code; uint8_t bits; } k[] = {
-      {TPDP_F32, kDLFloat, 32}, {TPDP_F64, kDLFloat, 64},
-      {TPDP_F16, kDLFloat, 16}, {TPDP_BF16, kDLBfloat, 16},
-      {TPDP_I32, kDLInt, 32},   {TPDP_I64, kDLInt, 64},
-      {TPDP_U8, kDLUInt, 8}};
+  const struct {
+    tpdp_dtype dt;
+    uint8_t code;
+    uint8_t bits;
+  } k[] = {{TPDP_F32, kDLFloat, 32}, {TPDP_F64, kDLFloat, 64},
+           {TPDP_F16, kDLFloat, 16}, {TPDP_BF16, kDLBfloat, 16},
+           {TPDP_I32, kDLInt, 32},   {TPDP_I64, kDLInt, 64},
+           {TPDP_U8, kDLUInt, 8}};
   alignas(8) char buf[256];
   int64_t shape[3] = {2, 3, 4};
   for (const auto &e : k) {
@@ -388,9 +408,12 @@ TEST(DLPack, RejectsWhatTpdpCannotRepresent) {
   base.shape = shape;
   tpdp_tensor t;
 
-  const struct { uint8_t code; uint8_t bits; } bad_dtypes[] = {
-      {kDLComplex, 64}, {kDLFloat, 8}, {kDLInt, 16}, {kDLInt, 8},
-      {kDLUInt, 32}, {kDLBfloat, 32}, {kDLOpaqueHandle, 64}, {6 /* bool */, 8}};
+  const struct {
+    uint8_t code;
+    uint8_t bits;
+  } bad_dtypes[] = {{kDLComplex, 64},      {kDLFloat, 8},    {kDLInt, 16},
+                    {kDLInt, 8},           {kDLUInt, 32},    {kDLBfloat, 32},
+                    {kDLOpaqueHandle, 64}, {6 /* bool */, 8}};
   for (const auto &b : bad_dtypes) {
     DLTensor dl = base;
     dl.dtype.code = b.code;
@@ -402,16 +425,16 @@ TEST(DLPack, RejectsWhatTpdpCannotRepresent) {
   }
   DLTensor lanes = base;
   lanes.dtype.lanes = 4;
-  EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&lanes, &t), TPDP_ERR_DTYPE_MISMATCH,
-                    "4 lanes");
-  const DLDeviceType bad_devices[] = {kDLCUDAHost, kDLOpenCL, kDLVulkan, kDLMetal,
-                                      kDLROCM, kDLCUDAManaged};
+  EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&lanes, &t),
+                    TPDP_ERR_DTYPE_MISMATCH, "4 lanes");
+  const DLDeviceType bad_devices[] = {kDLCUDAHost, kDLOpenCL, kDLVulkan,
+                                      kDLMetal,    kDLROCM,   kDLCUDAManaged};
   for (DLDeviceType d : bad_devices) {
     DLTensor dl = base;
     dl.device.device_type = d;
     std::string what = "device type " + std::to_string(static_cast<int>(d));
-    EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&dl, &t), TPDP_ERR_DEVICE_MISMATCH,
-                      what.c_str());
+    EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&dl, &t),
+                      TPDP_ERR_DEVICE_MISMATCH, what.c_str());
   }
   DLTensor nine = base;
   nine.ndim = 9;
@@ -419,8 +442,8 @@ TEST(DLPack, RejectsWhatTpdpCannotRepresent) {
                     "ndim 9");
   DLTensor noshape = base;
   noshape.shape = nullptr;
-  EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&noshape, &t), TPDP_ERR_NULL_POINTER,
-                    "shape");
+  EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&noshape, &t),
+                    TPDP_ERR_NULL_POINTER, "shape");
   DLTensor odd = base;
   odd.byte_offset = 6;
   EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&odd, &t),

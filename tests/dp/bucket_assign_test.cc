@@ -6,7 +6,8 @@
 
 namespace {
 
-tpdp_tensor T(tpdp_dtype dt, int64_t numel, tpdp_device dev = {TPDP_DEVICE_CPU, 0}) {
+tpdp_tensor T(tpdp_dtype dt, int64_t numel,
+              tpdp_device dev = {TPDP_DEVICE_CPU, 0}) {
   tpdp_tensor t;
   int64_t shape[1] = {numel};
   tpdp_tensor_init(&t, nullptr, dt, dev, 1, shape);
@@ -23,7 +24,8 @@ struct Bucket {
 
 std::ostream &operator<<(std::ostream &os, const Bucket &b) {
   os << "{[";
-  for (size_t i = 0; i < b.params.size(); i++) os << (i ? "," : "") << b.params[i];
+  for (size_t i = 0; i < b.params.size(); i++)
+    os << (i ? "," : "") << b.params[i];
   return os << "] " << b.bytes << "B lim " << b.limit << "}";
 }
 
@@ -31,14 +33,16 @@ std::vector<Bucket> Assign(const std::vector<tpdp_tensor> &ts,
                            const std::vector<size_t> &limits,
                            const int64_t *order = nullptr) {
   tpdp_bucket_assignment a;
-  tpdp_status st = tpdp_bucket_assign(ts.data(), (int64_t)ts.size(), limits.data(),
-                                      (int64_t)limits.size(), order, &a);
+  tpdp_status st =
+      tpdp_bucket_assign(ts.data(), (int64_t)ts.size(), limits.data(),
+                         (int64_t)limits.size(), order, &a);
   EXPECT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
   std::vector<Bucket> out;
   if (st != TPDP_SUCCESS) return out;
   for (int64_t b = 0; b < a.nbuckets; b++) {
     Bucket x;
-    for (int64_t k = a.offsets[b]; k < a.offsets[b + 1]; k++) x.params.push_back(a.indices[k]);
+    for (int64_t k = a.offsets[b]; k < a.offsets[b + 1]; k++)
+      x.params.push_back(a.indices[k]);
     x.bytes = a.bytes[b];
     x.limit = a.limits[b];
     out.push_back(x);
@@ -65,7 +69,8 @@ TEST(BucketAssign, DtypeSeparation) {
 // limit 1000: 800 B then 400 B -> 1200 >= 1000 closes (overshoot by one
 // tensor); the last 40 B stay open and are appended.
 TEST(BucketAssign, OvershootByOneTensor) {
-  auto got = Assign({T(TPDP_F32, 200), T(TPDP_F32, 100), T(TPDP_F32, 10)}, {1000});
+  auto got =
+      Assign({T(TPDP_F32, 200), T(TPDP_F32, 100), T(TPDP_F32, 10)}, {1000});
   std::vector<Bucket> want = {{{0, 1}, 1200, 1000}, {{2}, 40, 1000}};
   EXPECT_EQ(got, want);
 }
@@ -73,7 +78,8 @@ TEST(BucketAssign, OvershootByOneTensor) {
 // Exactly reaching the limit closes the bucket (>=).
 TEST(BucketAssign, ExactLimitCloses) {
   // 500 B < 1000, then 1000 B == 1000 closes.
-  auto got = Assign({T(TPDP_F32, 125), T(TPDP_F32, 125), T(TPDP_F32, 1)}, {1000});
+  auto got =
+      Assign({T(TPDP_F32, 125), T(TPDP_F32, 125), T(TPDP_F32, 1)}, {1000});
   std::vector<Bucket> want = {{{0, 1}, 1000, 1000}, {{2}, 4, 1000}};
   EXPECT_EQ(got, want);
 }
@@ -85,10 +91,8 @@ TEST(BucketAssign, LimitListAdvancesAndStaysOnLast) {
   auto got = Assign({T(TPDP_F32, 30), T(TPDP_F32, 100), T(TPDP_F32, 150),
                      T(TPDP_F32, 300), T(TPDP_F32, 1)},
                     {100, 1000});
-  std::vector<Bucket> want = {{{0}, 120, 100},
-                              {{1, 2}, 1000, 1000},
-                              {{3}, 1200, 1000},
-                              {{4}, 4, 1000}};
+  std::vector<Bucket> want = {
+      {{0}, 120, 100}, {{1, 2}, 1000, 1000}, {{3}, 1200, 1000}, {{4}, 4, 1000}};
   EXPECT_EQ(got, want);
 }
 
@@ -100,20 +104,19 @@ TEST(BucketAssign, PerKeyLimitPositions) {
   auto got = Assign({T(TPDP_F32, 30), T(TPDP_F16, 40), T(TPDP_F16, 10),
                      T(TPDP_F32, 25), T(TPDP_F16, 100)},
                     {100, 1000});
-  std::vector<Bucket> want = {{{0}, 120, 100},
-                              {{1, 2}, 100, 100},
-                              {{3}, 100, 1000},
-                              {{4}, 200, 1000}};
+  std::vector<Bucket> want = {
+      {{0}, 120, 100}, {{1, 2}, 100, 100}, {{3}, 100, 1000}, {{4}, 200, 1000}};
   EXPECT_EQ(got, want);
 }
 
 // Same dtype on different devices never shares a bucket.
 TEST(BucketAssign, DeviceSeparation) {
-  auto got = Assign({T(TPDP_F32, 100, kCpu), T(TPDP_F32, 100, kGpu0),
-                     T(TPDP_F32, 100, kCpu), T(TPDP_F32, 100, kGpu1),
-                     T(TPDP_F32, 100, kGpu0)},
-                    {800});
-  std::vector<Bucket> want = {{{0, 2}, 800, 800}, {{1, 4}, 800, 800}, {{3}, 400, 800}};
+  auto got = Assign(
+      {T(TPDP_F32, 100, kCpu), T(TPDP_F32, 100, kGpu0), T(TPDP_F32, 100, kCpu),
+       T(TPDP_F32, 100, kGpu1), T(TPDP_F32, 100, kGpu0)},
+      {800});
+  std::vector<Bucket> want = {
+      {{0, 2}, 800, 800}, {{1, 4}, 800, 800}, {{3}, 400, 800}};
   EXPECT_EQ(got, want);
 }
 
@@ -128,7 +131,8 @@ TEST(BucketAssign, SortedBySmallestIndex) {
 // With an explicit order the tensors are walked in it and the buckets stay
 // in closing order (leftovers last), not sorted.
 TEST(BucketAssign, ExplicitOrderIsNotSorted) {
-  std::vector<tpdp_tensor> ts = {T(TPDP_F32, 100), T(TPDP_F32, 100), T(TPDP_F32, 100)};
+  std::vector<tpdp_tensor> ts = {T(TPDP_F32, 100), T(TPDP_F32, 100),
+                                 T(TPDP_F32, 100)};
   int64_t order[3] = {2, 0, 1};
   auto got = Assign(ts, {800}, order);
   std::vector<Bucket> want = {{{2, 0}, 800, 800}, {{1}, 400, 800}};
@@ -154,7 +158,8 @@ TEST(BucketAssign, DdpDefaultLayout) {
     for (int64_t i = starts[b]; i < starts[b + 1]; i++) want.push_back(i);
     EXPECT_EQ(got[b].params, want) << "bucket " << b;
     EXPECT_EQ(got[b].bytes, (size_t)(starts[b + 1] - starts[b]) * 1000000u);
-    EXPECT_EQ(got[b].limit, b == 0 ? TPDP_BUCKET_FIRST_BYTES : TPDP_BUCKET_CAP_BYTES);
+    EXPECT_EQ(got[b].limit,
+              b == 0 ? TPDP_BUCKET_FIRST_BYTES : TPDP_BUCKET_CAP_BYTES);
   }
 }
 

@@ -13,14 +13,17 @@
 namespace {
 
 // Six f32 parameters: 12, 5, 12, 7, 16, 1 elements = 48, 20, 48, 28, 64, 4 B.
-const std::vector<std::vector<int64_t>> kShapes = {{3, 4}, {5}, {2, 3, 2}, {7}, {16}, {1}};
-const char *const kNames[] = {"l0.weight", "l0.bias", "l1.weight", "l1.bias", "head.weight", "head.bias"};
+const std::vector<std::vector<int64_t>> kShapes = {{3, 4}, {5},  {2, 3, 2},
+                                                   {7},    {16}, {1}};
+const char *const kNames[] = {"l0.weight", "l0.bias",     "l1.weight",
+                              "l1.bias",   "head.weight", "head.bias"};
 const int kN = 6;
 
 // Limits 64 / 100 B. Registration-order walk: p0 48, p1 -> 68 >= 64 closes
 // {0,1} (limit 64, then 100); p2 48, p3 76, p4 140 >= 100 closes {2,3,4};
 // {5} left over. Sorted [{0,1},{2,3,4},{5}], reversed for launch order:
-const std::vector<std::vector<int64_t>> kInitialBuckets = {{5}, {2, 3, 4}, {0, 1}};
+const std::vector<std::vector<int64_t>> kInitialBuckets = {
+    {5}, {2, 3, 4}, {0, 1}};
 
 double G(int rank, int p, int64_t i, int step) {
   return 0.25 * (rank + 1) + p + 0.5 * (double)(i % 5) + step;
@@ -39,10 +42,13 @@ struct Model {
       for (auto d : s) numel *= d;
       pdata[p].assign(numel, 0.f);
       gdata[p].assign(numel, 0.f);
-      for (int64_t i = 0; i < numel; i++) pdata[p][i] = (float)(rank * 100 + p * 10 + i);
+      for (int64_t i = 0; i < numel; i++)
+        pdata[p][i] = (float)(rank * 100 + p * 10 + i);
       tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
-      tpdp_tensor_init(&params[p].param, pdata[p].data(), TPDP_F32, cpu, (int)s.size(), s.data());
-      tpdp_tensor_init(&params[p].grad, gdata[p].data(), TPDP_F32, cpu, (int)s.size(), s.data());
+      tpdp_tensor_init(&params[p].param, pdata[p].data(), TPDP_F32, cpu,
+                       (int)s.size(), s.data());
+      tpdp_tensor_init(&params[p].grad, gdata[p].data(), TPDP_F32, cpu,
+                       (int)s.size(), s.data());
       params[p].fqn = p < kN ? kNames[p] : nullptr;
     }
   }
@@ -84,8 +90,8 @@ void WriteGrads(Model &m, int rank, int step, bool accumulate, int skip = -1) {
 }
 
 // Mean over the given ranks of sum over steps of G, for parameter p.
-double Mean(const std::vector<int> &ranks, int p, int64_t i, const std::vector<int> &steps,
-            int skip_param_on_odd = -1) {
+double Mean(const std::vector<int> &ranks, int p, int64_t i,
+            const std::vector<int> &steps, int skip_param_on_odd = -1) {
   double s = 0;
   for (int r : ranks) {
     if (p == skip_param_on_odd && r % 2 == 1) continue;
@@ -100,8 +106,9 @@ std::vector<int> AllRanks(int n) {
   return v;
 }
 
-void ExpectMean(Model &m, const std::vector<int> &ranks, const std::vector<int> &steps,
-                double rel_tol = 1e-6, int skip_param_on_odd = -1) {
+void ExpectMean(Model &m, const std::vector<int> &ranks,
+                const std::vector<int> &steps, double rel_tol = 1e-6,
+                int skip_param_on_odd = -1) {
   for (int p = 0; p < (int)m.params.size(); p++)
     for (int64_t i = 0; i < m.Numel(p); i++) {
       double want = Mean(ranks, p, i, steps, skip_param_on_odd);
@@ -123,10 +130,12 @@ TEST(Reducer, CreateBroadcastsParamsAndAssignsReversedBuckets) {
   Model m(rank);
   tpdp_reducer_options o = Opts(1);
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int p = 0; p < kN; p++)
     for (int64_t i = 0; i < m.Numel(p); i++)
-      EXPECT_EQ(m.pdata[p][i], (float)(p * 10 + i)) << "rank 0's value, param " << p;
+      EXPECT_EQ(m.pdata[p][i], (float)(p * 10 + i))
+          << "rank 0's value, param " << p;
   EXPECT_EQ(Buckets(r), kInitialBuckets);
   size_t bytes = 0, limit = 0;
   EXPECT_TPDP_OK(tpdp_reducer_bucket(r, 1, nullptr, nullptr, &bytes, &limit));
@@ -153,7 +162,8 @@ TEST(Reducer, ViewModeKeepsInitialGradientValues) {
   m.gdata[2][3] = 7.5f;
   tpdp_reducer_options o = Opts(1);
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   EXPECT_EQ(m.Grad(2)[3], 7.5f);
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }
@@ -165,7 +175,8 @@ TEST_P(ReducerModes, AveragedGradientsOverThreeIterations) {
   Model m(rank);
   tpdp_reducer_options o = Opts(GetParam());
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int step = 0; step < 3; step++) {
     ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
     WriteGrads(m, rank, step, false);
@@ -173,7 +184,8 @@ TEST_P(ReducerModes, AveragedGradientsOverThreeIterations) {
     ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
     ExpectMean(m, AllRanks(size), {step});
     if (!GetParam()) {
-      for (int p = 0; p < kN; p++) EXPECT_EQ(m.params[p].grad.data, (void *)m.gdata[p].data());
+      for (int p = 0; p < kN; p++)
+        EXPECT_EQ(m.params[p].grad.data, (void *)m.gdata[p].data());
     }
   }
   // Reverse order = initial launch order: the rebuild keeps the layout
@@ -191,7 +203,8 @@ TEST_P(ReducerModes, NoSyncAccumulatesThreeMicroSteps) {
   Model m(rank);
   tpdp_reducer_options o = Opts(GetParam());
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int p = 0; p < kN; p++)
     for (int64_t i = 0; i < m.Numel(p); i++) m.Grad(p)[i] = 0.f;
   ASSERT_TPDP_OK(tpdp_reducer_set_sync(r, 0));
@@ -220,7 +233,8 @@ TEST_P(ReducerModes, FindUnusedParameters) {
   tpdp_reducer_options o = Opts(GetParam());
   o.find_unused_parameters = 1;
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int step = 0; step < 2; step++) {
     // Odd ranks never use p3 (its stale value must not count); even ranks do.
     for (int64_t i = 0; i < m.Numel(3); i++) m.Grad(3)[i] = 1000.f;
@@ -252,7 +266,8 @@ TEST_P(ReducerModes, StaticGraphAllowsRepeatedHooks) {
   tpdp_reducer_options o = Opts(GetParam());
   o.static_graph = 1;
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int step = 0; step < 3; step++) {
     ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
     // p2's hook fires twice (reentrant backward): first a partial gradient.
@@ -269,8 +284,8 @@ TEST_P(ReducerModes, StaticGraphAllowsRepeatedHooks) {
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 2));
   EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 2));
-  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, 2), TPDP_ERR_ALREADY, "l1.weight",
-                    "static graph");
+  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, 2), TPDP_ERR_ALREADY,
+                    "l1.weight", "static graph");
   MarkAll(r, {5, 4, 3, 1, 0});
   EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
   EXPECT_EQ(tpdp_reducer_rebuilt(r), 1);
@@ -291,7 +306,8 @@ TEST(Reducer, RebuildFollowsRankZerosReadyOrder) {
   Model m(rank);
   tpdp_reducer_options o = Opts(1);
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   WriteGrads(m, rank, 0, false);
   if (rank == 0)
@@ -337,7 +353,8 @@ tpdp_status SumThenDivide(const tpdp_reducer_hook_args *a) {
   tpdp_status st = tpdp_allreduce(a->comm, a->flat, a->flat, TPDP_OP_SUM);
   if (st != TPDP_SUCCESS) return st;
   float *x = (float *)a->flat->data;
-  for (int64_t i = 0; i < tpdp_tensor_numel(a->flat); i++) x[i] = (float)(x[i] / a->divide_factor);
+  for (int64_t i = 0; i < tpdp_tensor_numel(a->flat); i++)
+    x[i] = (float)(x[i] / a->divide_factor);
   return TPDP_SUCCESS;
 }
 tpdp_status FailingHook(const tpdp_reducer_hook_args *a) {
@@ -358,7 +375,8 @@ TEST(Reducer, UserHookAndInOrderLaunch) {
   o.hook_fn = SumThenDivide;
   o.hook_user_data = &log;
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   WriteGrads(m, rank, 0, false);
   for (int p : {0, 1, 5, 2, 3, 4}) {
@@ -379,7 +397,8 @@ TEST(Reducer, UserHookErrorIsReported) {
   o.comm_hook = TPDP_REDUCER_HOOK_USER;
   o.hook_fn = FailingHook;
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, 5), TPDP_ERR_INTERNAL,
                     "user comm hook failed on bucket 0");
@@ -394,7 +413,8 @@ TEST_P(ReducerHooks, CompressedMeanWithinTolerance) {
   tpdp_reducer_options o = Opts(1);
   o.comm_hook = GetParam();
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int step = 0; step < 2; step++) {
     ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
     WriteGrads(m, rank, step, false);
@@ -416,22 +436,25 @@ TEST(Reducer, F16HookDividesBeforeReducing) {
   tpdp_reducer_options o = Opts(1);
   o.comm_hook = TPDP_REDUCER_HOOK_F16;
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   for (int p = 0; p < kN; p++)
     for (int64_t i = 0; i < m.Numel(p); i++) m.Grad(p)[i] = 60000.f;
   MarkAll(r, kReverse);
   ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
   for (int p = 0; p < kN; p++)
-    for (int64_t i = 0; i < m.Numel(p); i++) EXPECT_NEAR(m.Grad(p)[i], 60000.f, 60.f);
+    for (int64_t i = 0; i < m.Numel(p); i++)
+      EXPECT_NEAR(m.Grad(p)[i], 60000.f, 60.f);
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }
 
-INSTANTIATE_TEST_SUITE_P(Compression, ReducerHooks,
-                         ::testing::Values(TPDP_REDUCER_HOOK_BF16, TPDP_REDUCER_HOOK_F16),
-                         [](const ::testing::TestParamInfo<tpdp_reducer_hook> &i) {
-                           return std::string(i.param == TPDP_REDUCER_HOOK_BF16 ? "Bf16" : "F16");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Compression, ReducerHooks,
+    ::testing::Values(TPDP_REDUCER_HOOK_BF16, TPDP_REDUCER_HOOK_F16),
+    [](const ::testing::TestParamInfo<tpdp_reducer_hook> &i) {
+      return std::string(i.param == TPDP_REDUCER_HOOK_BF16 ? "Bf16" : "F16");
+    });
 
 TEST(Reducer, DivideFactorAndMarkByPointer) {
   int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
@@ -439,10 +462,12 @@ TEST(Reducer, DivideFactorAndMarkByPointer) {
   tpdp_reducer_options o = Opts(0);
   o.divide_factor = 1.0;  // sum
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   WriteGrads(m, rank, 0, false);
-  for (int p : kReverse) EXPECT_TPDP_OK(tpdp_reducer_mark_ready_ptr(r, m.pdata[p].data()));
+  for (int p : kReverse)
+    EXPECT_TPDP_OK(tpdp_reducer_mark_ready_ptr(r, m.pdata[p].data()));
   ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
   for (int p = 0; p < kN; p++)
     for (int64_t i = 0; i < m.Numel(p); i++)
@@ -456,7 +481,8 @@ TEST(ReducerMesh, DpDimOf2x2Mesh) {
   if (tpdp_test::WorldSize() != 4) GTEST_SKIP() << "needs 4 ranks";
   int rank = tpdp_test::WorldRank();
   tpdp_mesh *mesh = nullptr;
-  ASSERT_TPDP_OK(tpdp_mesh_create_from_string(tpdp_test::World(), "dp=2,tp=2", &mesh));
+  ASSERT_TPDP_OK(
+      tpdp_mesh_create_from_string(tpdp_test::World(), "dp=2,tp=2", &mesh));
   tpdp_comm *dp = nullptr;
   ASSERT_TPDP_OK(tpdp_mesh_dim_comm_by_name(mesh, "dp", &dp));
   std::vector<int> group = {rank % 2, 2 + rank % 2};
@@ -484,15 +510,18 @@ TEST(ReducerMesh, DpDimOf2x2Mesh) {
 TEST(Reducer, DefaultLimitsLargeBuckets) {
   int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
   const int n = 8;
-  const int64_t numel = 250000;  // 1,000,000 B: buckets {0,1},{2..7} -> reversed
-  std::vector<std::vector<float>> pd(n, std::vector<float>(numel)), gd(n, std::vector<float>(numel));
+  const int64_t numel =
+      250000;  // 1,000,000 B: buckets {0,1},{2..7} -> reversed
+  std::vector<std::vector<float>> pd(n, std::vector<float>(numel)),
+      gd(n, std::vector<float>(numel));
   std::vector<tpdp_reducer_param> ps(n);
   for (int p = 0; p < n; p++) {
     ps[p].param = tpdp_tensor_1d(pd[p].data(), TPDP_F32, numel);
     ps[p].grad = tpdp_tensor_1d(gd[p].data(), TPDP_F32, numel);
   }
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), ps.data(), n, nullptr, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), ps.data(), n, nullptr, &r));
   ASSERT_EQ(tpdp_reducer_num_buckets(r), 2);
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   for (int p = n - 1; p >= 0; p--) {
@@ -523,7 +552,8 @@ TEST(Reducer, LargeBucketsFusedAverageAndOtherDivideFactor) {
     for (double factor : {0.0, 2.0 * size})
       for (int thread : {1, 0}) {
         SCOPED_TRACE(std::string(tpdp_dtype_name(dt)) + " divide_factor " +
-                     std::to_string(factor) + " comm_thread " + std::to_string(thread));
+                     std::to_string(factor) + " comm_thread " +
+                     std::to_string(thread));
         size_t es = tpdp_dtype_size(dt);
         std::vector<std::vector<char>> pd(n, std::vector<char>(numel * es)),
             gd(n, std::vector<char>(numel * es));
@@ -537,14 +567,17 @@ TEST(Reducer, LargeBucketsFusedAverageAndOtherDivideFactor) {
         o.divide_factor = factor;
         o.comm_thread = thread;
         tpdp_reducer *r = nullptr;
-        ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), ps.data(), n, &o, &r));
+        ASSERT_TPDP_OK(
+            tpdp_reducer_create(tpdp_test::World(), ps.data(), n, &o, &r));
         for (int step = 0; step < 2; step++) {
           ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
           for (int p = n - 1; p >= 0; p--) {
             for (int64_t i = 0; i < numel; i++) {
               double v = G(rank, p, i, step);
-              if (dt == TPDP_F32) ((float *)ps[p].grad.data)[i] = (float)v;
-              else ((double *)ps[p].grad.data)[i] = v;
+              if (dt == TPDP_F32)
+                ((float *)ps[p].grad.data)[i] = (float)v;
+              else
+                ((double *)ps[p].grad.data)[i] = v;
             }
             EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, p));
           }
@@ -556,7 +589,8 @@ TEST(Reducer, LargeBucketsFusedAverageAndOtherDivideFactor) {
               double g = dt == TPDP_F32 ? ((const float *)ps[p].grad.data)[i]
                                         : ((const double *)ps[p].grad.data)[i];
               double want = scale * Mean(AllRanks(size), p, i, {step});
-              if (std::fabs(g - want) > 1e-6 * std::max(1.0, std::fabs(want))) bad++;
+              if (std::fabs(g - want) > 1e-6 * std::max(1.0, std::fabs(want)))
+                bad++;
             }
           EXPECT_EQ(bad, 0) << "step " << step;
         }
@@ -580,20 +614,22 @@ TEST(ReducerErrors, CreateRejectsBadParameterLists) {
   {
     Model m(rank);
     m.params[4].param.data = m.params[1].param.data;
-    EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r), TPDP_ERR_DUPLICATE,
-                      "duplicate parameter", "1 ('l0.bias')", "4 ('head.weight')");
+    EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
+                      TPDP_ERR_DUPLICATE, "duplicate parameter",
+                      "1 ('l0.bias')", "4 ('head.weight')");
   }
   {
     Model m(rank);
     m.params[3].param.device = {TPDP_DEVICE_CUDA, 0};
     m.params[3].grad.device = {TPDP_DEVICE_CUDA, 0};
     EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
-                      TPDP_ERR_DEVICE_MISMATCH, "mixed devices", "'l1.bias' is on cuda:0",
-                      "'l0.weight' is on cpu");
+                      TPDP_ERR_DEVICE_MISMATCH, "mixed devices",
+                      "'l1.bias' is on cuda:0", "'l0.weight' is on cpu");
   }
   {
     Model m(rank);
-    for (auto &p : m.params) p.param.device = p.grad.device = {TPDP_DEVICE_CUDA, 0};
+    for (auto &p : m.params)
+      p.param.device = p.grad.device = {TPDP_DEVICE_CUDA, 0};
 #ifdef TPDP_WITH_CUDA
     // Device buffers are built: the MPI communicator is what refuses them.
     EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
@@ -656,15 +692,17 @@ TEST(ReducerErrors, RanksDisagree) {
       m.params[2].param.strides[1] = m.params[2].grad.strides[1] = 1;
     }
     EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
-                      TPDP_ERR_SHAPE_MISMATCH, "parameter 2 'l1.weight' differs across ranks",
+                      TPDP_ERR_SHAPE_MISMATCH,
+                      "parameter 2 'l1.weight' differs across ranks",
                       "rank 0 has f32 [2, 3, 2]", shape_msg.c_str());
   }
   {
     Model m(rank);
-    if (rank == size - 1) m.params[4].param.dtype = m.params[4].grad.dtype = TPDP_F64;
+    if (rank == size - 1)
+      m.params[4].param.dtype = m.params[4].grad.dtype = TPDP_F64;
     EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
-                      TPDP_ERR_DTYPE_MISMATCH, "parameter 4 'head.weight'", "rank 0 has f32",
-                      dtype_msg.c_str());
+                      TPDP_ERR_DTYPE_MISMATCH, "parameter 4 'head.weight'",
+                      "rank 0 has f32", dtype_msg.c_str());
   }
   {
     Model m(rank);
@@ -678,11 +716,12 @@ TEST(ReducerErrors, RanksDisagree) {
     Model m(rank);
     if (rank == 0) m.params[5].param.data = m.params[0].param.data;
     if (rank == 0)
-      EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r), TPDP_ERR_DUPLICATE,
-                        "duplicate parameter");
+      EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
+                        TPDP_ERR_DUPLICATE, "duplicate parameter");
     else
-      EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r), TPDP_ERR_DUPLICATE,
-                        "rank 0", "rejected its parameters");
+      EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
+                        TPDP_ERR_DUPLICATE, "rank 0",
+                        "rejected its parameters");
   }
   EXPECT_EQ(r, nullptr);
 }
@@ -692,18 +731,22 @@ TEST(ReducerErrors, IterationMisuse) {
   Model m(rank);
   tpdp_reducer_options o = Opts(1);
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
-  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE, "finalize without prepare");
-  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, 0), TPDP_ERR_STATE, "'l0.weight'",
-                    "outside an iteration");
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE,
+                    "finalize without prepare");
+  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, 0), TPDP_ERR_STATE,
+                    "'l0.weight'", "outside an iteration");
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, kN), TPDP_ERR_NOT_FOUND,
                     "unknown parameter index 6", "6 parameters");
-  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, -1), TPDP_ERR_NOT_FOUND, "index -1");
+  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, -1), TPDP_ERR_NOT_FOUND,
+                    "index -1");
   int stranger = 0;
-  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready_ptr(r, &stranger), TPDP_ERR_NOT_FOUND,
-                    "no parameter", "data pointer");
-  EXPECT_TPDP_ERROR(tpdp_reducer_set_sync(r, 0), TPDP_ERR_STATE, "inside an iteration");
+  EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready_ptr(r, &stranger),
+                    TPDP_ERR_NOT_FOUND, "no parameter", "data pointer");
+  EXPECT_TPDP_ERROR(tpdp_reducer_set_sync(r, 0), TPDP_ERR_STATE,
+                    "inside an iteration");
   EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 1));
   EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, 1), TPDP_ERR_ALREADY,
                     "parameter 1 ('l0.bias') was marked ready twice", "shared",
@@ -711,14 +754,16 @@ TEST(ReducerErrors, IterationMisuse) {
   // Never marking p3 (and the rest): finalize names them and keeps the
   // iteration open; a new prepare does too.
   MarkAll(r, {5, 4, 2, 0});
-  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE, "never marked ready",
-                    "3 ('l1.bias')", "find_unused_parameters");
+  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE,
+                    "never marked ready", "3 ('l1.bias')",
+                    "find_unused_parameters");
   EXPECT_TPDP_ERROR(tpdp_reducer_prepare(r), TPDP_ERR_STATE,
                     "before the previous reduction finished", "3 ('l1.bias')");
   // Recovery: mark it and finalize.
   EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 3));
   EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
-  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE, "without prepare");
+  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE,
+                    "without prepare");
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }
 
@@ -728,7 +773,8 @@ TEST(ReducerErrors, GradViewMustAliasBucket) {
   tpdp_reducer_options o = Opts(1);
   o.find_unused_parameters = 1;
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   std::vector<float> elsewhere(16, 0.f);
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   void *slot = m.params[4].grad.data;
@@ -741,7 +787,8 @@ TEST(ReducerErrors, GradViewMustAliasBucket) {
   // Detected at finalize too, for a parameter never marked (p0).
   void *slot0 = m.params[0].grad.data;
   m.params[0].grad.data = elsewhere.data();
-  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE, "0 ('l0.weight') no longer aliases");
+  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE,
+                    "0 ('l0.weight') no longer aliases");
   m.params[0].grad.data = slot0;
   EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
@@ -755,7 +802,8 @@ TEST(Reducer, NonBlockingPathWithoutCommThread) {
   tpdp_reducer_options o = Opts(1);
   o.comm_thread = 0;
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int step = 0; step < 3; step++) {
     ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
     WriteGrads(m, rank, step, false);
@@ -776,7 +824,8 @@ TEST(Reducer, BucketReducedBeforeFinalizeOnCommThread) {
   Model m(rank);
   tpdp_reducer_options o = Opts(1);
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   WriteGrads(m, rank, 0, false);
   EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 5));  // bucket {5} launches
@@ -784,8 +833,7 @@ TEST(Reducer, BucketReducedBeforeFinalizeOnCommThread) {
   bool reduced = false;
   for (int i = 0; i < 1000 && !reduced; i++) {  // up to 10 s
     volatile float *g = m.Grad(5);  // written by the reducer's thread
-    reduced = std::fabs(g[0] - want) <
-              1e-6 * std::max(1.0, std::fabs(want));
+    reduced = std::fabs(g[0] - want) < 1e-6 * std::max(1.0, std::fabs(want));
     if (!reduced) usleep(10000);
   }
   EXPECT_TRUE(reduced) << "bucket {5} was not reduced before finalize";
@@ -801,7 +849,8 @@ TEST(Reducer, StatsAccountForTheTime) {
   Model m(rank);
   tpdp_reducer_options o = Opts(0);
   tpdp_reducer *r = nullptr;
-  ASSERT_TPDP_OK(tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
+  ASSERT_TPDP_OK(
+      tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   for (int step = 0; step < 2; step++) {
     ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
     WriteGrads(m, rank, step, false);
@@ -815,6 +864,7 @@ TEST(Reducer, StatsAccountForTheTime) {
   EXPECT_GT(s.comm_seconds, 0.0);
   EXPECT_GT(s.data_seconds, 0.0);  // copy mode copies in and out
   EXPECT_LE(s.comm_seconds + s.data_seconds, s.total_seconds * 1.0001);
-  EXPECT_TPDP_ERROR(tpdp_reducer_get_stats(nullptr, &s), TPDP_ERR_NULL_POINTER, "r");
+  EXPECT_TPDP_ERROR(tpdp_reducer_get_stats(nullptr, &s), TPDP_ERR_NULL_POINTER,
+                    "r");
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }

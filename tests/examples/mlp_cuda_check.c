@@ -18,8 +18,10 @@ int main(void) {
     printf("%-6s MlpCuda.%s%s%s\n", rc == 0 ? "PASS" : "FAIL",
            mlp_cuda_checks[i].name, rc == 0 ? "" : ": ", rc == 0 ? "" : msg);
     fflush(stdout);
-    if (rc == 0) passed++;
-    else failed++;
+    if (rc == 0)
+      passed++;
+    else
+      failed++;
   }
   printf("mlp-cuda-check: %d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

@@ -40,8 +40,8 @@ int mlp_cuda_gpu_present(char *msg, size_t len) {
 typedef struct {
   int np;
   int64_t *numel;
-  float **host, **host_grad;   /* CPU model */
-  float **dev, **dev_grad;     /* GPU model */
+  float **host, **host_grad; /* CPU model */
+  float **dev, **dev_grad;   /* GPU model */
 } params;
 
 static void params_free(params *p) {
@@ -186,7 +186,8 @@ static int compare_step(const mlp_shape *s, int f_local, int batch,
       int nd;
       int64_t shp[2];
       mlp_param_info(s, i, name, sizeof name, &nd, shp);
-      failf(msg, len, "gradient of %s (param %d, %lld local elements): "
+      failf(msg, len,
+            "gradient of %s (param %d, %lld local elements): "
             "max diff %.3g relative to its largest entry (> 1e-4)",
             name, i, (long long)n, r);
       goto done;
@@ -226,7 +227,7 @@ static int check_no_blocks(char *msg, size_t len) {
 }
 
 static int check_default_shape(char *msg, size_t len) {
-  mlp_shape s = {16, 32, 67, 10, 2};  /* train_mlp's defaults */
+  mlp_shape s = {16, 32, 67, 10, 2}; /* train_mlp's defaults */
   return compare_step(&s, 67, 64, 1, msg, len);
 }
 
@@ -245,7 +246,8 @@ static int check_adamw(char *msg, size_t len) {
   int rc = 1;
   if (mlp_cuda_alloc(&dp, sizeof p) || mlp_cuda_alloc(&dg, sizeof g) ||
       mlp_cuda_alloc(&dm, sizeof m) || mlp_cuda_alloc(&dv, sizeof v) ||
-      mlp_cuda_to_device(dp, p, sizeof p) || mlp_cuda_to_device(dg, g, sizeof g)) {
+      mlp_cuda_to_device(dp, p, sizeof p) ||
+      mlp_cuda_to_device(dg, g, sizeof g)) {
     failf(msg, len, "%s", mlp_cuda_last_error());
     goto done;
   }

@@ -1,8 +1,8 @@
 /* mlp_cuda_checks for a build without --config=cuda: no GPU model to
  * check; the runner reports why and skips. */
-#include "tests/examples/mlp_cuda_checks.h"
-
 #include <stdio.h>
+
+#include "tests/examples/mlp_cuda_checks.h"
 
 int mlp_cuda_gpu_present(char *msg, size_t len) {
   snprintf(msg, len, "built without --config=cuda");

@@ -20,11 +20,11 @@ TEST_P(MlpCuda, MatchesCpu) {
   EXPECT_EQ(c.run(msg, sizeof msg), 0) << c.name << ": " << msg;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Model, MlpCuda, ::testing::Range(0, mlp_cuda_check_count),
-    [](const ::testing::TestParamInfo<int> &i) {
-      return std::string(mlp_cuda_checks[i.param].name);
-    });
+INSTANTIATE_TEST_SUITE_P(Model, MlpCuda,
+                         ::testing::Range(0, mlp_cuda_check_count),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                           return std::string(mlp_cuda_checks[i.param].name);
+                         });
 
 }  // namespace
 

@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/gpu/check_macros.h"
 #include "tests/gpu/nccl_checks.h"
 #include "tpdp/tpdp.h"
-#include "tests/gpu/check_macros.h"
 
 /* ------------------------------------------------------------ redistribute */
 
@@ -35,8 +35,8 @@ static tpdp_placement parse_pl(char c, int dim) {
 /* One transition src -> dst ("S0", "S1", "R", "P") of a 5x7 f32 tensor
  * with value r*7+c+1, optionally from a strided source view (rows PITCH
  * apart), or full_tensor when dst is NULL. */
-static int run_redistribute(const char *src_pl, const char *dst_pl,
-                            int strided, char *msg, size_t len) {
+static int run_redistribute(const char *src_pl, const char *dst_pl, int strided,
+                            char *msg, size_t len) {
   int rc = 1;
   tpdp_comm *c = NULL;
   tpdp_mesh *mesh = NULL;
@@ -104,9 +104,9 @@ out:
 
 int tpdp_gpu_check_redistribute(char *msg, size_t len) {
   static const char *const cases[][2] = {
-      {"S0", "R"},  {"S1", "R"},  {"P", "R"},   {"R", "S0"}, {"R", "S1"},
-      {"P", "S0"},  {"P", "S1"},  {"S0", "S1"}, {"S1", "S0"}, {"R", "P"},
-      {"S1", "S1"},
+      {"S0", "R"},  {"S1", "R"}, {"P", "R"},   {"R", "S0"},
+      {"R", "S1"},  {"P", "S0"}, {"P", "S1"},  {"S0", "S1"},
+      {"S1", "S0"}, {"R", "P"},  {"S1", "S1"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     for (int strided = 0; strided < 2; strided++)
@@ -160,8 +160,8 @@ static int run_reducer(int view, tpdp_reducer_hook hook, char *msg,
       h_param[p][i] = (float)(100 * p + i) * 0.5f;
     COK(cudaMalloc(&d_param[p], bytes));
     COK(cudaMemcpy(d_param[p], h_param[p], bytes, cudaMemcpyHostToDevice));
-    TOK(tpdp_tensor_init(&params[p].param, d_param[p], TPDP_F32, gpu,
-                         kNdim[p], kShape[p]));
+    TOK(tpdp_tensor_init(&params[p].param, d_param[p], TPDP_F32, gpu, kNdim[p],
+                         kShape[p]));
     params[p].grad = params[p].param;
     params[p].grad.data = NULL;
     if (!view) {
@@ -265,9 +265,10 @@ int tpdp_gpu_check_reducer_host_params(char *msg, size_t len) {
   tpdp_status st = tpdp_reducer_create(c, &p, 1, NULL, &red);
   if (st != TPDP_ERR_DEVICE_MISMATCH ||
       strstr(tpdp_last_error(), "parameters are on cpu") == NULL)
-    FAILF("host parameters on nccl: %s: %s (expected the reducer's own "
-          "device-mismatch message)",
-          tpdp_status_string(st), tpdp_last_error());
+    FAILF(
+        "host parameters on nccl: %s: %s (expected the reducer's own "
+        "device-mismatch message)",
+        tpdp_status_string(st), tpdp_last_error());
   if (red != NULL) FAILF("a reducer was returned");
   rc = 0;
 out:

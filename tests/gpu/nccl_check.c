@@ -20,8 +20,10 @@ int main(void) {
     printf("%-6s %s%s%s\n", rc == 0 ? "PASS" : "FAIL", tpdp_gpu_checks[i].name,
            rc == 0 ? "" : ": ", rc == 0 ? "" : msg);
     fflush(stdout);
-    if (rc == 0) passed++;
-    else failed++;
+    if (rc == 0)
+      passed++;
+    else
+      failed++;
   }
   printf("gpu-check: %d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "tpdp/tpdp.h"
 #include "tests/gpu/check_macros.h"
+#include "tpdp/tpdp.h"
 
 #define N 96
 
@@ -35,14 +35,29 @@ static void fill_host(void *h, tpdp_dtype dt, int n, int scale) {
   for (int i = 0; i < n; i++) {
     double v = (double)((i % 17) + 1) * scale;
     switch (dt) {
-      case TPDP_F32: ((float *)h)[i] = (float)v; break;
-      case TPDP_F64: ((double *)h)[i] = v; break;
-      case TPDP_F16: ((uint16_t *)h)[i] = tpdp_f32_to_f16((float)v); break;
-      case TPDP_BF16: ((uint16_t *)h)[i] = tpdp_f32_to_bf16((float)v); break;
-      case TPDP_I32: ((int32_t *)h)[i] = (int32_t)v; break;
-      case TPDP_I64: ((int64_t *)h)[i] = (int64_t)v; break;
-      case TPDP_U8: ((uint8_t *)h)[i] = (uint8_t)v; break;
-      default: break;
+      case TPDP_F32:
+        ((float *)h)[i] = (float)v;
+        break;
+      case TPDP_F64:
+        ((double *)h)[i] = v;
+        break;
+      case TPDP_F16:
+        ((uint16_t *)h)[i] = tpdp_f32_to_f16((float)v);
+        break;
+      case TPDP_BF16:
+        ((uint16_t *)h)[i] = tpdp_f32_to_bf16((float)v);
+        break;
+      case TPDP_I32:
+        ((int32_t *)h)[i] = (int32_t)v;
+        break;
+      case TPDP_I64:
+        ((int64_t *)h)[i] = (int64_t)v;
+        break;
+      case TPDP_U8:
+        ((uint8_t *)h)[i] = (uint8_t)v;
+        break;
+      default:
+        break;
     }
   }
 }
@@ -54,14 +69,22 @@ static tpdp_tensor dev_view(void *p, tpdp_dtype dt, int64_t n, int dev) {
   return t;
 }
 
-enum { C_ALLREDUCE, C_ALLREDUCE_INPLACE, C_ALLGATHER, C_REDUCE_SCATTER,
-       C_BROADCAST, C_ALLTOALL, C_ALLTOALL_INPLACE };
+enum {
+  C_ALLREDUCE,
+  C_ALLREDUCE_INPLACE,
+  C_ALLGATHER,
+  C_REDUCE_SCATTER,
+  C_BROADCAST,
+  C_ALLTOALL,
+  C_ALLTOALL_INPLACE
+};
 
 static const char *tpdp_coll_name_for_check(int kind) {
-  static const char *const names[] = {"allreduce", "allreduce (in place)",
-                                      "allgather", "reduce_scatter",
-                                      "broadcast", "alltoall",
-                                      "alltoall (in place)"};
+  static const char *const names[] = {
+      "allreduce",          "allreduce (in place)",
+      "allgather",          "reduce_scatter",
+      "broadcast",          "alltoall",
+      "alltoall (in place)"};
   return names[kind];
 }
 
@@ -81,7 +104,9 @@ static int run_kind(int kind, char *msg, size_t len) {
   for (int dt = 0; dt < TPDP_DTYPE_COUNT; dt++) {
     size_t es = tpdp_dtype_size((tpdp_dtype)dt);
     int nops = (kind == C_ALLREDUCE || kind == C_ALLREDUCE_INPLACE ||
-                kind == C_REDUCE_SCATTER) ? TPDP_OP_COUNT : 1;
+                kind == C_REDUCE_SCATTER)
+                   ? TPDP_OP_COUNT
+                   : 1;
     for (int op = 0; op < nops; op++) {
       for (int async = 0; async < 2; async++) {
         fill_host(h_in, (tpdp_dtype)dt, N, 1);
@@ -96,25 +121,35 @@ static int run_kind(int kind, char *msg, size_t len) {
         switch (kind) {
           case C_ALLREDUCE:
           case C_ALLREDUCE_INPLACE:
-            if (async) TOK(tpdp_allreduce_async(c, &s, out, o, &w));
-            else TOK(tpdp_allreduce(c, &s, out, o));
+            if (async)
+              TOK(tpdp_allreduce_async(c, &s, out, o, &w));
+            else
+              TOK(tpdp_allreduce(c, &s, out, o));
             break;
           case C_ALLGATHER:
-            if (async) TOK(tpdp_allgather_async(c, &s, &r, &w));
-            else TOK(tpdp_allgather(c, &s, &r));
+            if (async)
+              TOK(tpdp_allgather_async(c, &s, &r, &w));
+            else
+              TOK(tpdp_allgather(c, &s, &r));
             break;
           case C_REDUCE_SCATTER:
-            if (async) TOK(tpdp_reduce_scatter_async(c, &s, &r, o, &w));
-            else TOK(tpdp_reduce_scatter(c, &s, &r, o));
+            if (async)
+              TOK(tpdp_reduce_scatter_async(c, &s, &r, o, &w));
+            else
+              TOK(tpdp_reduce_scatter(c, &s, &r, o));
             break;
           case C_BROADCAST:
-            if (async) TOK(tpdp_broadcast_async(c, &s, &r, 0, &w));
-            else TOK(tpdp_broadcast(c, &s, &r, 0));
+            if (async)
+              TOK(tpdp_broadcast_async(c, &s, &r, 0, &w));
+            else
+              TOK(tpdp_broadcast(c, &s, &r, 0));
             break;
           case C_ALLTOALL:
           case C_ALLTOALL_INPLACE:
-            if (async) TOK(tpdp_alltoall_async(c, &s, out, &w));
-            else TOK(tpdp_alltoall(c, &s, out));
+            if (async)
+              TOK(tpdp_alltoall_async(c, &s, out, &w));
+            else
+              TOK(tpdp_alltoall(c, &s, out));
             break;
         }
         if (w) TOK(tpdp_work_wait(w));
@@ -136,30 +171,48 @@ out:
   return rc;
 }
 
-static int check_allreduce(char *m, size_t l) { return run_kind(C_ALLREDUCE, m, l); }
-static int check_allreduce_inplace(char *m, size_t l) { return run_kind(C_ALLREDUCE_INPLACE, m, l); }
-static int check_allgather(char *m, size_t l) { return run_kind(C_ALLGATHER, m, l); }
-static int check_reduce_scatter(char *m, size_t l) { return run_kind(C_REDUCE_SCATTER, m, l); }
-static int check_broadcast(char *m, size_t l) { return run_kind(C_BROADCAST, m, l); }
-static int check_alltoall(char *m, size_t l) { return run_kind(C_ALLTOALL, m, l); }
-static int check_alltoall_inplace(char *m, size_t l) { return run_kind(C_ALLTOALL_INPLACE, m, l); }
+static int check_allreduce(char *m, size_t l) {
+  return run_kind(C_ALLREDUCE, m, l);
+}
+static int check_allreduce_inplace(char *m, size_t l) {
+  return run_kind(C_ALLREDUCE_INPLACE, m, l);
+}
+static int check_allgather(char *m, size_t l) {
+  return run_kind(C_ALLGATHER, m, l);
+}
+static int check_reduce_scatter(char *m, size_t l) {
+  return run_kind(C_REDUCE_SCATTER, m, l);
+}
+static int check_broadcast(char *m, size_t l) {
+  return run_kind(C_BROADCAST, m, l);
+}
+static int check_alltoall(char *m, size_t l) {
+  return run_kind(C_ALLTOALL, m, l);
+}
+static int check_alltoall_inplace(char *m, size_t l) {
+  return run_kind(C_ALLTOALL_INPLACE, m, l);
+}
 
 static int check_comm_basics(char *msg, size_t len) {
   int rc = 1;
   tpdp_comm *c = NULL, *sub = NULL, *none = (tpdp_comm *)1;
   TOK(tpdp_comm_create_nccl(NULL, -1, &c));
   if (tpdp_comm_size(c) != 1 || tpdp_comm_rank(c) != 0)
-    FAILF("rank/size %d/%d, expected 0/1", tpdp_comm_rank(c), tpdp_comm_size(c));
-  if (strcmp(tpdp_comm_backend(c), "nccl") != 0) FAILF("backend %s", tpdp_comm_backend(c));
+    FAILF("rank/size %d/%d, expected 0/1", tpdp_comm_rank(c),
+          tpdp_comm_size(c));
+  if (strcmp(tpdp_comm_backend(c), "nccl") != 0)
+    FAILF("backend %s", tpdp_comm_backend(c));
   if (tpdp_comm_device_type(c) != TPDP_DEVICE_CUDA) FAILF("device type");
   if (tpdp_comm_nccl_stream(c) == NULL) FAILF("no stream");
-  if (tpdp_comm_cuda_device(c) != 0) FAILF("device %d, expected 0", tpdp_comm_cuda_device(c));
+  if (tpdp_comm_cuda_device(c) != 0)
+    FAILF("device %d, expected 0", tpdp_comm_cuda_device(c));
   TOK(tpdp_barrier(c));
   tpdp_work *w = NULL;
   TOK(tpdp_barrier_async(c, &w));
   TOK(tpdp_work_wait(w));
   TOK(tpdp_comm_split(c, 0, 0, &sub));
-  if (sub == NULL || tpdp_comm_size(sub) != 1) FAILF("split(0) did not give a 1-rank comm");
+  if (sub == NULL || tpdp_comm_size(sub) != 1)
+    FAILF("split(0) did not give a 1-rank comm");
   TOK(tpdp_barrier(sub));
   TOK(tpdp_comm_split(c, -1, 0, &none));
   if (none != NULL) FAILF("split(-1) gave a communicator");
@@ -167,11 +220,13 @@ static int check_comm_basics(char *msg, size_t len) {
   float x = 1;
   tpdp_tensor h = tpdp_tensor_1d(&x, TPDP_F32, 1);
   tpdp_status st = tpdp_allreduce(c, &h, &h, TPDP_OP_SUM);
-  if (st != TPDP_ERR_DEVICE_MISMATCH || strstr(tpdp_last_error(), "nccl") == NULL)
+  if (st != TPDP_ERR_DEVICE_MISMATCH ||
+      strstr(tpdp_last_error(), "nccl") == NULL)
     FAILF("host tensor: %s: %s", tpdp_status_string(st), tpdp_last_error());
   tpdp_comm *bad = NULL;
   st = tpdp_comm_create_nccl(NULL, 4096, &bad);
-  if (st != TPDP_ERR_INVALID_ARGUMENT || strstr(tpdp_last_error(), "4096") == NULL)
+  if (st != TPDP_ERR_INVALID_ARGUMENT ||
+      strstr(tpdp_last_error(), "4096") == NULL)
     FAILF("device 4096: %s: %s", tpdp_status_string(st), tpdp_last_error());
   rc = 0;
 out:
@@ -209,7 +264,8 @@ static int check_async_streams(char *msg, size_t len) {
   if (!done) FAILF("tpdp_work_test never reported completion");
   TOK(tpdp_work_wait(w));
   COK(cudaMemcpy(out, d2, sizeof out, cudaMemcpyDeviceToHost));
-  if (memcmp(out, h, sizeof h) != 0) FAILF("order_after: result %g != %g", out[0], h[0]);
+  if (memcmp(out, h, sizeof h) != 0)
+    FAILF("order_after: result %g != %g", out[0], h[0]);
   /* wait_stream: a copy on `user` after the collective sees its result. */
   COK(cudaMemset(d2, 0, N * sizeof(float)));
   COK(cudaDeviceSynchronize());
@@ -217,7 +273,8 @@ static int check_async_streams(char *msg, size_t len) {
   TOK(tpdp_work_wait_stream(w, user));
   COK(cudaMemcpyAsync(out, d2, sizeof out, cudaMemcpyDeviceToHost, user));
   COK(cudaStreamSynchronize(user));
-  if (memcmp(out, h, sizeof h) != 0) FAILF("wait_stream: result %g != %g", out[0], h[0]);
+  if (memcmp(out, h, sizeof h) != 0)
+    FAILF("wait_stream: result %g != %g", out[0], h[0]);
   rc = 0;
 out:
   if (d) cudaFree(d);
@@ -251,7 +308,8 @@ static void CUDART_CB block_until_released(void *arg) {
 }
 static void *release_after_4s(void *arg) {
   (void)arg;
-  for (int i = 0; i < 400 && !__atomic_load_n(&release_blocker, __ATOMIC_ACQUIRE); i++) {
+  for (int i = 0;
+       i < 400 && !__atomic_load_n(&release_blocker, __ATOMIC_ACQUIRE); i++) {
     struct timespec ts = {0, 10000000};
     nanosleep(&ts, NULL);
   }
@@ -287,15 +345,19 @@ static int check_timeout(char *msg, size_t len) {
   tpdp_status st = tpdp_work_wait(w);
   double waited = now_seconds() - t0;
   __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
-  if (waited < 0.9) FAILF("the wait returned after %.2f s, before the 1 s timeout", waited);
-  if (st != TPDP_ERR_TIMEOUT) FAILF("wait gave %s, expected TPDP_ERR_TIMEOUT: %s",
-                                    tpdp_status_string(st), tpdp_last_error());
-  if (!strstr(tpdp_last_error(), "allreduce") || !strstr(tpdp_last_error(), "nccl") ||
+  if (waited < 0.9)
+    FAILF("the wait returned after %.2f s, before the 1 s timeout", waited);
+  if (st != TPDP_ERR_TIMEOUT)
+    FAILF("wait gave %s, expected TPDP_ERR_TIMEOUT: %s", tpdp_status_string(st),
+          tpdp_last_error());
+  if (!strstr(tpdp_last_error(), "allreduce") ||
+      !strstr(tpdp_last_error(), "nccl") ||
       !strstr(tpdp_last_error(), "aborted"))
     FAILF("timeout message lacks the op/comm/abort: %s", tpdp_last_error());
   st = tpdp_allreduce(c, &t, &t, TPDP_OP_SUM);
-  if (st != TPDP_ERR_STATE) FAILF("collective after abort gave %s: %s",
-                                  tpdp_status_string(st), tpdp_last_error());
+  if (st != TPDP_ERR_STATE)
+    FAILF("collective after abort gave %s: %s", tpdp_status_string(st),
+          tpdp_last_error());
   rc = 0;
 out:
   __atomic_store_n(&release_blocker, 1, __ATOMIC_RELEASE);
@@ -330,13 +392,15 @@ static int check_tensor_copy(char *msg, size_t len) {
   for (int r = 0; r < 4; r++)
     for (int k = 0; k < 3; k++)
       if (col[r * 3 + k] != (float)(r * 6 + 2 * k))
-        FAILF("D2H strided copy [%d,%d] = %g, expected %d", r, k, col[r * 3 + k], r * 6 + 2 * k);
+        FAILF("D2H strided copy [%d,%d] = %g, expected %d", r, k,
+              col[r * 3 + k], r * 6 + 2 * k);
   for (int i = 0; i < 12; i++) col[i] = -1.0f;
   TOK(tpdp_tensor_copy(&src, &dst)); /* H2D into the strided view */
   COK(cudaMemcpy(back, d, sizeof back, cudaMemcpyDeviceToHost));
   for (int i = 0; i < 24; i++) {
     float want = (i % 2 == 0) ? -1.0f : (float)i;
-    if (back[i] != want) FAILF("H2D strided copy [%d] = %g, expected %g", i, back[i], want);
+    if (back[i] != want)
+      FAILF("H2D strided copy [%d] = %g, expected %g", i, back[i], want);
   }
   rc = 0;
 out:

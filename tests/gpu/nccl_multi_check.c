@@ -15,7 +15,8 @@ int main(int argc, char **argv) {
   tpdp_comm *world = NULL;
   if (tpdp_init(&argc, &argv) != TPDP_SUCCESS ||
       tpdp_comm_world(&world) != TPDP_SUCCESS) {
-    fprintf(stderr, "gpu-check: multi-rank: tpdp_init: %s\n", tpdp_last_error());
+    fprintf(stderr, "gpu-check: multi-rank: tpdp_init: %s\n",
+            tpdp_last_error());
     return 2;
   }
   int rank = tpdp_comm_rank(world), size = tpdp_comm_size(world);
@@ -54,8 +55,10 @@ int main(int argc, char **argv) {
       printf("%-6s %s (%d ranks)\n", ok ? "PASS" : "FAIL", c->name, size);
       fflush(stdout);
     }
-    if (ok) passed++;
-    else failed++;
+    if (ok)
+      passed++;
+    else
+      failed++;
   }
   if (rank == 0)
     printf("gpu-check: multi-rank: %d passed, %d failed, %d skipped\n", passed,

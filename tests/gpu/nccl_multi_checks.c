@@ -24,12 +24,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
 #include "tests/gpu/check_macros.h"
 
 /* A wrong value: keep the first message, go on (the other ranks still
  * expect this rank in the collectives that follow). */
-#define MISMATCH(...)                                  \
-  do {                                                 \
+#define MISMATCH(...)                                   \
+  do {                                                  \
     if ((*bad)++ == 0) snprintf(msg, len, __VA_ARGS__); \
   } while (0)
 
@@ -123,27 +124,50 @@ static double pat(int p, int psize, int64_t j) {
 
 static void put(void *b, tpdp_dtype dt, int64_t i, double v) {
   switch (dt) {
-    case TPDP_F32: ((float *)b)[i] = (float)v; break;
-    case TPDP_F64: ((double *)b)[i] = v; break;
-    case TPDP_F16: ((uint16_t *)b)[i] = tpdp_f32_to_f16((float)v); break;
-    case TPDP_BF16: ((uint16_t *)b)[i] = tpdp_f32_to_bf16((float)v); break;
-    case TPDP_I32: ((int32_t *)b)[i] = (int32_t)v; break;
-    case TPDP_I64: ((int64_t *)b)[i] = (int64_t)v; break;
-    case TPDP_U8: ((uint8_t *)b)[i] = (uint8_t)v; break;
-    default: break;
+    case TPDP_F32:
+      ((float *)b)[i] = (float)v;
+      break;
+    case TPDP_F64:
+      ((double *)b)[i] = v;
+      break;
+    case TPDP_F16:
+      ((uint16_t *)b)[i] = tpdp_f32_to_f16((float)v);
+      break;
+    case TPDP_BF16:
+      ((uint16_t *)b)[i] = tpdp_f32_to_bf16((float)v);
+      break;
+    case TPDP_I32:
+      ((int32_t *)b)[i] = (int32_t)v;
+      break;
+    case TPDP_I64:
+      ((int64_t *)b)[i] = (int64_t)v;
+      break;
+    case TPDP_U8:
+      ((uint8_t *)b)[i] = (uint8_t)v;
+      break;
+    default:
+      break;
   }
 }
 
 static double get(const void *b, tpdp_dtype dt, int64_t i) {
   switch (dt) {
-    case TPDP_F32: return ((const float *)b)[i];
-    case TPDP_F64: return ((const double *)b)[i];
-    case TPDP_F16: return tpdp_f16_to_f32(((const uint16_t *)b)[i]);
-    case TPDP_BF16: return tpdp_bf16_to_f32(((const uint16_t *)b)[i]);
-    case TPDP_I32: return ((const int32_t *)b)[i];
-    case TPDP_I64: return (double)((const int64_t *)b)[i];
-    case TPDP_U8: return ((const uint8_t *)b)[i];
-    default: return NAN;
+    case TPDP_F32:
+      return ((const float *)b)[i];
+    case TPDP_F64:
+      return ((const double *)b)[i];
+    case TPDP_F16:
+      return tpdp_f16_to_f32(((const uint16_t *)b)[i]);
+    case TPDP_BF16:
+      return tpdp_bf16_to_f32(((const uint16_t *)b)[i]);
+    case TPDP_I32:
+      return ((const int32_t *)b)[i];
+    case TPDP_I64:
+      return (double)((const int64_t *)b)[i];
+    case TPDP_U8:
+      return ((const uint8_t *)b)[i];
+    default:
+      return NAN;
   }
 }
 
@@ -164,9 +188,12 @@ static double reduce_expect(const target *t, int64_t j, tpdp_reduce_op op) {
   double acc = pat(t->prank[0], t->psize, j);
   for (int r = 1; r < cs; r++) {
     double x = pat(t->prank[r], t->psize, j);
-    if (op == TPDP_OP_SUM || op == TPDP_OP_AVG) acc += x;
-    else if (op == TPDP_OP_MAX) acc = x > acc ? x : acc;
-    else acc = x < acc ? x : acc;
+    if (op == TPDP_OP_SUM || op == TPDP_OP_AVG)
+      acc += x;
+    else if (op == TPDP_OP_MAX)
+      acc = x > acc ? x : acc;
+    else
+      acc = x < acc ? x : acc;
   }
   return op == TPDP_OP_AVG ? acc / cs : acc;
 }
@@ -220,9 +247,8 @@ static tpdp_tensor dev_view(void *p, tpdp_dtype dt, int64_t n, int dev) {
 /* ------------------------------------------------------------ one run */
 
 enum { K_ALLREDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_BROADCAST, K_ALLTOALL };
-static const char *const kKindNames[] = {"allreduce", "allgather",
-                                         "reduce_scatter", "broadcast",
-                                         "alltoall"};
+static const char *const kKindNames[] = {
+    "allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"};
 
 /* One collective on t->c: n is the per-rank block (allgather's send,
  * reduce_scatter's recv, alltoall's block; the whole buffer otherwise).
@@ -257,24 +283,34 @@ static int run_one(const target *t, bufs *b, int kind, tpdp_dtype dt,
   tpdp_work *w = NULL;
   switch (kind) {
     case K_ALLREDUCE:
-      if (async) TOK(tpdp_allreduce_async(c, &s, &r, op, &w));
-      else TOK(tpdp_allreduce(c, &s, &r, op));
+      if (async)
+        TOK(tpdp_allreduce_async(c, &s, &r, op, &w));
+      else
+        TOK(tpdp_allreduce(c, &s, &r, op));
       break;
     case K_ALLGATHER:
-      if (async) TOK(tpdp_allgather_async(c, &s, &r, &w));
-      else TOK(tpdp_allgather(c, &s, &r));
+      if (async)
+        TOK(tpdp_allgather_async(c, &s, &r, &w));
+      else
+        TOK(tpdp_allgather(c, &s, &r));
       break;
     case K_REDUCE_SCATTER:
-      if (async) TOK(tpdp_reduce_scatter_async(c, &s, &r, op, &w));
-      else TOK(tpdp_reduce_scatter(c, &s, &r, op));
+      if (async)
+        TOK(tpdp_reduce_scatter_async(c, &s, &r, op, &w));
+      else
+        TOK(tpdp_reduce_scatter(c, &s, &r, op));
       break;
     case K_BROADCAST:
-      if (async) TOK(tpdp_broadcast_async(c, &s, &r, root, &w));
-      else TOK(tpdp_broadcast(c, &s, &r, root));
+      if (async)
+        TOK(tpdp_broadcast_async(c, &s, &r, root, &w));
+      else
+        TOK(tpdp_broadcast(c, &s, &r, root));
       break;
     case K_ALLTOALL:
-      if (async) TOK(tpdp_alltoall_async(c, &s, &r, &w));
-      else TOK(tpdp_alltoall(c, &s, &r));
+      if (async)
+        TOK(tpdp_alltoall_async(c, &s, &r, &w));
+      else
+        TOK(tpdp_alltoall(c, &s, &r));
       break;
   }
   if (async) {
@@ -285,10 +321,18 @@ static int run_one(const target *t, bufs *b, int kind, tpdp_dtype dt,
   for (int64_t j = 0; j < nr; j++) {
     double want = 0;
     switch (kind) {
-      case K_ALLREDUCE: want = reduce_expect(t, j, op); break;
-      case K_ALLGATHER: want = pat(t->prank[j / n], t->psize, j % n); break;
-      case K_REDUCE_SCATTER: want = reduce_expect(t, (int64_t)cr * n + j, op); break;
-      case K_BROADCAST: want = pat(t->prank[root], t->psize, j); break;
+      case K_ALLREDUCE:
+        want = reduce_expect(t, j, op);
+        break;
+      case K_ALLGATHER:
+        want = pat(t->prank[j / n], t->psize, j % n);
+        break;
+      case K_REDUCE_SCATTER:
+        want = reduce_expect(t, (int64_t)cr * n + j, op);
+        break;
+      case K_BROADCAST:
+        want = pat(t->prank[root], t->psize, j);
+        break;
       case K_ALLTOALL:
         want = pat(t->prank[j / n], t->psize, (int64_t)cr * n + j % n);
         break;
@@ -297,14 +341,14 @@ static int run_one(const target *t, bufs *b, int kind, tpdp_dtype dt,
     if (!close_enough(got, want, dt, op, cs)) {
       char extra[32] = "";
       if (kind == K_BROADCAST) snprintf(extra, sizeof extra, ", root %d", root);
-      MISMATCH("%s on %s (rank %d of %d): %s, op %s, count %lld, %s, %s%s: "
-               "element %lld is %g, expected %g",
-               kKindNames[kind], tpdp_comm_name(c), cr, cs,
-               tpdp_dtype_name(dt), tpdp_reduce_op_name(op), (long long)n,
-               inplace ? "in place" : "out of place",
-               async ? "async + wait_stream" : "blocking",
-               extra,
-               (long long)j, got, want);
+      MISMATCH(
+          "%s on %s (rank %d of %d): %s, op %s, count %lld, %s, %s%s: "
+          "element %lld is %g, expected %g",
+          kKindNames[kind], tpdp_comm_name(c), cr, cs, tpdp_dtype_name(dt),
+          tpdp_reduce_op_name(op), (long long)n,
+          inplace ? "in place" : "out of place",
+          async ? "async + wait_stream" : "blocking", extra, (long long)j, got,
+          want);
       break;
     }
   }
@@ -335,9 +379,8 @@ static int run_kind(const target *t, bufs *b, int kind, const tpdp_dtype *dts,
   return 0;
 }
 
-static const tpdp_dtype kAllDtypes[] = {TPDP_F32, TPDP_F64, TPDP_F16,
-                                        TPDP_BF16, TPDP_I32, TPDP_I64,
-                                        TPDP_U8};
+static const tpdp_dtype kAllDtypes[] = {TPDP_F32, TPDP_F64, TPDP_F16, TPDP_BF16,
+                                        TPDP_I32, TPDP_I64, TPDP_U8};
 #define NALL ((int)(sizeof kAllDtypes / sizeof kAllDtypes[0]))
 
 /* One kind over the world NCCL communicator, every dtype and op. */
@@ -366,7 +409,8 @@ static int check_allreduce(const tpdp_gpu_multi_ctx *x, char *m, size_t l) {
 static int check_allgather(const tpdp_gpu_multi_ctx *x, char *m, size_t l) {
   return world_kind(x, K_ALLGATHER, m, l);
 }
-static int check_reduce_scatter(const tpdp_gpu_multi_ctx *x, char *m, size_t l) {
+static int check_reduce_scatter(const tpdp_gpu_multi_ctx *x, char *m,
+                                size_t l) {
   return world_kind(x, K_REDUCE_SCATTER, m, l);
 }
 static int check_broadcast(const tpdp_gpu_multi_ctx *x, char *m, size_t l) {
@@ -412,8 +456,8 @@ static int check_comm_basics(const tpdp_gpu_multi_ctx *ctx, char *msg,
   if (tpdp_comm_size(sub) != ssize || tpdp_comm_rank(sub) != rank / 2 ||
       strcmp(tpdp_comm_backend(sub), "nccl") != 0)
     MISMATCH("split: rank/size %d/%d backend %s, expected %d/%d nccl",
-             tpdp_comm_rank(sub), tpdp_comm_size(sub),
-             tpdp_comm_backend(sub), rank / 2, ssize);
+             tpdp_comm_rank(sub), tpdp_comm_size(sub), tpdp_comm_backend(sub),
+             rank / 2, ssize);
   members = malloc(sizeof(int) * (size_t)size);
   if (!members) FAILF("malloc");
   for (int i = 0; i < ssize; i++) members[i] = 2 * i + rank % 2;
@@ -431,8 +475,7 @@ out:
   return rc;
 }
 
-static int check_barrier(const tpdp_gpu_multi_ctx *ctx, char *msg,
-                         size_t len) {
+static int check_barrier(const tpdp_gpu_multi_ctx *ctx, char *msg, size_t len) {
   int rc = 1;
   cudaStream_t user = NULL;
   tpdp_work *w = NULL;
@@ -453,8 +496,7 @@ out:
 /* World size 4: a dp=2 x tp=2 mesh over the NCCL communicator; each dim's
  * sub-communicator (ncclCommSplit) runs every collective over f32, f16,
  * bf16 and i32 against the values of its group's world ranks. */
-static int check_mesh_2d(const tpdp_gpu_multi_ctx *ctx, char *msg,
-                         size_t len) {
+static int check_mesh_2d(const tpdp_gpu_multi_ctx *ctx, char *msg, size_t len) {
   int rc = 1, nbad = 0, *bad = &nbad;
   tpdp_mesh *mesh = NULL;
   bufs b;
@@ -467,7 +509,8 @@ static int check_mesh_2d(const tpdp_gpu_multi_ctx *ctx, char *msg,
   TOK(tpdp_mesh_create(ctx->nccl, 2, sizes, names, &mesh));
   int64_t coords[2] = {-1, -1};
   TOK(tpdp_mesh_coords(mesh, rank, coords));
-  if (tpdp_mesh_rank(mesh) != rank || coords[0] != rank / 2 || coords[1] != rank % 2)
+  if (tpdp_mesh_rank(mesh) != rank || coords[0] != rank / 2 ||
+      coords[1] != rank % 2)
     MISMATCH("mesh rank %d coords (%lld,%lld), expected %d (%d,%d)",
              tpdp_mesh_rank(mesh), (long long)coords[0], (long long)coords[1],
              rank, rank / 2, rank % 2);
@@ -487,10 +530,12 @@ static int check_mesh_2d(const tpdp_gpu_multi_ctx *ctx, char *msg,
     if (tpdp_comm_size(sub) != 2 || tpdp_comm_rank(sub) != coords[dim] ||
         strcmp(tpdp_comm_backend(sub), "nccl") != 0 ||
         tpdp_comm_cuda_device(sub) != dev)
-      FAILF("%s communicator %s: rank/size %d/%d backend %s device %d, "
-            "expected %lld/2 nccl %d", names[dim], tpdp_comm_name(sub),
-            tpdp_comm_rank(sub), tpdp_comm_size(sub), tpdp_comm_backend(sub),
-            tpdp_comm_cuda_device(sub), (long long)coords[dim], dev);
+      FAILF(
+          "%s communicator %s: rank/size %d/%d backend %s device %d, "
+          "expected %lld/2 nccl %d",
+          names[dim], tpdp_comm_name(sub), tpdp_comm_rank(sub),
+          tpdp_comm_size(sub), tpdp_comm_backend(sub),
+          tpdp_comm_cuda_device(sub), (long long)coords[dim], dev);
     target t = {sub, group, size};
     for (int kind = K_ALLREDUCE; kind <= K_ALLTOALL; kind++)
       if (run_kind(&t, &b, kind, dts, 4, 0, bad, msg, len)) goto out;

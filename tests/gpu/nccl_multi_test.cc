@@ -64,11 +64,12 @@ TEST_P(NcclMulti, Runs) {
       << tpdp_test::WorldSize() << "): " << msg;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Nccl, NcclMulti, ::testing::Range(0, tpdp_gpu_multi_check_count),
-    [](const ::testing::TestParamInfo<int> &i) {
-      return std::string(tpdp_gpu_multi_checks[i.param].name);
-    });
+INSTANTIATE_TEST_SUITE_P(Nccl, NcclMulti,
+                         ::testing::Range(0, tpdp_gpu_multi_check_count),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                           return std::string(
+                               tpdp_gpu_multi_checks[i.param].name);
+                         });
 
 }  // namespace
 

@@ -24,11 +24,11 @@ TEST_P(NcclCheck, Runs) {
   EXPECT_EQ(c.run(msg, sizeof msg), 0) << c.name << ": " << msg;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldSize1, NcclCheck, ::testing::Range(0, tpdp_gpu_check_count),
-    [](const ::testing::TestParamInfo<int> &i) {
-      return std::string(tpdp_gpu_checks[i.param].name);
-    });
+INSTANTIATE_TEST_SUITE_P(WorldSize1, NcclCheck,
+                         ::testing::Range(0, tpdp_gpu_check_count),
+                         [](const ::testing::TestParamInfo<int> &i) {
+                           return std::string(tpdp_gpu_checks[i.param].name);
+                         });
 
 TEST(NcclBuild, Available) { EXPECT_EQ(tpdp_nccl_available(), 1); }
 

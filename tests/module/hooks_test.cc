@@ -44,10 +44,10 @@ struct Fixture : ::testing::Test {
   tpdp_param *DParam(tpdp_module *m, const char *name, const tpdp_spec *spec,
                      std::vector<int64_t> local, int grad_slot) {
     tpdp_tensor t;
-    EXPECT_EQ(tpdp_tensor_init(&t, data, TPDP_F32,
-                               tpdp_device{TPDP_DEVICE_CPU, 0},
-                               (int)local.size(), local.data()),
-              TPDP_SUCCESS);
+    EXPECT_EQ(
+        tpdp_tensor_init(&t, data, TPDP_F32, tpdp_device{TPDP_DEVICE_CPU, 0},
+                         (int)local.size(), local.data()),
+        TPDP_SUCCESS);
     tpdp_param *p = nullptr;
     EXPECT_EQ(tpdp_param_create(&t, &p), TPDP_SUCCESS);
     if (spec) {
@@ -82,8 +82,7 @@ struct Fixture : ::testing::Test {
     plain = DParam(root, "plain", nullptr, {4}, 4);
     bw = DParam(block, "w", Spec({R, tpdp_shard(0)}, {10, 6}), {3, 6}, 1);
     iw = DParam(inner, "w", Spec({R, tpdp_shard(1)}, {8, 6}), {8, 2}, 2);
-    ib = DParam(inner, "b", Spec({tpdp_shard(0), tpdp_shard(0)}, {10}), {2},
-                3);
+    ib = DParam(inner, "b", Spec({tpdp_shard(0), tpdp_shard(0)}, {10}), {2}, 3);
     lu = DParam(leaf, "u", Spec({tpdp_shard(1), R}, {5, 4}), {5, 2}, 4);
     // A shared weight: the leaf ties block.w under a second name.
     ASSERT_TPDP_OK(tpdp_module_add_param(leaf, "tied", bw));

@@ -1,5 +1,7 @@
 // Module tree (core/module.c): structure and ownership, names, cycles,
 // traversal, FQN maps, cleaning, root modules, states, management, hooks.
+#include "tpdp/module.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -7,7 +9,6 @@
 #include <vector>
 
 #include "tests/test_util.h"
-#include "tpdp/module.h"
 
 namespace {
 
@@ -116,8 +117,8 @@ TEST(ModuleTree, CycleIsRejectedNamingModules) {
   tpdp_module *b = AddChild(a, "b", "B");
   EXPECT_TPDP_ERROR(tpdp_module_add_child(b, "back", root), TPDP_ERR_CYCLE,
                     "[Net]", "a.b[B]", "cycle");
-  EXPECT_TPDP_ERROR(tpdp_module_add_child(b, "back", a), TPDP_ERR_CYCLE,
-                    "a[A]", "a.b[B]");
+  EXPECT_TPDP_ERROR(tpdp_module_add_child(b, "back", a), TPDP_ERR_CYCLE, "a[A]",
+                    "a.b[B]");
   EXPECT_TPDP_ERROR(tpdp_module_add_child(b, "self", b), TPDP_ERR_CYCLE,
                     "a.b[B]", "parent itself");
   // The failed calls changed nothing.
@@ -141,14 +142,14 @@ TEST(ModuleTree, DuplicateAndBadNames) {
   EXPECT_TPDP_ERROR(tpdp_module_add_param(root, "a", p), TPDP_ERR_DUPLICATE,
                     "child named 'a'");
   tpdp_tensor t = Vec(1);
-  EXPECT_TPDP_ERROR(tpdp_module_add_buffer(a, "weight", &t),
-                    TPDP_ERR_DUPLICATE, "parameter named 'weight'");
+  EXPECT_TPDP_ERROR(tpdp_module_add_buffer(a, "weight", &t), TPDP_ERR_DUPLICATE,
+                    "parameter named 'weight'");
   EXPECT_TPDP_ERROR(tpdp_module_add_param(a, "", p), TPDP_ERR_EMPTY_NAME,
                     "a[A]");
   EXPECT_TPDP_ERROR(tpdp_module_add_param(a, "x.y", p),
                     TPDP_ERR_INVALID_ARGUMENT, "'x.y'", "contains '.'");
-  EXPECT_TPDP_ERROR(tpdp_module_add_param(a, nullptr, p),
-                    TPDP_ERR_NULL_POINTER, "NULL");
+  EXPECT_TPDP_ERROR(tpdp_module_add_param(a, nullptr, p), TPDP_ERR_NULL_POINTER,
+                    "NULL");
   EXPECT_EQ(tpdp_param_refcount(p), 1);  // no failed call took a reference
   tpdp_module *dummy = nullptr;
   EXPECT_TPDP_ERROR(tpdp_module_create("", &dummy), TPDP_ERR_EMPTY_NAME,
@@ -164,8 +165,8 @@ TEST(ModuleTree, SecondParentAndDestroyingNonRoot) {
   tpdp_module *r1 = Make("R1");
   tpdp_module *r2 = Make("R2");
   tpdp_module *c = AddChild(r1, "c", "C");
-  EXPECT_TPDP_ERROR(tpdp_module_add_child(r2, "c", c), TPDP_ERR_STATE,
-                    "c[C]", "already has a parent");
+  EXPECT_TPDP_ERROR(tpdp_module_add_child(r2, "c", c), TPDP_ERR_STATE, "c[C]",
+                    "already has a parent");
   EXPECT_TPDP_ERROR(tpdp_module_destroy(c), TPDP_ERR_STATE, "c[C]",
                     "destroy the root");
   ASSERT_TPDP_OK(tpdp_module_destroy(r1));
@@ -274,8 +275,7 @@ TEST(Traversal, PreOrderWithDottedPrefixAndLevel) {
 
 tpdp_status StopAtX(tpdp_module *m, const char *, int, void *ctx) {
   ++*static_cast<int *>(ctx);
-  if (std::string(tpdp_module_class_name(m)) == "X")
-    return TPDP_ERR_NOT_FOUND;
+  if (std::string(tpdp_module_class_name(m)) == "X") return TPDP_ERR_NOT_FOUND;
   return TPDP_SUCCESS;
 }
 
@@ -366,8 +366,7 @@ TEST(Fqn, ParamFqnsAreCleaned) {
   tpdp_param_fqns_destroy(map);
   const char *none[] = {""};
   ASSERT_TPDP_OK(tpdp_param_fqns_create(root, 1, none, 0, &map));
-  EXPECT_STREQ(tpdp_param_fqns_get(map, 0, 0),
-               "_fsdp_wrapped_module.l.weight");
+  EXPECT_STREQ(tpdp_param_fqns_get(map, 0, 0), "_fsdp_wrapped_module.l.weight");
   tpdp_param_fqns_destroy(map);
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
@@ -431,8 +430,7 @@ TEST(States, HandleStateCheck) {
   ASSERT_TPDP_OK(tpdp_param_set_state(p, TPDP_HANDLE_BACKWARD_PRE));
   tpdp_handle_state ok[] = {TPDP_HANDLE_FORWARD, TPDP_HANDLE_BACKWARD_POST};
   EXPECT_TPDP_ERROR(tpdp_param_check_state(p, ok, 2, "u1.l1.weight"),
-                    TPDP_ERR_STATE, "u1.l1.weight",
-                    "{FORWARD, BACKWARD_POST}",
+                    TPDP_ERR_STATE, "u1.l1.weight", "{FORWARD, BACKWARD_POST}",
                     "current state is BACKWARD_PRE");
   tpdp_handle_state ok2[] = {TPDP_HANDLE_BACKWARD_PRE};
   ASSERT_TPDP_OK(tpdp_param_check_state(p, ok2, 1, "x"));
@@ -614,9 +612,8 @@ TEST(Hooks, RegisteredDuringARunWaitsForTheNextRun) {
 TEST(Hooks, BadArguments) {
   tpdp_module *m = Make("M");
   tpdp_hook_handle h;
-  EXPECT_TPDP_ERROR(
-      tpdp_module_register_forward_hook(m, nullptr, nullptr, &h),
-      TPDP_ERR_NULL_POINTER, "fn");
+  EXPECT_TPDP_ERROR(tpdp_module_register_forward_hook(m, nullptr, nullptr, &h),
+                    TPDP_ERR_NULL_POINTER, "fn");
   EXPECT_TPDP_ERROR(tpdp_hook_remove(tpdp_hook_handle{nullptr, 1}),
                     TPDP_ERR_NULL_POINTER, "no module");
   EXPECT_TPDP_ERROR(tpdp_module_forward_begin(nullptr), TPDP_ERR_NULL_POINTER,

@@ -60,8 +60,7 @@ tpdp_module *CompositeModel(bool mark) {
   tpdp_module *u2 = Unit(root, "u2");
   Linear(root, "l2");
   if (mark) {
-    EXPECT_EQ(tpdp_module_set_unit(root, "DP", " FULLY SHARDED"),
-              TPDP_SUCCESS);
+    EXPECT_EQ(tpdp_module_set_unit(root, "DP", " FULLY SHARDED"), TPDP_SUCCESS);
     EXPECT_EQ(tpdp_module_set_unit(u1, "DP", " FULLY SHARDED"), TPDP_SUCCESS);
     EXPECT_EQ(tpdp_module_set_unit(u2, "DP", " FULLY SHARDED"), TPDP_SUCCESS);
   }

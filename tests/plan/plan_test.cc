@@ -2,12 +2,13 @@
 // placements and local shapes from the style rules, bytes per tp rank (shared
 // parameters once), the reducer's reversed bucket list, and errors naming the
 // thing at fault. Expected values are worked by hand from the fixtures.
+#include "tools/plan.h"
+
 #include <string>
 #include <vector>
 
 #include "tests/test_util.h"
 #include "tools/model_json.h"
-#include "tools/plan.h"
 #include "tpdp/dtensor.h"
 
 namespace {
@@ -70,10 +71,11 @@ TEST(Plan, Seed000TreeAndMap) {
       "        u2.l2[Linear]\n"
       "    l2[Linear]\n";
   EXPECT_EQ(std::string(tpdp_tree_report_text(p.p->report)), want);
-  EXPECT_EQ(std::string(tpdp_tree_report_json(p.p->report)),
-            R"({"[CompositeModel]":["l1.weight","l1.bias","l2.weight","l2.bias"],)"
-            R"("u1[UnitModule]":["u1.l1.weight","u1.l1.bias","u1.seq.1.weight","u1.seq.1.bias","u1.l2.weight","u1.l2.bias"],)"
-            R"("u2[UnitModule]":["u2.l1.weight","u2.l1.bias","u2.seq.1.weight","u2.seq.1.bias","u2.l2.weight","u2.l2.bias"]})");
+  EXPECT_EQ(
+      std::string(tpdp_tree_report_json(p.p->report)),
+      R"({"[CompositeModel]":["l1.weight","l1.bias","l2.weight","l2.bias"],)"
+      R"("u1[UnitModule]":["u1.l1.weight","u1.l1.bias","u1.seq.1.weight","u1.seq.1.bias","u1.l2.weight","u1.l2.bias"],)"
+      R"("u2[UnitModule]":["u2.l1.weight","u2.l1.bias","u2.seq.1.weight","u2.seq.1.bias","u2.l2.weight","u2.l2.bias"]})");
   EXPECT_EQ(p.p->tp_dim, -1);
   EXPECT_EQ(p.p->tp_size, 1);
   EXPECT_EQ(p.p->world, 2);
@@ -89,11 +91,11 @@ TEST(Plan, TensorParallelShapesBytesBuckets) {
       tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
   Plan p;
   size_t limits[2] = {256, 512};
-  ASSERT_TPDP_OK(tpdp_plan_compute(
-      m.d,
-      R"({"mesh": {"dp": 2, "tp": 2}, "units": ["", "u1"],
+  ASSERT_TPDP_OK(
+      tpdp_plan_compute(m.d,
+                        R"({"mesh": {"dp": 2, "tp": 2}, "units": ["", "u1"],
           "tp": {"u1.l1": "colwise", "u1.l2": "rowwise"}})",
-      limits, 2, &p.p));
+                        limits, 2, &p.p));
   EXPECT_EQ(p.p->tp_dim, 1);
   EXPECT_EQ(p.p->tp_size, 2);
   EXPECT_EQ(tpdp_plan_tp_rank(p.p, 0), 0);
@@ -166,8 +168,8 @@ TEST(Plan, SharedParameterCountedOnce) {
   // Two dtypes -> two buckets; sorted by smallest index (f32 first), then
   // reversed: the bf16 bucket launches first.
   ASSERT_EQ(p.p->buckets[0].nbuckets, 2);
-  EXPECT_EQ(Bucket(p.p, 0, 0), (std::vector<std::string>{
-                                   "blocks.1.fc.weight", "blocks.1.fc.bias"}));
+  EXPECT_EQ(Bucket(p.p, 0, 0), (std::vector<std::string>{"blocks.1.fc.weight",
+                                                         "blocks.1.fc.bias"}));
 }
 
 TEST(Plan, Errors) {
@@ -176,7 +178,8 @@ TEST(Plan, Errors) {
       tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
   tpdp_plan *p = nullptr;
   EXPECT_TPDP_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {"tp": 2}, "tp": {"*.nope": "colwise"}})",
+      tpdp_plan_compute(m.d,
+                        R"({"mesh": {"tp": 2}, "tp": {"*.nope": "colwise"}})",
                         nullptr, 0, &p),
       TPDP_ERR_NOT_FOUND, "\"*.nope\"", "matches no module");
   EXPECT_EQ(p, nullptr);
@@ -186,9 +189,9 @@ TEST(Plan, Errors) {
       TPDP_ERR_NOT_FOUND, "\"zz\"");
   EXPECT_TPDP_ERROR(tpdp_plan_compute(m.d, "[1, 2]", nullptr, 0, &p),
                     TPDP_ERR_PARSE, "JSON object");
-  EXPECT_TPDP_ERROR(tpdp_plan_compute(m.d, R"({"mesh": {"dp": 1.5}})", nullptr,
-                                      0, &p),
-                    TPDP_ERR_BAD_DIM_SIZE, "mesh.dp");
+  EXPECT_TPDP_ERROR(
+      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 1.5}})", nullptr, 0, &p),
+      TPDP_ERR_BAD_DIM_SIZE, "mesh.dp");
   EXPECT_TPDP_ERROR(tpdp_plan_compute(m.d, R"({"mesh": {}})", nullptr, 0, &p),
                     TPDP_ERR_PARSE, "at least one dim");
   size_t zero = 0;
@@ -203,7 +206,8 @@ TEST(Plan, Errors) {
           "params": {"weight": {"shape": [8]}, "bias": {"shape": [8]}}}}})",
       &ln.d));
   EXPECT_TPDP_ERROR(
-      tpdp_plan_compute(ln.d, R"({"mesh": {"tp": 2}, "tp": {"norm": "colwise"}})",
+      tpdp_plan_compute(ln.d,
+                        R"({"mesh": {"tp": 2}, "tp": {"norm": "colwise"}})",
                         nullptr, 0, &p),
       TPDP_ERR_SHAPE_MISMATCH, "norm.weight", "2-D");
   // ... but fine as sequence_parallel (Replicate).

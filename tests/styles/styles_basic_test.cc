@@ -73,7 +73,8 @@ TEST(StyleName, ParseErrors) {
   EXPECT_TPDP_ERROR(tpdp_tp_style_parse("", &s), TPDP_ERR_PARSE, "");
   EXPECT_TPDP_ERROR(tpdp_tp_style_parse("Colwise", &s), TPDP_ERR_PARSE,
                     "Colwise");
-  EXPECT_TPDP_ERROR(tpdp_tp_style_parse(nullptr, &s), TPDP_ERR_NULL_POINTER, "");
+  EXPECT_TPDP_ERROR(tpdp_tp_style_parse(nullptr, &s), TPDP_ERR_NULL_POINTER,
+                    "");
   EXPECT_TPDP_ERROR(tpdp_tp_style_parse("rowwise", nullptr),
                     TPDP_ERR_NULL_POINTER, "");
 }

@@ -185,15 +185,14 @@ TEST_F(StylesErrors, CollectivesNeedAParallelizedModule) {
                     TPDP_ERR_NOT_FOUND, "proj");
   float out[4];
   tpdp_tensor o = tpdp_tensor_1d(out, TPDP_F32, 4);
+  EXPECT_TPDP_ERROR(tpdp_tp_sequence_gather(tree_->Module("fc1"), &t, 1, &o),
+                    TPDP_ERR_INVALID_ARGUMENT, "1");
   EXPECT_TPDP_ERROR(
-      tpdp_tp_sequence_gather(tree_->Module("fc1"), &t, 1, &o),
-      TPDP_ERR_INVALID_ARGUMENT, "1");
-  EXPECT_TPDP_ERROR(tpdp_tp_rowwise_output_reduce_scatter(
-                        tree_->Module("fc1"), &t, -1, &o),
-                    TPDP_ERR_INVALID_ARGUMENT, "");
-  EXPECT_TPDP_ERROR(tpdp_tp_colwise_input_backward(tree_->Module("fc1"),
-                                                   nullptr),
-                    TPDP_ERR_NULL_POINTER, "");
+      tpdp_tp_rowwise_output_reduce_scatter(tree_->Module("fc1"), &t, -1, &o),
+      TPDP_ERR_INVALID_ARGUMENT, "");
+  EXPECT_TPDP_ERROR(
+      tpdp_tp_colwise_input_backward(tree_->Module("fc1"), nullptr),
+      TPDP_ERR_NULL_POINTER, "");
   // The module's communicator is the mesh's tp sub-communicator.
   tpdp_comm *tp = nullptr;
   ASSERT_TPDP_OK(tpdp_tp_module_comm(tree_->Module("fc1"), &c));

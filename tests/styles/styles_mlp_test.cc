@@ -35,8 +35,8 @@ double ActGrad(double h) {
   const double c = 0.7978845608028654;
   double u = c * (h + 0.044715 * h * h * h);
   double t = std::tanh(u);
-  return 0.5 * (1.0 + t) + 0.5 * h * (1.0 - t * t) * c *
-                               (1.0 + 3.0 * 0.044715 * h * h);
+  return 0.5 * (1.0 + t) +
+         0.5 * h * (1.0 - t * t) * c * (1.0 + 3.0 * 0.044715 * h * h);
 }
 
 ::testing::AssertionResult Near(double got, double want, const char *what,
@@ -60,10 +60,10 @@ float *Ptr(const tpdp_tensor *t, int64_t r, int64_t c) {
 
 tpdp_tensor View(float *data, std::vector<int64_t> shape) {
   tpdp_tensor t;
-  EXPECT_EQ(tpdp_tensor_init(&t, data, TPDP_F32,
-                             tpdp_device{TPDP_DEVICE_CPU, 0}, (int)shape.size(),
-                             shape.data()),
-            TPDP_SUCCESS);
+  EXPECT_EQ(
+      tpdp_tensor_init(&t, data, TPDP_F32, tpdp_device{TPDP_DEVICE_CPU, 0},
+                       (int)shape.size(), shape.data()),
+      TPDP_SUCCESS);
   return t;
 }
 
@@ -71,9 +71,9 @@ tpdp_tensor View(float *data, std::vector<int64_t> shape) {
 struct Place {
   tpdp_mesh *mesh = nullptr;
   int tp_dim = -1;
-  int64_t T = 0;       // tp size
-  int64_t tp_rank = 0; // coordinate on tp
-  int64_t key = 0;     // index of this rank's TP group (its other coords)
+  int64_t T = 0;        // tp size
+  int64_t tp_rank = 0;  // coordinate on tp
+  int64_t key = 0;      // index of this rank's TP group (its other coords)
   int64_t ngroups = 1;
 };
 
@@ -119,7 +119,8 @@ Dense DenseMlp(const std::vector<float> &x, const std::vector<float> &dy,
   for (int64_t n = 0; n < N; n++)
     for (int64_t o = 0; o < F; o++) {
       double s = b1[o];
-      for (int64_t i = 0; i < kH; i++) s += (double)x[n * kH + i] * W1[o * kH + i];
+      for (int64_t i = 0; i < kH; i++)
+        s += (double)x[n * kH + i] * W1[o * kH + i];
       d.h[n * F + o] = s;
       d.a[n * F + o] = Act(s);
     }
@@ -133,7 +134,8 @@ Dense DenseMlp(const std::vector<float> &x, const std::vector<float> &dy,
   for (int64_t n = 0; n < N; n++)
     for (int64_t o = 0; o < F; o++) {
       double s = 0;
-      for (int64_t j = 0; j < kH; j++) s += (double)dy[n * kH + j] * W2[j * F + o];
+      for (int64_t j = 0; j < kH; j++)
+        s += (double)dy[n * kH + j] * W2[j * F + o];
       dh[n * F + o] = s * ActGrad(d.h[n * F + o]);
     }
   d.dW2.assign(kH * F, 0);
@@ -339,7 +341,8 @@ TEST_P(StylesMlp, ParallelizeShardsParameters) {
            {"fc1[Linear] TP COLWISE\n", "fc2[Linear] TP ROWWISE\n",
             "norm[Norm] TP SEQUENCE_PARALLEL\n", "proj[Linear] TP REPLICATE\n"})
         EXPECT_NE(text.find(line), std::string::npos)
-            << "report lacks '" << line << "':\n" << text;
+            << "report lacks '" << line << "':\n"
+            << text;
       EXPECT_EQ(text.rfind("[Model]\n", 0), 0u) << text;
       tpdp_tree_report_destroy(r);
     }
@@ -371,9 +374,11 @@ TEST_P(StylesMlp, ColwiseRowwiseForwardBackward) {
       Local l = LocalForward(x, N, l1, *t);
       for (int64_t n = 0; n < N; n++)  // colwise output = columns of dense h
         for (int64_t o = 0; o < l1; o++)
-          EXPECT_TRUE(Near(l.h[n * l1 + o], d.h[n * F + s1 + o], "h", n * F + o));
+          EXPECT_TRUE(
+              Near(l.h[n * l1 + o], d.h[n * F + s1 + o], "h", n * F + o));
       tpdp_tensor partial = View(l.partial.data(), {N, kH});
-      EXPECT_TPDP_OK(tpdp_tp_rowwise_output_forward(t->Module("fc2"), &partial));
+      EXPECT_TPDP_OK(
+          tpdp_tp_rowwise_output_forward(t->Module("fc2"), &partial));
       const tpdp_tensor *b2 = tpdp_param_tensor(t->Param("fc2.bias"));
       for (int64_t n = 0; n < N; n++)
         for (int64_t j = 0; j < kH; j++)
@@ -433,13 +438,16 @@ TEST_P(StylesMlp, SequenceParallelBlock) {
         // Forward: gather the sequence shards of x.
         std::vector<float> xs(x.begin() + ss * kH, x.begin() + (ss + ls) * kH);
         xs.reserve(1);
-        std::vector<float> xfull(S * kH, std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> xfull(S * kH,
+                                 std::numeric_limits<float>::quiet_NaN());
         tpdp_tensor txs = View(xs.data(), {ls, kH});
         tpdp_tensor txf = View(xfull.data(), {S, kH});
-        EXPECT_TPDP_OK(tpdp_tp_sequence_gather(t->Module("fc1"), &txs, 0, &txf));
+        EXPECT_TPDP_OK(
+            tpdp_tp_sequence_gather(t->Module("fc1"), &txs, 0, &txf));
         EXPECT_EQ(xfull, x);
         Local l = LocalForward(xfull, S, l1, *t);
-        std::vector<float> ys(ls * kH + 1, std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> ys(ls * kH + 1,
+                              std::numeric_limits<float>::quiet_NaN());
         tpdp_tensor tp_ = View(l.partial.data(), {S, kH});
         tpdp_tensor tys = View(ys.data(), {ls, kH});
         EXPECT_TPDP_OK(tpdp_tp_rowwise_output_reduce_scatter(t->Module("fc2"),
@@ -451,9 +459,11 @@ TEST_P(StylesMlp, SequenceParallelBlock) {
                              d.y[(ss + r) * kH + j], "y", (ss + r) * kH + j));
         // Backward: dy arrives as sequence shards; gather it (backward of
         // reduce_scatter), run the local backward, scatter dx.
-        std::vector<float> dys(dy.begin() + ss * kH, dy.begin() + (ss + ls) * kH);
+        std::vector<float> dys(dy.begin() + ss * kH,
+                               dy.begin() + (ss + ls) * kH);
         dys.reserve(1);
-        std::vector<float> dyfull(S * kH, std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> dyfull(S * kH,
+                                  std::numeric_limits<float>::quiet_NaN());
         tpdp_tensor tdys = View(dys.data(), {ls, kH});
         tpdp_tensor tdyf = View(dyfull.data(), {S, kH});
         EXPECT_TPDP_OK(
@@ -470,7 +480,8 @@ TEST_P(StylesMlp, SequenceParallelBlock) {
           for (int64_t o = 0; o < l1; o++)
             EXPECT_TRUE(Near(At(gW2, j, o), d.dW2[j * F + s1 + o], "dW2",
                              j * F + s1 + o));
-        std::vector<float> dxs(ls * kH + 1, std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> dxs(ls * kH + 1,
+                               std::numeric_limits<float>::quiet_NaN());
         tpdp_tensor tdxp = View(dxp.data(), {S, kH});
         tpdp_tensor tdxs = View(dxs.data(), {ls, kH});
         EXPECT_TPDP_OK(
@@ -523,7 +534,8 @@ TEST(StylesSequence, GatherAndReduceScatterOnAnyDim) {
             for (int64_t s = 0; s < ls; s++)
               for (int64_t c = 0; c < C; c++)
                 shard[idx(a, s, c, ls)] = full[idx(a, ss + s, c, S)];
-          std::vector<float> got(A * S * C, std::numeric_limits<float>::quiet_NaN());
+          std::vector<float> got(A * S * C,
+                                 std::numeric_limits<float>::quiet_NaN());
           tpdp_tensor tsh = View(shard.data(), full_shape(ls));
           tpdp_tensor tgot = View(got.data(), full_shape(S));
           EXPECT_TPDP_OK(
@@ -582,7 +594,9 @@ TEST(StylesSequence, ReduceReplicatedGradsOverTpOnly) {
       int64_t ss, ls;
       Chunk(S, pl.T, pl.tp_rank, &ss, &ls);
       auto xv = [&](int64_t key, int64_t i) { return Val(300 + (int)key, i); };
-      auto dyv = [&](int64_t key, int64_t i) { return Val(400 + 2 * (int)key, i); };
+      auto dyv = [&](int64_t key, int64_t i) {
+        return Val(400 + 2 * (int)key, i);
+      };
       // Local gradient over this rank's sequence rows.
       const tpdp_tensor *gn = tpdp_param_grad(t->Param("norm.weight"));
       ASSERT_NE(gn, nullptr);
@@ -613,13 +627,15 @@ TEST(StylesSequence, ReduceReplicatedGradsOverTpOnly) {
         EXPECT_TRUE(Near(got, want, "norm.grad", h));
         // On a mesh with DP peers, summing over them too would be caught.
         if (pl.ngroups > 1 && std::fabs(world - want) > 1e-3)
-          EXPECT_FALSE(std::fabs(got - world) <= 1e-5 * std::max(1.0, std::fabs(world)))
+          EXPECT_FALSE(std::fabs(got - world) <=
+                       1e-5 * std::max(1.0, std::fabs(world)))
               << "norm grad summed over DP peers too, h=" << h;
       }
       for (const std::string &f : others) {
         const tpdp_tensor *g = tpdp_param_grad(t->Param(f));
         for (int64_t i = 0; i < tpdp_tensor_numel(g); i++)
-          ASSERT_EQ(((const float *)g->data)[i], 1.0f + (float)i) << f << " " << i;
+          ASSERT_EQ(((const float *)g->data)[i], 1.0f + (float)i)
+              << f << " " << i;
       }
       // The replicated weight itself is untouched.
       const tpdp_tensor *w = tpdp_param_tensor(t->Param("norm.weight"));

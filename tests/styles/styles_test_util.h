@@ -93,16 +93,15 @@ struct Tree {
 inline std::unique_ptr<Tree> MakeMlp(int64_t F, int64_t H) {
   auto t = std::make_unique<Tree>();
   if (tpdp_module_create("Model", &t->root) != TPDP_SUCCESS) return nullptr;
-  bool ok = t->AddModule("", "fc1", "Linear") &&
-            t->AddModule("", "fc2", "Linear") &&
-            t->AddModule("", "norm", "Norm") &&
-            t->AddModule("", "proj", "Linear") &&
-            t->AddParam("fc1", "weight", {F, H}, 1) &&
-            t->AddParam("fc1", "bias", {F}, 2) &&
-            t->AddParam("fc2", "weight", {H, F}, 3) &&
-            t->AddParam("fc2", "bias", {H}, 4) &&
-            t->AddParam("norm", "weight", {H}, 5) &&
-            t->AddParam("proj", "weight", {3, H}, 6);
+  bool ok =
+      t->AddModule("", "fc1", "Linear") && t->AddModule("", "fc2", "Linear") &&
+      t->AddModule("", "norm", "Norm") && t->AddModule("", "proj", "Linear") &&
+      t->AddParam("fc1", "weight", {F, H}, 1) &&
+      t->AddParam("fc1", "bias", {F}, 2) &&
+      t->AddParam("fc2", "weight", {H, F}, 3) &&
+      t->AddParam("fc2", "bias", {H}, 4) &&
+      t->AddParam("norm", "weight", {H}, 5) &&
+      t->AddParam("proj", "weight", {3, H}, 6);
   if (!ok) return nullptr;
   return t;
 }

@@ -2,6 +2,8 @@
 // parameter counts (shared parameters once), and every parse error naming
 // the JSON path at fault. Expected values are worked by hand from the
 // fixtures (tests/data/seed000_model.json, tests/data/tied_model.json).
+#include "tools/model_json.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "tests/test_util.h"
-#include "tools/model_json.h"
 
 namespace {
 
@@ -39,12 +40,12 @@ TEST(ModelJson, Seed000Tree) {
   const tpdp_model_desc *d = m.d;
   // Seed 000's tree, line by line: FQN[class] in pre-order.
   std::vector<std::string> want = {
-      "[CompositeModel]",   "l1[Linear]",       "u1[UnitModule]",
-      "u1.l1[Linear]",      "u1.seq[Sequential]", "u1.seq.0[ReLU]",
-      "u1.seq.1[Linear]",   "u1.seq.2[ReLU]",   "u1.l2[Linear]",
-      "u2[UnitModule]",     "u2.l1[Linear]",    "u2.seq[Sequential]",
-      "u2.seq.0[ReLU]",     "u2.seq.1[Linear]", "u2.seq.2[ReLU]",
-      "u2.l2[Linear]",      "l2[Linear]"};
+      "[CompositeModel]", "l1[Linear]",         "u1[UnitModule]",
+      "u1.l1[Linear]",    "u1.seq[Sequential]", "u1.seq.0[ReLU]",
+      "u1.seq.1[Linear]", "u1.seq.2[ReLU]",     "u1.l2[Linear]",
+      "u2[UnitModule]",   "u2.l1[Linear]",      "u2.seq[Sequential]",
+      "u2.seq.0[ReLU]",   "u2.seq.1[Linear]",   "u2.seq.2[ReLU]",
+      "u2.l2[Linear]",    "l2[Linear]"};
   ASSERT_EQ(d->nmodules, (int)want.size());
   std::vector<std::string> pre;
   for (int i = 0; i < d->nmodules; i++) {
@@ -64,8 +65,8 @@ TEST(ModelJson, Seed000Tree) {
             (std::vector<std::string>{"l1", "u1.l1", "u1.seq.0", "u1.seq.1",
                                       "u1.seq.2", "u1.l2", "u2.l1", "u2.seq.0",
                                       "u2.seq.1", "u2.seq.2", "u2.l2", "l2"}));
-  EXPECT_EQ(LeafCounts(d), (std::vector<int64_t>{72, 72, 0, 72, 0, 72, 72, 0,
-                                                 72, 0, 72, 72}));
+  EXPECT_EQ(LeafCounts(d),
+            (std::vector<int64_t>{72, 72, 0, 72, 0, 72, 72, 0, 72, 0, 72, 72}));
 
   const tpdp_model_module *u1 = tpdp_model_desc_find_module(d, "u1");
   ASSERT_NE(u1, nullptr);
@@ -236,8 +237,8 @@ const BadCase kBad[] = {
     {R"({"class": "M", "params": {"a": {"shape": [1]}},
         "children": {"a": {"class": "L"}}})",
      TPDP_ERR_DUPLICATE, "children.a", "already used by a parameter"},
-    {R"({"class": "M", "children": {"": {"class": "L"}}})",
-     TPDP_ERR_EMPTY_NAME, "children: a child has an empty name", "child"},
+    {R"({"class": "M", "children": {"": {"class": "L"}}})", TPDP_ERR_EMPTY_NAME,
+     "children: a child has an empty name", "child"},
     {R"({"class": "M", "children": {"x": {"class": "L",
         "params": {"a.b": {"shape": [1]}}}}})",
      TPDP_ERR_INVALID_ARGUMENT, "children.x.params", "\"a.b\" contains '.'"},
@@ -257,12 +258,14 @@ const BadCase kBad[] = {
         "a": {"class": "L", "params": {"w": {"shape": [2, 3]}}},
         "b": {"class": "L", "params": {"w": {"shape": [3, 2]}}}},
         "shared": [["a.w", "b.w"]]})",
-     TPDP_ERR_SHAPE_MISMATCH, "shared[0]", "\"a.w\" has shape [2, 3] but \"b.w\" has shape [3, 2]"},
+     TPDP_ERR_SHAPE_MISMATCH, "shared[0]",
+     "\"a.w\" has shape [2, 3] but \"b.w\" has shape [3, 2]"},
     {R"({"class": "M", "children": {
         "a": {"class": "L", "params": {"w": {"shape": [2]}}},
         "b": {"class": "L", "params": {"w": {"shape": [2], "dtype": "f16"}}}},
         "shared": [["a.w", "b.w"]]})",
-     TPDP_ERR_DTYPE_MISMATCH, "shared[0]", "dtype f32 but \"b.w\" has dtype f16"},
+     TPDP_ERR_DTYPE_MISMATCH, "shared[0]",
+     "dtype f32 but \"b.w\" has dtype f16"},
     {R"({"class": "M", "children": {"a": {"class": "L",
         "params": {"w": {"shape": [2]}, "v": {"shape": [2]}}}},
         "shared": [["a.w", "a.v"], ["a.w"]]})",
@@ -278,8 +281,8 @@ TEST(ModelJson, NullPointers) {
   tpdp_model_desc *d = nullptr;
   EXPECT_TPDP_ERROR(tpdp_model_desc_parse(nullptr, &d), TPDP_ERR_NULL_POINTER,
                     "json");
-  EXPECT_TPDP_ERROR(tpdp_model_desc_parse("{}", nullptr),
-                    TPDP_ERR_NULL_POINTER, "out");
+  EXPECT_TPDP_ERROR(tpdp_model_desc_parse("{}", nullptr), TPDP_ERR_NULL_POINTER,
+                    "out");
   EXPECT_TPDP_ERROR(tpdp_model_desc_load(nullptr, &d), TPDP_ERR_NULL_POINTER,
                     "path");
   tpdp_model_desc_destroy(nullptr);  // no-op

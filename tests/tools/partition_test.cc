@@ -1,6 +1,8 @@
 // The stage partitioner (tools/partition.h) against an independent brute
 // force over every placement of the cut points, on random small cases, plus
 // hand-worked cases on seed 000's toy model and the error messages.
+#include "tools/partition.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -9,7 +11,6 @@
 
 #include "tests/test_util.h"
 #include "tools/model_json.h"
-#include "tools/partition.h"
 
 namespace {
 
@@ -149,13 +150,15 @@ TEST(Partition, HandWorked) {
   std::vector<int64_t> w = {3, 1, 4, 1, 5};
   std::vector<int> b(3);
   int64_t mx = 0;
-  ASSERT_TPDP_OK(tpdp_partition_solve(w.data(), 5, 2, nullptr, 0, b.data(), &mx));
+  ASSERT_TPDP_OK(
+      tpdp_partition_solve(w.data(), 5, 2, nullptr, 0, b.data(), &mx));
   EXPECT_EQ(mx, 8);
   EXPECT_EQ(b, (std::vector<int>{0, 3, 5}));
   // 3 stages, cut pairs (a, b): (1,2) 10, (1,3) 6, (1,4) 6, (2,3) 6,
   // (2,4) 5, (3,4) 8 -> [3 1 | 4 1 | 5], 5.
   std::vector<int> b3(4);
-  ASSERT_TPDP_OK(tpdp_partition_solve(w.data(), 5, 3, nullptr, 0, b3.data(), &mx));
+  ASSERT_TPDP_OK(
+      tpdp_partition_solve(w.data(), 5, 3, nullptr, 0, b3.data(), &mx));
   EXPECT_EQ(mx, 5);
   EXPECT_EQ(b3, (std::vector<int>{0, 2, 4, 5}));
   // Edge leaf 1 -> leaf 4 allows one cut among boundaries 2..4, so a = 1:
@@ -171,27 +174,34 @@ TEST(Partition, ArgumentErrors) {
   std::vector<int64_t> w = {1, 2, 3};
   std::vector<int> b(5);
   int64_t mx = 0;
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(w.data(), 3, 0, nullptr, 0, b.data(), &mx),
-                    TPDP_ERR_INVALID_ARGUMENT, "number of stages is 0");
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(w.data(), 3, 4, nullptr, 0, b.data(), &mx),
-                    TPDP_ERR_INVALID_ARGUMENT, "cannot split 3 leaf modules into 4");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(w.data(), 3, 0, nullptr, 0, b.data(), &mx),
+      TPDP_ERR_INVALID_ARGUMENT, "number of stages is 0");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(w.data(), 3, 4, nullptr, 0, b.data(), &mx),
+      TPDP_ERR_INVALID_ARGUMENT, "cannot split 3 leaf modules into 4");
   std::vector<int64_t> neg = {1, -2, 3};
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(neg.data(), 3, 2, nullptr, 0, b.data(), &mx),
-                    TPDP_ERR_INVALID_ARGUMENT, "weights[1] is -2");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(neg.data(), 3, 2, nullptr, 0, b.data(), &mx),
+      TPDP_ERR_INVALID_ARGUMENT, "weights[1] is -2");
   std::vector<int64_t> big = {INT64_MAX, 1};
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(big.data(), 2, 2, nullptr, 0, b.data(), &mx),
-                    TPDP_ERR_INVALID_ARGUMENT, "overflows");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(big.data(), 2, 2, nullptr, 0, b.data(), &mx),
+      TPDP_ERR_INVALID_ARGUMENT, "overflows");
   tpdp_partition_edge back = {2, 1, "c", "b"};
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(w.data(), 3, 2, &back, 1, b.data(), &mx),
-                    TPDP_ERR_INVALID_ARGUMENT, "edges[0] [\"c\", \"b\"]",
-                    "src < dst");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(w.data(), 3, 2, &back, 1, b.data(), &mx),
+      TPDP_ERR_INVALID_ARGUMENT, "edges[0] [\"c\", \"b\"]", "src < dst");
   tpdp_partition_edge out = {0, 3, nullptr, nullptr};
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(w.data(), 3, 2, &out, 1, b.data(), &mx),
-                    TPDP_ERR_INVALID_ARGUMENT, "edges[0] leaf 0 -> leaf 3");
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(nullptr, 3, 2, nullptr, 0, b.data(), &mx),
-                    TPDP_ERR_NULL_POINTER, "weights");
-  EXPECT_TPDP_ERROR(tpdp_partition_solve(w.data(), 0, 1, nullptr, 0, b.data(), &mx),
-                    TPDP_ERR_INVALID_ARGUMENT, "no leaf modules");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(w.data(), 3, 2, &out, 1, b.data(), &mx),
+      TPDP_ERR_INVALID_ARGUMENT, "edges[0] leaf 0 -> leaf 3");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(nullptr, 3, 2, nullptr, 0, b.data(), &mx),
+      TPDP_ERR_NULL_POINTER, "weights");
+  EXPECT_TPDP_ERROR(
+      tpdp_partition_solve(w.data(), 0, 1, nullptr, 0, b.data(), &mx),
+      TPDP_ERR_INVALID_ARGUMENT, "no leaf modules");
   int m = 0;
   EXPECT_TPDP_ERROR(tpdp_partition_max_stages(3, nullptr, 2, &m),
                     TPDP_ERR_NULL_POINTER, "edges");
@@ -217,14 +227,16 @@ struct Loaded {
 // u2.l1 72, u2.seq.0 0, u2.seq.1 72, u2.seq.2 0, u2.l2 72, l2 72.
 TEST(Partition, Seed000HandWorked) {
   Loaded m;
-  ASSERT_TPDP_OK(tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+  ASSERT_TPDP_OK(
+      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
   auto w = m.Weights();
   std::vector<int> b(5);
   int64_t mx = 0;
   // 8 Linears of 72 into 4 stages: 144 each; stages as long as possible
   // from the front: [l1 u1.l1 u1.seq.0] [u1.seq.1 u1.seq.2 u1.l2]
   // [u2.l1 u2.seq.0 u2.seq.1 u2.seq.2] [u2.l2 l2].
-  ASSERT_TPDP_OK(tpdp_partition_solve(w.data(), 12, 4, nullptr, 0, b.data(), &mx));
+  ASSERT_TPDP_OK(
+      tpdp_partition_solve(w.data(), 12, 4, nullptr, 0, b.data(), &mx));
   EXPECT_EQ(mx, 144);
   EXPECT_EQ(b, (std::vector<int>{0, 3, 6, 10, 12}));
 
@@ -237,7 +249,8 @@ TEST(Partition, Seed000HandWorked) {
   EXPECT_EQ(m.e[0].src, 5);
   EXPECT_EQ(m.e[0].dst, 11);
   EXPECT_STREQ(m.e[0].src_name, "u1");
-  ASSERT_TPDP_OK(tpdp_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx));
+  ASSERT_TPDP_OK(
+      tpdp_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx));
   EXPECT_EQ(mx, 216);
   EXPECT_EQ(b, (std::vector<int>{0, 4, 5, 10, 12}));
   int maxk = 0;
@@ -252,7 +265,8 @@ TEST(Partition, Seed000HandWorked) {
 
 TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
   Loaded m;
-  ASSERT_TPDP_OK(tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+  ASSERT_TPDP_OK(
+      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
   ASSERT_TPDP_OK(tpdp_partition_edges_load(
       m.d, DataPath("seed000_edges_two.json").c_str(), &m.e, &m.ne));
   ASSERT_EQ(m.ne, 2);
@@ -265,18 +279,21 @@ TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
   // cut in 1..5 and one in 6..11 -> 3 stages.
   EXPECT_TPDP_ERROR(
       tpdp_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx),
-      TPDP_ERR_UNSUPPORTED, "edges[1] [\"u1\", \"l2\"]",
-      "given edges[0];", "at most 3 stages");
-  ASSERT_TPDP_OK(tpdp_partition_solve(w.data(), 12, 3, m.e, m.ne, b.data(), &mx));
+      TPDP_ERR_UNSUPPORTED, "edges[1] [\"u1\", \"l2\"]", "given edges[0];",
+      "at most 3 stages");
+  ASSERT_TPDP_OK(
+      tpdp_partition_solve(w.data(), 12, 3, m.e, m.ne, b.data(), &mx));
 }
 
 TEST(Partition, EdgesParseErrors) {
   Loaded m;
-  ASSERT_TPDP_OK(tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+  ASSERT_TPDP_OK(
+      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
   tpdp_partition_edge *e = nullptr;
   int n = -1;
   // A non-leaf destination means its first leaf.
-  ASSERT_TPDP_OK(tpdp_partition_edges_parse(m.d, R"([["l1", "u2"]])", nullptr, &e, &n));
+  ASSERT_TPDP_OK(
+      tpdp_partition_edges_parse(m.d, R"([["l1", "u2"]])", nullptr, &e, &n));
   EXPECT_EQ(e[0].src, 0);
   EXPECT_EQ(e[0].dst, 6);
   tpdp_partition_edges_free(e, n);
@@ -291,7 +308,8 @@ TEST(Partition, EdgesParseErrors) {
       TPDP_ERR_NOT_FOUND, "edges[1][0]", "\"l1.weight\"", "is a parameter");
   EXPECT_TPDP_ERROR(
       tpdp_partition_edges_parse(m.d, R"([["l2", "l1"]])", nullptr, &e, &n),
-      TPDP_ERR_INVALID_ARGUMENT, "edges[0] [\"l2\", \"l1\"]", "must go forward");
+      TPDP_ERR_INVALID_ARGUMENT, "edges[0] [\"l2\", \"l1\"]",
+      "must go forward");
   EXPECT_TPDP_ERROR(  // u1's last leaf is u1.l2, after u1.l1
       tpdp_partition_edges_parse(m.d, R"([["u1", "u1.l2"]])", nullptr, &e, &n),
       TPDP_ERR_INVALID_ARGUMENT, "edges[0]", "must go forward");

@@ -1,12 +1,13 @@
 // Topology, binding and placement advice on the synthetic hwloc XML
 // fixtures of tests/data (layouts in tests/data/make_topo_fixtures.py).
 // Every expectation below is worked out by hand from those layouts.
+#include "tpdp/topo.h"
+
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "tests/test_util.h"
-#include "tpdp/topo.h"
 
 namespace {
 
@@ -21,7 +22,8 @@ struct Topo {
 
 std::string Binding(tpdp_topo *t, int r, int n, int *gpu = nullptr) {
   tpdp_binding b;
-  EXPECT_EQ(tpdp_topo_binding_for(t, r, n, &b), TPDP_SUCCESS) << tpdp_last_error();
+  EXPECT_EQ(tpdp_topo_binding_for(t, r, n, &b), TPDP_SUCCESS)
+      << tpdp_last_error();
   if (gpu) *gpu = b.gpu;
   return b.cpuset;
 }
@@ -91,9 +93,9 @@ TEST(TopoTwoSocket, BindingOneRankPerGpu) {
   Topo t("topo_2s8gpu.xml");
   ASSERT_NE(t.t, nullptr);
   // Ranks 0-3 share package 0's 8 cores (2 each), ranks 4-7 package 1's.
-  const char *want[8] = {"0-1,16-17", "2-3,18-19", "4-5,20-21", "6-7,22-23",
-                         "8-9,24-25", "10-11,26-27", "12-13,28-29",
-                         "14-15,30-31"};
+  const char *want[8] = {"0-1,16-17",   "2-3,18-19",  "4-5,20-21",
+                         "6-7,22-23",   "8-9,24-25",  "10-11,26-27",
+                         "12-13,28-29", "14-15,30-31"};
   for (int r = 0; r < 8; r++) {
     int gpu = -2;
     EXPECT_EQ(Binding(t.t, r, 8, &gpu), want[r]) << "local rank " << r;
@@ -139,7 +141,7 @@ TEST(TopoTwoSocket, AdviceTpInnermost) {
   EXPECT_EQ(a.tp_in_host, 1);
   EXPECT_EQ(a.tp_in_switch, 0);  // 8 GPUs over 4 switches
   EXPECT_EQ(a.gpus_per_switch, 2);
-  EXPECT_EQ(a.tp_in_numa, 0);    // over both sockets
+  EXPECT_EQ(a.tp_in_numa, 0);  // over both sockets
   EXPECT_EQ(a.reorder, 0);
   EXPECT_EQ(a.fixable, 1);
   EXPECT_EQ(std::string(a.suggested), "dp=4,tp=8");
@@ -214,9 +216,12 @@ TEST(TopoTwoSocket, Format) {
   Topo t("topo_2s8gpu.xml");
   ASSERT_NE(t.t, nullptr);
   std::string s = Format(t.t);
-  EXPECT_NE(s.find("2 package(s), 2 NUMA node(s), 16 core(s), 32 PU(s), 8 GPU(s)"),
-            std::string::npos) << s;
-  EXPECT_NE(s.find("Package 1: 8 core(s), PUs 8-15,24-31"), std::string::npos) << s;
+  EXPECT_NE(
+      s.find("2 package(s), 2 NUMA node(s), 16 core(s), 32 PU(s), 8 GPU(s)"),
+      std::string::npos)
+      << s;
+  EXPECT_NE(s.find("Package 1: 8 core(s), PUs 8-15,24-31"), std::string::npos)
+      << s;
   EXPECT_NE(s.find("GPU 7  0000:a3:00.0"), std::string::npos) << s;
   EXPECT_EQ(s.find("no GPUs found"), std::string::npos);
   // snprintf contract: a short buffer is NUL-terminated and the full
@@ -314,8 +319,7 @@ TEST(Topo, Errors) {
   EXPECT_TPDP_ERROR(tpdp_topo_binding_for(x.t, 0, 0, &b),
                     TPDP_ERR_INVALID_ARGUMENT, "[0, 0)");
   tpdp_placement_advice a;
-  EXPECT_TPDP_ERROR(tpdp_topo_advise(x.t, "dp=2,,tp", &a), TPDP_ERR_PARSE,
-                    "");
+  EXPECT_TPDP_ERROR(tpdp_topo_advise(x.t, "dp=2,,tp", &a), TPDP_ERR_PARSE, "");
   // Binding needs this machine's topology, not an XML one.
   unsetenv("TPDP_BIND");
   EXPECT_TPDP_ERROR(tpdp_topo_bind_self(x.t, 0, 1, &b), TPDP_ERR_STATE,

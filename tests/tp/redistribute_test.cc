@@ -53,10 +53,14 @@ double Split(double y, tpdp_reduce_op op, int64_t c, int64_t k, int64_t flat) {
       for (int64_t cc = 1; cc < k; cc++) rest += h(cc);
       return y - rest;
     }
-    case TPDP_OP_AVG: return y + 2.0 * c - (k - 1);
-    case TPDP_OP_MAX: return c == 0 ? y : y - 1 - c;
-    case TPDP_OP_MIN: return c == 0 ? y : y + 1 + c;
-    default: return NAN;
+    case TPDP_OP_AVG:
+      return y + 2.0 * c - (k - 1);
+    case TPDP_OP_MAX:
+      return c == 0 ? y : y - 1 - c;
+    case TPDP_OP_MIN:
+      return c == 0 ? y : y + 1 + c;
+    default:
+      return NAN;
   }
 }
 
@@ -69,18 +73,43 @@ std::vector<tpdp_placement> Parse(const char *text) {
 
 double Get(const std::vector<char> &buf, tpdp_dtype dt, int64_t i) {
   switch (dt) {
-    case TPDP_F32: { float v; memcpy(&v, &buf[i * 4], 4); return v; }
-    case TPDP_F64: { double v; memcpy(&v, &buf[i * 8], 8); return v; }
-    case TPDP_I32: { int32_t v; memcpy(&v, &buf[i * 4], 4); return v; }
-    default: return NAN;
+    case TPDP_F32: {
+      float v;
+      memcpy(&v, &buf[i * 4], 4);
+      return v;
+    }
+    case TPDP_F64: {
+      double v;
+      memcpy(&v, &buf[i * 8], 8);
+      return v;
+    }
+    case TPDP_I32: {
+      int32_t v;
+      memcpy(&v, &buf[i * 4], 4);
+      return v;
+    }
+    default:
+      return NAN;
   }
 }
 void Put(std::vector<char> &buf, tpdp_dtype dt, int64_t i, double x) {
   switch (dt) {
-    case TPDP_F32: { float v = (float)x; memcpy(&buf[i * 4], &v, 4); break; }
-    case TPDP_F64: { memcpy(&buf[i * 8], &x, 8); break; }
-    case TPDP_I32: { int32_t v = (int32_t)x; memcpy(&buf[i * 4], &v, 4); break; }
-    default: break;
+    case TPDP_F32: {
+      float v = (float)x;
+      memcpy(&buf[i * 4], &v, 4);
+      break;
+    }
+    case TPDP_F64: {
+      memcpy(&buf[i * 8], &x, 8);
+      break;
+    }
+    case TPDP_I32: {
+      int32_t v = (int32_t)x;
+      memcpy(&buf[i * 4], &v, 4);
+      break;
+    }
+    default:
+      break;
   }
 }
 
@@ -117,15 +146,16 @@ double Expected(const World &w, const std::vector<tpdp_placement> &src,
   if (!as_source)
     for (size_t m = 0; m < pl.size(); m++) {
       if (pl[m].kind != TPDP_PLACEMENT_PARTIAL) continue;
-      bool kept = src[m].kind == TPDP_PLACEMENT_PARTIAL && src[m].op == pl[m].op;
+      bool kept =
+          src[m].kind == TPDP_PLACEMENT_PARTIAL && src[m].op == pl[m].op;
       if (!kept && pl[m].op == TPDP_OP_SUM && w.coords[m] != 0) y = 0;
     }
   return y;
 }
 
 // Run one transition; returns a description of the first mismatch or "".
-void RunCase(const World &w, const char *src_text, const char *dst_text,
-             V g, tpdp_dtype dt) {
+void RunCase(const World &w, const char *src_text, const char *dst_text, V g,
+             tpdp_dtype dt) {
   SCOPED_TRACE(std::string(src_text) + " -> " + dst_text + " shape [" +
                std::to_string(g[0]) + "," + std::to_string(g[1]) + "] " +
                tpdp_dtype_name(dt) + " rank " +
@@ -148,18 +178,21 @@ void RunCase(const World &w, const char *src_text, const char *dst_text,
       Put(sbuf, dt, a * pitch + b,
           Expected(w, src, src, soff[0] + a, soff[1] + b, g[1], true));
   tpdp_tensor sl;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&sl, sbuf.data(), dt, kCpu, 2, sshape.data()));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&sl, sbuf.data(), dt, kCpu, 2, sshape.data()));
   sl.strides[0] = pitch;
   tpdp_dtensor sd;
   ASSERT_TPDP_OK(tpdp_dtensor_unflatten(&sl, ss, &sd));
   std::vector<char> dbuf((size_t)(dshape[0] * dshape[1] + 1) * es, 0x7f);
   tpdp_tensor dl;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&dl, dbuf.data(), dt, kCpu, 2, dshape.data()));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&dl, dbuf.data(), dt, kCpu, 2, dshape.data()));
   EXPECT_TPDP_OK(tpdp_redistribute(&sd, ds, &dl));
   int bad = 0;
   for (int64_t a = 0; a < dshape[0] && bad < 3; a++)
     for (int64_t b = 0; b < dshape[1] && bad < 3; b++) {
-      double want = Expected(w, src, dst, doff[0] + a, doff[1] + b, g[1], false);
+      double want =
+          Expected(w, src, dst, doff[0] + a, doff[1] + b, g[1], false);
       double got = Get(dbuf, dt, a * dshape[1] + b);
       if (got != want) {
         bad++;
@@ -173,14 +206,17 @@ void RunCase(const World &w, const char *src_text, const char *dst_text,
   if (out.local.data) {
     EXPECT_EQ(out.spec, ds);
     EXPECT_EQ(memcmp(out.local.data, dbuf.data(),
-                     (size_t)(dshape[0] * dshape[1]) * es), 0);
+                     (size_t)(dshape[0] * dshape[1]) * es),
+              0);
     tpdp_dtensor_free_local(&out);
   }
   tpdp_spec_destroy(ss);
   tpdp_spec_destroy(ds);
 }
 
-struct Case { const char *src, *dst; };
+struct Case {
+  const char *src, *dst;
+};
 
 const std::vector<V> kShapes = {{7, 5}, {10, 3}, {3, 2}, {8, 4}};
 
@@ -192,19 +228,20 @@ void RunAll(const World &w, const std::vector<Case> &cases) {
 TEST(Redistribute, Mesh4x1EveryTransition) {
   World w({4, 1});
   RunAll(w, {
-      {"S0,R", "R,R"}, {"S1,R", "R,R"},                          // allgather
-      {"P:sum,R", "R,R"}, {"P:avg,R", "R,R"}, {"P:max,R", "R,R"},
-      {"P:min,R", "R,R"},                                        // allreduce
-      {"P:sum,R", "S0,R"}, {"P:sum,R", "S1,R"}, {"P:max,R", "S1,R"},
-      {"P:avg,R", "S0,R"},                                       // reduce_scatter
-      {"R,R", "S0,R"}, {"R,R", "S1,R"},                          // slice
-      {"S0,R", "S1,R"}, {"S1,R", "S0,R"},                        // alltoall
-      {"R,R", "P:sum,R"}, {"R,R", "P:avg,R"}, {"R,R", "P:max,R"},
-      {"R,R", "P:min,R"},                                        // partial
-      {"S0,R", "P:sum,R"}, {"P:sum,R", "P:max,R"},               // combos
-      {"S0,R", "S0,R"}, {"P:sum,R", "P:sum,R"}, {"R,R", "R,R"},  // identity
-      {"S0,R", "R,S1"}, {"R,S0", "S1,R"},                        // size-1 dim
-  });
+                {"S0,R", "R,R"},     {"S1,R", "R,R"},  // allgather
+                {"P:sum,R", "R,R"},  {"P:avg,R", "R,R"},
+                {"P:max,R", "R,R"},  {"P:min,R", "R,R"},  // allreduce
+                {"P:sum,R", "S0,R"}, {"P:sum,R", "S1,R"},
+                {"P:max,R", "S1,R"}, {"P:avg,R", "S0,R"},  // reduce_scatter
+                {"R,R", "S0,R"},     {"R,R", "S1,R"},      // slice
+                {"S0,R", "S1,R"},    {"S1,R", "S0,R"},     // alltoall
+                {"R,R", "P:sum,R"},  {"R,R", "P:avg,R"},
+                {"R,R", "P:max,R"},  {"R,R", "P:min,R"},      // partial
+                {"S0,R", "P:sum,R"}, {"P:sum,R", "P:max,R"},  // combos
+                {"S0,R", "S0,R"},    {"P:sum,R", "P:sum,R"},
+                {"R,R", "R,R"},                         // identity
+                {"S0,R", "R,S1"},    {"R,S0", "S1,R"},  // size-1 dim
+            });
   // Other dtypes through the packing paths.
   RunCase(w, "S1,R", "R,R", {7, 5}, TPDP_F64);
   RunCase(w, "P:sum,R", "S1,R", {7, 5}, TPDP_I32);
@@ -215,21 +252,26 @@ TEST(Redistribute, Mesh4x1EveryTransition) {
 TEST(Redistribute, Mesh2x2EveryTransition) {
   World w({2, 2});
   RunAll(w, {
-      {"S0,S1", "R,R"}, {"S1,S0", "R,R"}, {"S0,S0", "R,R"}, {"S1,S1", "R,R"},
-      {"S0,R", "R,R"}, {"R,S1", "R,R"},
-      {"P:sum,P:sum", "R,R"}, {"P:max,P:max", "R,R"}, {"P:avg,R", "R,R"},
-      {"R,P:min", "R,R"},
-      {"P:sum,R", "S0,R"}, {"R,P:sum", "R,S1"}, {"P:sum,P:sum", "S0,S1"},
-      {"P:sum,S1", "S0,S1"}, {"S0,P:sum", "S0,S1"}, {"S0,P:max", "S0,S0"},
-      {"R,R", "S0,S1"}, {"R,R", "S0,S0"}, {"R,R", "S1,S1"}, {"R,S0", "S0,S0"},
-      {"S0,R", "S0,S0"},
-      {"S0,S1", "S1,S0"}, {"S0,R", "S1,R"}, {"R,S1", "R,S0"},
-      {"S0,S0", "S1,S1"}, {"S0,S0", "S0,R"}, {"S0,S0", "R,S0"},
-      {"S0,S0", "S1,S0"}, {"S1,S0", "S0,S0"}, {"S0,S1", "S0,S0"},
-      {"R,R", "P:sum,P:sum"}, {"R,R", "P:avg,P:max"}, {"S0,S1", "P:sum,R"},
-      {"P:sum,S1", "P:sum,S0"}, {"R,S0", "P:sum,S0"}, {"P:max,R", "P:max,S1"},
-      {"S0,S1", "R,S1"}, {"S0,S1", "S0,S1"},
-  });
+                {"S0,S1", "R,R"},         {"S1,S0", "R,R"},
+                {"S0,S0", "R,R"},         {"S1,S1", "R,R"},
+                {"S0,R", "R,R"},          {"R,S1", "R,R"},
+                {"P:sum,P:sum", "R,R"},   {"P:max,P:max", "R,R"},
+                {"P:avg,R", "R,R"},       {"R,P:min", "R,R"},
+                {"P:sum,R", "S0,R"},      {"R,P:sum", "R,S1"},
+                {"P:sum,P:sum", "S0,S1"}, {"P:sum,S1", "S0,S1"},
+                {"S0,P:sum", "S0,S1"},    {"S0,P:max", "S0,S0"},
+                {"R,R", "S0,S1"},         {"R,R", "S0,S0"},
+                {"R,R", "S1,S1"},         {"R,S0", "S0,S0"},
+                {"S0,R", "S0,S0"},        {"S0,S1", "S1,S0"},
+                {"S0,R", "S1,R"},         {"R,S1", "R,S0"},
+                {"S0,S0", "S1,S1"},       {"S0,S0", "S0,R"},
+                {"S0,S0", "R,S0"},        {"S0,S0", "S1,S0"},
+                {"S1,S0", "S0,S0"},       {"S0,S1", "S0,S0"},
+                {"R,R", "P:sum,P:sum"},   {"R,R", "P:avg,P:max"},
+                {"S0,S1", "P:sum,R"},     {"P:sum,S1", "P:sum,S0"},
+                {"R,S0", "P:sum,S0"},     {"P:max,R", "P:max,S1"},
+                {"S0,S1", "R,S1"},        {"S0,S1", "S0,S1"},
+            });
   RunCase(w, "S0,S1", "S1,S0", {7, 5}, TPDP_F64);
   RunCase(w, "P:sum,P:sum", "S1,S0", {10, 3}, TPDP_I32);
 }
@@ -237,7 +279,8 @@ TEST(Redistribute, Mesh2x2EveryTransition) {
 TEST(Redistribute, FullTensor) {
   for (V ms : {V{2, 2}, V{4, 1}}) {
     World w(ms);
-    for (const char *pl : {"S0,S1", "S1,S0", "S0,S0", "P:sum,R", "R,P:max", "R,R"}) {
+    for (const char *pl :
+         {"S0,S1", "S1,S0", "S0,S0", "P:sum,R", "R,P:max", "R,R"}) {
       if (ms[1] == 1 && std::string(pl) == "R,P:max") continue;
       SCOPED_TRACE(pl);
       V g = {7, 5};
@@ -253,13 +296,14 @@ TEST(Redistribute, FullTensor) {
           local[a * shape[1] + b] =
               (float)Expected(w, src, src, off[0] + a, off[1] + b, g[1], true);
       tpdp_tensor t;
-      ASSERT_TPDP_OK(tpdp_tensor_init(&t, local.data(), TPDP_F32, kCpu, 2,
-                                      shape.data()));
+      ASSERT_TPDP_OK(
+          tpdp_tensor_init(&t, local.data(), TPDP_F32, kCpu, 2, shape.data()));
       tpdp_dtensor dt;
       ASSERT_TPDP_OK(tpdp_dtensor_unflatten(&t, ss, &dt));
       std::vector<float> full(35, -1);
       tpdp_tensor ft;
-      ASSERT_TPDP_OK(tpdp_tensor_init(&ft, full.data(), TPDP_F32, kCpu, 2, g.data()));
+      ASSERT_TPDP_OK(
+          tpdp_tensor_init(&ft, full.data(), TPDP_F32, kCpu, 2, g.data()));
       EXPECT_TPDP_OK(tpdp_dtensor_full_tensor(&dt, &ft));
       for (int64_t i = 0; i < 7; i++)
         for (int64_t j = 0; j < 5; j++)
@@ -281,14 +325,20 @@ TEST(Redistribute, BadInput) {
   auto s0 = Parse("S0,R"), rr = Parse("R,R");
   tpdp_spec *a = nullptr, *b = nullptr, *c = nullptr, *gpu = nullptr,
             *other_shape = nullptr, *f64 = nullptr;
-  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, s0.data(), 2, 2, g.data(), TPDP_F32, kCpu, &a));
-  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, rr.data(), 2, 2, g.data(), TPDP_F32, kCpu, &b));
-  ASSERT_TPDP_OK(tpdp_spec_create(w41.mesh, rr.data(), 2, 2, g.data(), TPDP_F32, kCpu, &c));
+  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, s0.data(), 2, 2, g.data(), TPDP_F32,
+                                  kCpu, &a));
+  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, rr.data(), 2, 2, g.data(), TPDP_F32,
+                                  kCpu, &b));
+  ASSERT_TPDP_OK(tpdp_spec_create(w41.mesh, rr.data(), 2, 2, g.data(), TPDP_F32,
+                                  kCpu, &c));
   tpdp_device cuda = {TPDP_DEVICE_CUDA, 0};
-  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, s0.data(), 2, 2, g.data(), TPDP_F32, cuda, &gpu));
+  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, s0.data(), 2, 2, g.data(), TPDP_F32,
+                                  cuda, &gpu));
   V g2 = {8, 5};
-  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, rr.data(), 2, 2, g2.data(), TPDP_F32, kCpu, &other_shape));
-  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, rr.data(), 2, 2, g.data(), TPDP_F64, kCpu, &f64));
+  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, rr.data(), 2, 2, g2.data(),
+                                  TPDP_F32, kCpu, &other_shape));
+  ASSERT_TPDP_OK(tpdp_spec_create(w22.mesh, rr.data(), 2, 2, g.data(), TPDP_F64,
+                                  kCpu, &f64));
   std::vector<float> x(16), y(32);
   V ls = {4, 4};
   tpdp_tensor lx, ly;
@@ -325,7 +375,8 @@ TEST(Redistribute, BadInput) {
 #endif
   EXPECT_TPDP_ERROR(tpdp_redistribute(nullptr, b, &ly), TPDP_ERR_NULL_POINTER,
                     "src");
-  for (tpdp_spec *s : {a, b, c, gpu, gpu_r, other_shape, f64}) tpdp_spec_destroy(s);
+  for (tpdp_spec *s : {a, b, c, gpu, gpu_r, other_shape, f64})
+    tpdp_spec_destroy(s);
 }
 
 TEST(Redistribute, UnflattenUsesThisRank) {
@@ -333,7 +384,8 @@ TEST(Redistribute, UnflattenUsesThisRank) {
   V g = {7, 5};
   auto s0 = Parse("S0,R");
   tpdp_spec *s = nullptr;
-  ASSERT_TPDP_OK(tpdp_spec_create(w.mesh, s0.data(), 2, 2, g.data(), TPDP_F32, kCpu, &s));
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(w.mesh, s0.data(), 2, 2, g.data(), TPDP_F32, kCpu, &s));
   int r = tpdp_mesh_rank(w.mesh);
   int64_t rows = r < 3 ? 2 : 1;  // 7 over 4: 2,2,2,1
   EXPECT_EQ(tpdp_spec_self_rank(s), r);
@@ -341,9 +393,11 @@ TEST(Redistribute, UnflattenUsesThisRank) {
   V ok = {rows, 5}, other = {rows == 2 ? 1 : 2, 5};
   tpdp_tensor t;
   tpdp_dtensor dt;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&t, buf.data(), TPDP_F32, kCpu, 2, ok.data()));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&t, buf.data(), TPDP_F32, kCpu, 2, ok.data()));
   EXPECT_TPDP_OK(tpdp_dtensor_unflatten(&t, s, &dt));
-  ASSERT_TPDP_OK(tpdp_tensor_init(&t, buf.data(), TPDP_F32, kCpu, 2, other.data()));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&t, buf.data(), TPDP_F32, kCpu, 2, other.data()));
   const std::string who = "rank " + std::to_string(r);
   EXPECT_TPDP_ERROR(tpdp_dtensor_unflatten(&t, s, &dt), TPDP_ERR_SHAPE_MISMATCH,
                     who.c_str());

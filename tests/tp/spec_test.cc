@@ -15,8 +15,9 @@ const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
 struct Mesh {
   tpdp_mesh *m = nullptr;
   Mesh(std::vector<int64_t> sizes, std::vector<const char *> names = {}) {
-    tpdp_status st = tpdp_mesh_create(nullptr, (int)sizes.size(), sizes.data(),
-                                      names.empty() ? nullptr : names.data(), &m);
+    tpdp_status st =
+        tpdp_mesh_create(nullptr, (int)sizes.size(), sizes.data(),
+                         names.empty() ? nullptr : names.data(), &m);
     EXPECT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
   }
   ~Mesh() { tpdp_mesh_destroy(m); }
@@ -55,10 +56,11 @@ TEST(Placement, ConstructorsAndEquality) {
 }
 
 TEST(Placement, ParseAndFormat) {
-  struct { const char *text, *canon; } cases[] = {
-      {"S0", "S0"}, {"S3", "S3"}, {"R", "R"}, {"P", "P:sum"},
-      {"P:sum", "P:sum"}, {"P:avg", "P:avg"}, {"P:max", "P:max"},
-      {"P:min", "P:min"}};
+  struct {
+    const char *text, *canon;
+  } cases[] = {{"S0", "S0"},       {"S3", "S3"},       {"R", "R"},
+               {"P", "P:sum"},     {"P:sum", "P:sum"}, {"P:avg", "P:avg"},
+               {"P:max", "P:max"}, {"P:min", "P:min"}};
   for (auto &c : cases) {
     tpdp_placement p;
     ASSERT_TPDP_OK(tpdp_placement_parse(c.text, &p));
@@ -70,8 +72,7 @@ TEST(Placement, ParseAndFormat) {
   EXPECT_TPDP_ERROR(tpdp_placement_parse("Q", &p), TPDP_ERR_PARSE, "'Q'");
   EXPECT_TPDP_ERROR(tpdp_placement_parse("S", &p), TPDP_ERR_PARSE, "'S'");
   EXPECT_TPDP_ERROR(tpdp_placement_parse("S1x", &p), TPDP_ERR_PARSE, "S1x");
-  EXPECT_TPDP_ERROR(tpdp_placement_parse("P:prod", &p), TPDP_ERR_PARSE,
-                    "prod");
+  EXPECT_TPDP_ERROR(tpdp_placement_parse("P:prod", &p), TPDP_ERR_PARSE, "prod");
   tpdp_placement list[4];
   int n = 0;
   ASSERT_TPDP_OK(tpdp_placements_parse("S1,R,P:avg", list, 4, &n));
@@ -79,8 +80,8 @@ TEST(Placement, ParseAndFormat) {
   EXPECT_TRUE(tpdp_placement_equal(list[0], tpdp_shard(1)));
   EXPECT_TRUE(tpdp_placement_equal(list[1], tpdp_replicate()));
   EXPECT_TRUE(tpdp_placement_equal(list[2], tpdp_partial(TPDP_OP_AVG)));
-  EXPECT_TPDP_ERROR(tpdp_placements_parse("S0,,R", list, 4, &n),
-                    TPDP_ERR_PARSE, "item 1");
+  EXPECT_TPDP_ERROR(tpdp_placements_parse("S0,,R", list, 4, &n), TPDP_ERR_PARSE,
+                    "item 1");
   EXPECT_TPDP_ERROR(tpdp_placements_parse("R,R,R", list, 2, &n),
                     TPDP_ERR_TOO_MANY_DIMS, "more than 2");
 }
@@ -104,7 +105,8 @@ TEST(Spec, EvenShardDim0) {
   EXPECT_EQ(tpdp_spec_global_strides(s.s)[1], 1);
   EXPECT_EQ(tpdp_spec_dtype(s.s), TPDP_F32);
   EXPECT_EQ(tpdp_spec_device(s.s).type, TPDP_DEVICE_CPU);
-  EXPECT_TRUE(tpdp_placement_equal(tpdp_spec_placements(s.s)[0], tpdp_shard(0)));
+  EXPECT_TRUE(
+      tpdp_placement_equal(tpdp_spec_placements(s.s)[0], tpdp_shard(0)));
   EXPECT_EQ(tpdp_spec_self_rank(s.s), 0);  // layout-only: rank 0
 }
 
@@ -171,7 +173,8 @@ TEST(Spec, TwoMeshDimsShardOneTensorDim) {
   Mesh mesh24({2, 4});
   int64_t g5[1] = {5};
   Spec s5;
-  ASSERT_TPDP_OK(tpdp_spec_create(mesh24.m, pl, 2, 1, g5, TPDP_F32, kCpu, &s5.s));
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(mesh24.m, pl, 2, 1, g5, TPDP_F32, kCpu, &s5.s));
   int64_t r5[8] = {1, 1, 1, 0, 1, 1, 0, 0}, o5[8] = {0, 1, 2, 5, 3, 4, 5, 5};
   for (int r = 0; r < 8; r++) {
     V off;
@@ -183,7 +186,8 @@ TEST(Spec, TwoMeshDimsShardOneTensorDim) {
   tpdp_placement pl2[2] = {tpdp_shard(1), tpdp_shard(0)};
   int64_t g2[2] = {10, 7};
   Spec s2;
-  ASSERT_TPDP_OK(tpdp_spec_create(mesh23.m, pl2, 2, 2, g2, TPDP_F32, kCpu, &s2.s));
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(mesh23.m, pl2, 2, 2, g2, TPDP_F32, kCpu, &s2.s));
   for (int r = 0; r < 6; r++) {
     int a = r / 3, b = r % 3;
     V off;
@@ -203,7 +207,8 @@ TEST(Spec, CoverageBruteForce) {
       tpdp_placement pl[2] = {tpdp_shard(0), tpdp_shard(0)};
       for (int64_t n = 0; n <= 13; n++) {
         Spec s;
-        ASSERT_TPDP_OK(tpdp_spec_create(mesh.m, pl, 2, 1, &n, TPDP_U8, kCpu, &s.s));
+        ASSERT_TPDP_OK(
+            tpdp_spec_create(mesh.m, pl, 2, 1, &n, TPDP_U8, kCpu, &s.s));
         int64_t next = 0;
         for (int r = 0; r < k0 * k1; r++) {
           V off;
@@ -212,8 +217,8 @@ TEST(Spec, CoverageBruteForce) {
             EXPECT_EQ(off[0], n);
             continue;
           }
-          EXPECT_EQ(off[0], next) << "n=" << n << " k=" << k0 << "x" << k1
-                                  << " rank " << r;
+          EXPECT_EQ(off[0], next)
+              << "n=" << n << " k=" << k0 << "x" << k1 << " rank " << r;
           next = off[0] + shape[0];
         }
         EXPECT_EQ(next, n) << "n=" << n << " k=" << k0 << "x" << k1;
@@ -256,23 +261,29 @@ TEST(Spec, BadInput) {
   EXPECT_TPDP_ERROR(tpdp_spec_create(mesh.m, avg, 2, 2, g, TPDP_U8, kCpu, &s),
                     TPDP_ERR_OP_DTYPE, "u8");
   tpdp_spec *fine = nullptr;
-  ASSERT_TPDP_OK(tpdp_spec_create(mesh.m, avg, 2, 2, g, TPDP_BF16, kCpu, &fine));
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(mesh.m, avg, 2, 2, g, TPDP_BF16, kCpu, &fine));
   tpdp_spec_destroy(fine);
-  tpdp_placement sum_i[2] = {tpdp_partial(TPDP_OP_SUM), tpdp_partial(TPDP_OP_MAX)};
-  ASSERT_TPDP_OK(tpdp_spec_create(mesh.m, sum_i, 2, 2, g, TPDP_I64, kCpu, &fine));
+  tpdp_placement sum_i[2] = {tpdp_partial(TPDP_OP_SUM),
+                             tpdp_partial(TPDP_OP_MAX)};
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(mesh.m, sum_i, 2, 2, g, TPDP_I64, kCpu, &fine));
   tpdp_spec_destroy(fine);
   int64_t neg[2] = {4, -1};
   EXPECT_TPDP_ERROR(tpdp_spec_create(mesh.m, ok, 2, 2, neg, TPDP_F32, kCpu, &s),
                     TPDP_ERR_BAD_DIM_SIZE, "dim 1");
   EXPECT_TPDP_ERROR(tpdp_spec_create(mesh.m, ok, 2, 9, g, TPDP_F32, kCpu, &s),
                     TPDP_ERR_TOO_MANY_DIMS, "ndim 9");
-  EXPECT_TPDP_ERROR(tpdp_spec_create(mesh.m, ok, 2, 2, g, (tpdp_dtype)42, kCpu, &s),
-                    TPDP_ERR_DTYPE_MISMATCH, "42");
+  EXPECT_TPDP_ERROR(
+      tpdp_spec_create(mesh.m, ok, 2, 2, g, (tpdp_dtype)42, kCpu, &s),
+      TPDP_ERR_DTYPE_MISMATCH, "42");
   tpdp_placement badop[2] = {tpdp_partial((tpdp_reduce_op)9), tpdp_replicate()};
-  EXPECT_TPDP_ERROR(tpdp_spec_create(mesh.m, badop, 2, 2, g, TPDP_F32, kCpu, &s),
-                    TPDP_ERR_INVALID_ARGUMENT, "reduce op 9");
+  EXPECT_TPDP_ERROR(
+      tpdp_spec_create(mesh.m, badop, 2, 2, g, TPDP_F32, kCpu, &s),
+      TPDP_ERR_INVALID_ARGUMENT, "reduce op 9");
   Spec good;
-  ASSERT_TPDP_OK(tpdp_spec_create(mesh.m, ok, 2, 2, g, TPDP_F32, kCpu, &good.s));
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(mesh.m, ok, 2, 2, g, TPDP_F32, kCpu, &good.s));
   int64_t shape[2];
   EXPECT_TPDP_ERROR(tpdp_spec_local_shape(good.s, 4, shape, nullptr),
                     TPDP_ERR_INVALID_ARGUMENT, "rank 4");
@@ -318,7 +329,8 @@ TEST(Json, RoundTrip) {
   tpdp_placement r[1] = {tpdp_partial(TPDP_OP_MAX)};
   tpdp_device gpu = {TPDP_DEVICE_CUDA, 3};
   Spec sc;
-  ASSERT_TPDP_OK(tpdp_spec_create(m1.m, r, 1, 0, nullptr, TPDP_I64, gpu, &sc.s));
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(m1.m, r, 1, 0, nullptr, TPDP_I64, gpu, &sc.s));
   ASSERT_TPDP_OK(tpdp_spec_to_json_alloc(sc.s, &text));
   EXPECT_EQ(std::string(text),
             "{\"mesh\":{\"shape\":[4],\"names\":[\"d0\"]},\"placements\":"
