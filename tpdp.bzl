@@ -7,6 +7,8 @@ TPDP_COPTS = [
     "-Wextra",
     "-Werror",
     "-D_GNU_SOURCE",
+    # Only the API (TPDP_API in include/tpdp/*.h) leaves libtpdp.so.
+    "-fvisibility=hidden",
 ]
 
 # Tests: C++17 GoogleTest.

@@ -16,7 +16,7 @@ const char *tpdp_reduce_op_name(tpdp_reduce_op op) {
   return names[op];
 }
 
-const char *tpdp_coll_name(tpdp_coll_kind kind) {
+const char *comm_coll_name(tpdp_coll_kind kind) {
   static const char *const names[] = {"allreduce",      "allgather",
                                       "reduce_scatter", "broadcast",
                                       "alltoall",       "barrier"};
@@ -25,9 +25,10 @@ const char *tpdp_coll_name(tpdp_coll_kind kind) {
 }
 
 tpdp_status tpdp_init(int *argc, char ***argv) {
+  TPDP_API_ENTRY;
   if (initialized) return TPDP_SUCCESS;
-  CHECK(tpdp_mpi_backend_init(argc, argv, &we_initialized_mpi));
-  tpdp_status st = tpdp_mpi_comm_world(&world);
+  CHECK(comm_mpi_backend_init(argc, argv, &we_initialized_mpi));
+  tpdp_status st = comm_mpi_world(&world);
   if (st != TPDP_SUCCESS) return st;
   tpdp_log_set_rank(world->rank);
   initialized = 1;
@@ -36,17 +37,19 @@ tpdp_status tpdp_init(int *argc, char ***argv) {
 }
 
 tpdp_status tpdp_finalize(void) {
+  TPDP_API_ENTRY;
   if (!initialized) return TPDP_SUCCESS;
   initialized = 0;
   tpdp_status st = tpdp_comm_destroy(world);
   world = NULL;
-  tpdp_status st2 = tpdp_mpi_backend_finalize(we_initialized_mpi);
+  tpdp_status st2 = comm_mpi_backend_finalize(we_initialized_mpi);
   return st != TPDP_SUCCESS ? st : st2;
 }
 
 int tpdp_is_initialized(void) { return initialized; }
 
 tpdp_status tpdp_comm_world(tpdp_comm **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   if (!initialized)
     return TPDP_ERR(TPDP_ERR_NOT_INITIALIZED,
@@ -55,8 +58,8 @@ tpdp_status tpdp_comm_world(tpdp_comm **out) {
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
-                            const char *name, tpdp_comm **out) {
+tpdp_status comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
+                       const char *name, tpdp_comm **out) {
   tpdp_comm *c = NULL;
   CHECK(TPDP_CALLOC(c, 1));
   c->ops = ops;
@@ -68,6 +71,7 @@ tpdp_status tpdp_comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
 }
 
 tpdp_status tpdp_comm_destroy(tpdp_comm *comm) {
+  TPDP_API_ENTRY;
   if (comm == NULL) return TPDP_SUCCESS;
   if (comm == world && initialized)
     return TPDP_ERR(TPDP_ERR_STATE,
@@ -96,6 +100,7 @@ tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm) {
 
 tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
                             tpdp_comm **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(comm);
   CHECK_PTR(out);
   *out = NULL;
@@ -103,6 +108,7 @@ tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
 }
 
 tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream) {
+  TPDP_API_ENTRY;
   CHECK_PTR(comm);
   if (comm->ops->order_after == NULL) return TPDP_SUCCESS;
   return comm->ops->order_after(comm, stream);
@@ -111,6 +117,7 @@ tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream) {
 /* ------------------------------------------------------------ work */
 
 tpdp_status tpdp_work_wait(tpdp_work *work) {
+  TPDP_API_ENTRY;
   if (work == NULL) return TPDP_SUCCESS;
   tpdp_status st = work->wait(work);
   if (work->release) work->release(work);
@@ -119,12 +126,14 @@ tpdp_status tpdp_work_wait(tpdp_work *work) {
 }
 
 tpdp_status tpdp_work_test(tpdp_work *work, int *done) {
+  TPDP_API_ENTRY;
   CHECK_PTR(work);
   CHECK_PTR(done);
   return work->test(work, done);
 }
 
 tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream) {
+  TPDP_API_ENTRY;
   if (work == NULL) return TPDP_SUCCESS;
   if (work->wait_stream == NULL) return tpdp_work_wait(work);
   tpdp_status st = work->wait_stream(work, stream);
@@ -136,36 +145,35 @@ tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream) {
 /* ------------------------------------------------------------ checks */
 
 static tpdp_status check_tensor(const tpdp_comm *comm, const tpdp_tensor *t,
-                                const char *role, tpdp_coll_kind kind) {
-  const char *what = tpdp_coll_name(kind);
+                                const char *role) {
   if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
-    return tpdp_set_error(TPDP_ERR_TOO_MANY_DIMS, what,
-                          "%s buffer has ndim %d outside [0, %d] (%s)", role,
-                          t->ndim, TPDP_MAX_DIMS, comm->name);
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
+                    "%s buffer has ndim %d outside [0, %d] (%s)", role, t->ndim,
+                    TPDP_MAX_DIMS, comm->name);
   for (int i = 0; i < t->ndim; i++)
     if (t->shape[i] < 0)
-      return tpdp_set_error(TPDP_ERR_BAD_DIM_SIZE, what,
-                            "%s buffer has shape[%d] = %lld (%s)", role, i,
-                            (long long)t->shape[i], comm->name);
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "%s buffer has shape[%d] = %lld (%s)", role, i,
+                      (long long)t->shape[i], comm->name);
   if (tpdp_dtype_size(t->dtype) == 0)
-    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, what,
-                          "%s buffer has invalid dtype %d on %s", role,
-                          (int)t->dtype, comm->name);
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "%s buffer has invalid dtype %d on %s", role, (int)t->dtype,
+                    comm->name);
   if (!tpdp_tensor_is_contiguous(t))
-    return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, what,
-                          "%s buffer is not contiguous (%s, rank %d)", role,
-                          comm->name, comm->rank);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "%s buffer is not contiguous (%s, rank %d)", role,
+                    comm->name, comm->rank);
   if (t->data == NULL && tpdp_tensor_numel(t) > 0)
-    return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
-                          "%s buffer has NULL data and %lld elements (%s)",
-                          role, (long long)tpdp_tensor_numel(t), comm->name);
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                    "%s buffer has NULL data and %lld elements (%s)", role,
+                    (long long)tpdp_tensor_numel(t), comm->name);
   if (t->device.type != comm->ops->device_type ||
       (t->device.type == TPDP_DEVICE_CUDA &&
        t->device.index != comm->device_index)) {
     char dev[32];
     tpdp_device_format(t->device, dev, sizeof dev);
-    return tpdp_set_error(
-        TPDP_ERR_DEVICE_MISMATCH, what,
+    return TPDP_ERR(
+        TPDP_ERR_DEVICE_MISMATCH,
         "%s buffer is on %s but communicator %s (%s backend) moves %s memory",
         role, dev, comm->name, comm->ops->backend,
         comm->ops->device_type == TPDP_DEVICE_CPU ? "host" : "device");
@@ -173,84 +181,78 @@ static tpdp_status check_tensor(const tpdp_comm *comm, const tpdp_tensor *t,
   return TPDP_SUCCESS;
 }
 
-static tpdp_status count_error(const tpdp_comm *comm, tpdp_coll_kind kind,
-                               const char *rule, long long send_n,
-                               long long recv_n) {
-  return tpdp_set_error(TPDP_ERR_SHAPE_MISMATCH, tpdp_coll_name(kind),
-                        "%s: send has %lld elements, recv %lld, comm %s has "
-                        "%d ranks (rank %d)",
-                        rule, send_n, recv_n, comm->name, comm->size,
-                        comm->rank);
+static tpdp_status count_error(const tpdp_comm *comm, const char *rule,
+                               long long send_n, long long recv_n) {
+  return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                  "%s: send has %lld elements, recv %lld, comm %s has "
+                  "%d ranks (rank %d)",
+                  rule, send_n, recv_n, comm->name, comm->size, comm->rank);
 }
 
 static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
                                   tpdp_work **work) {
-  const char *what = tpdp_coll_name(args->kind);
   if (comm == NULL)
-    return tpdp_set_error(TPDP_ERR_NULL_POINTER, what, "communicator is NULL");
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "communicator is NULL");
   if (work == NULL)
-    return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
-                          "work handle pointer is NULL");
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "work handle pointer is NULL");
   *work = NULL;
   if (args->kind != TPDP_COLL_BARRIER) {
     if (args->recv == NULL)
-      return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
-                            "recv tensor is NULL (%s)", comm->name);
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER, "recv tensor is NULL (%s)",
+                      comm->name);
     int send_needed =
         args->kind != TPDP_COLL_BROADCAST || comm->rank == args->root;
     if (args->send == NULL && args->kind != TPDP_COLL_BROADCAST)
-      return tpdp_set_error(TPDP_ERR_NULL_POINTER, what,
-                            "send tensor is NULL (%s)", comm->name);
-    CHECK(check_tensor(comm, args->recv, "recv", args->kind));
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER, "send tensor is NULL (%s)",
+                      comm->name);
+    CHECK(check_tensor(comm, args->recv, "recv"));
     if (args->send != NULL && send_needed) {
-      CHECK(check_tensor(comm, args->send, "send", args->kind));
+      CHECK(check_tensor(comm, args->send, "send"));
       if (args->send->dtype != args->recv->dtype)
-        return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, what,
-                              "send dtype %s != recv dtype %s (%s, rank %d)",
-                              tpdp_dtype_name(args->send->dtype),
-                              tpdp_dtype_name(args->recv->dtype), comm->name,
-                              comm->rank);
+        return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                        "send dtype %s != recv dtype %s (%s, rank %d)",
+                        tpdp_dtype_name(args->send->dtype),
+                        tpdp_dtype_name(args->recv->dtype), comm->name,
+                        comm->rank);
     }
   }
   if ((args->kind == TPDP_COLL_ALLREDUCE ||
        args->kind == TPDP_COLL_REDUCE_SCATTER) &&
       ((int)args->op < 0 || args->op >= TPDP_OP_COUNT))
-    return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, what,
-                          "invalid reduce op %d", (int)args->op);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "invalid reduce op %d",
+                    (int)args->op);
   long long s = args->send ? (long long)tpdp_tensor_numel(args->send) : 0;
   long long r = args->recv ? (long long)tpdp_tensor_numel(args->recv) : 0;
   long long p = comm->size;
   switch (args->kind) {
     case TPDP_COLL_ALLREDUCE:
       if (s != r)
-        return count_error(comm, args->kind,
-                           "numel(send) must equal numel(recv)", s, r);
+        return count_error(comm, "numel(send) must equal numel(recv)", s, r);
       break;
     case TPDP_COLL_ALLGATHER:
       if (r != s * p)
-        return count_error(comm, args->kind,
-                           "numel(recv) must be size * numel(send)", s, r);
+        return count_error(comm, "numel(recv) must be size * numel(send)", s,
+                           r);
       break;
     case TPDP_COLL_REDUCE_SCATTER:
       if (s != r * p)
-        return count_error(comm, args->kind,
-                           "numel(send) must be size * numel(recv)", s, r);
+        return count_error(comm, "numel(send) must be size * numel(recv)", s,
+                           r);
       break;
     case TPDP_COLL_ALLTOALL:
       if (s != r || s % p != 0)
         return count_error(
-            comm, args->kind,
-            "numel(send) must equal numel(recv) and divide by size", s, r);
+            comm, "numel(send) must equal numel(recv) and divide by size", s,
+            r);
       break;
     case TPDP_COLL_BROADCAST:
       if (args->root < 0 || args->root >= comm->size)
-        return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, what,
-                              "root %d outside [0, %d) of %s", args->root,
-                              comm->size, comm->name);
+        return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                        "root %d outside [0, %d) of %s", args->root, comm->size,
+                        comm->name);
       if (comm->rank == args->root && args->send != NULL && s != r)
-        return count_error(comm, args->kind,
-                           "numel(send) must equal numel(recv) on the root", s,
-                           r);
+        return count_error(
+            comm, "numel(send) must equal numel(recv) on the root", s, r);
       break;
     case TPDP_COLL_BARRIER:
       break;
@@ -270,67 +272,79 @@ static tpdp_status run_blocking(tpdp_comm *comm, tpdp_coll_args *args) {
 
 tpdp_status tpdp_allreduce(tpdp_comm *comm, const tpdp_tensor *send,
                            tpdp_tensor *recv, tpdp_reduce_op op) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_ALLREDUCE, send, recv, op, 0);
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_allreduce_async(tpdp_comm *comm, const tpdp_tensor *send,
                                  tpdp_tensor *recv, tpdp_reduce_op op,
                                  tpdp_work **work) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_ALLREDUCE, send, recv, op, 0);
   return run_collective(comm, &args, work);
 }
 
 tpdp_status tpdp_allgather(tpdp_comm *comm, const tpdp_tensor *send,
                            tpdp_tensor *recv) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0);
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_allgather_async(tpdp_comm *comm, const tpdp_tensor *send,
                                  tpdp_tensor *recv, tpdp_work **work) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0);
   return run_collective(comm, &args, work);
 }
 
 tpdp_status tpdp_reduce_scatter(tpdp_comm *comm, const tpdp_tensor *send,
                                 tpdp_tensor *recv, tpdp_reduce_op op) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm, const tpdp_tensor *send,
                                       tpdp_tensor *recv, tpdp_reduce_op op,
                                       tpdp_work **work) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);
   return run_collective(comm, &args, work);
 }
 
 tpdp_status tpdp_broadcast(tpdp_comm *comm, const tpdp_tensor *send,
                            tpdp_tensor *recv, int root) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_BROADCAST, send, recv, TPDP_OP_SUM, root);
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_broadcast_async(tpdp_comm *comm, const tpdp_tensor *send,
                                  tpdp_tensor *recv, int root,
                                  tpdp_work **work) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_BROADCAST, send, recv, TPDP_OP_SUM, root);
   return run_collective(comm, &args, work);
 }
 
 tpdp_status tpdp_alltoall(tpdp_comm *comm, const tpdp_tensor *send,
                           tpdp_tensor *recv) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_ALLTOALL, send, recv, TPDP_OP_SUM, 0);
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_alltoall_async(tpdp_comm *comm, const tpdp_tensor *send,
                                 tpdp_tensor *recv, tpdp_work **work) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_ALLTOALL, send, recv, TPDP_OP_SUM, 0);
   return run_collective(comm, &args, work);
 }
 
 tpdp_status tpdp_barrier(tpdp_comm *comm) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0);
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work) {
+  TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0);
   return run_collective(comm, &args, work);
 }

@@ -18,7 +18,7 @@ typedef enum {
   TPDP_COLL_BARRIER
 } tpdp_coll_kind;
 
-const char *tpdp_coll_name(tpdp_coll_kind kind);
+const char *comm_coll_name(tpdp_coll_kind kind);
 
 /* One collective call, validated by comm.c before reaching a backend.
  * send may be NULL for barrier and for broadcast off the root. `blocking`
@@ -72,12 +72,12 @@ struct tpdp_work {
 };
 
 /* Allocate a tpdp_comm shell for a backend (name copied). */
-tpdp_status tpdp_comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
-                            const char *name, tpdp_comm **out);
+tpdp_status comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
+                       const char *name, tpdp_comm **out);
 
 /* MPI backend (comm/mpi_backend.c). */
-tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv, int *we_initialized);
-tpdp_status tpdp_mpi_backend_finalize(int we_initialized);
-tpdp_status tpdp_mpi_comm_world(tpdp_comm **out);
+tpdp_status comm_mpi_backend_init(int *argc, char ***argv, int *we_initialized);
+tpdp_status comm_mpi_backend_finalize(int we_initialized);
+tpdp_status comm_mpi_world(tpdp_comm **out);
 
 #endif /* TPDP_COMM_INTERNAL_H */

@@ -13,6 +13,7 @@
 
 tpdp_status tpdp_comm_local_rank(tpdp_comm *comm, int *local_rank,
                                  int *local_size) {
+  TPDP_API_ENTRY;
   CHECK_PTR(local_rank);
   CHECK_PTR(local_size);
   if (comm == NULL || comm->size == 1) {

@@ -32,6 +32,7 @@ static char *trim(char *s) {
 tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
                             int64_t sizes[TPDP_MAX_DIMS],
                             const char *names[TPDP_MAX_DIMS]) {
+  TPDP_API_ENTRY;
   CHECK_PTR(text);
   CHECK_PTR(storage);
   CHECK_PTR(ndim);
@@ -131,6 +132,7 @@ static tpdp_status validate_dims(int ndim, const int64_t *sizes,
 
 tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
                              const char *const *names, tpdp_mesh **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(sizes);
   CHECK_PTR(out);
   *out = NULL;
@@ -202,6 +204,7 @@ fail:
 
 tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
                                          tpdp_mesh **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(text);
   CHECK_PTR(out);
   char *storage = malloc(strlen(text) + 1);
@@ -254,6 +257,7 @@ int tpdp_mesh_equal(const tpdp_mesh *a, const tpdp_mesh *b) {
 }
 
 tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank, int64_t *coords) {
+  TPDP_API_ENTRY;
   CHECK_PTR(mesh);
   CHECK_PTR(coords);
   if (rank < 0 || rank >= mesh->size)
@@ -270,6 +274,7 @@ tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank, int64_t *coords) {
 
 tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
                               int *rank) {
+  TPDP_API_ENTRY;
   CHECK_PTR(mesh);
   CHECK_PTR(coords);
   CHECK_PTR(rank);
@@ -288,6 +293,7 @@ tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
 
 tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
                                   int *ranks) {
+  TPDP_API_ENTRY;
   CHECK_PTR(mesh);
   CHECK_PTR(ranks);
   if (dim < 0 || dim >= mesh->ndim)
@@ -304,6 +310,7 @@ tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
 
 tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
                                tpdp_comm **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(mesh);
   CHECK_PTR(out);
   if (dim < 0 || dim >= mesh->ndim)
@@ -318,6 +325,7 @@ tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
 
 tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh, const char *name,
                                        tpdp_comm **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(mesh);
   CHECK_PTR(name);
   int d = tpdp_mesh_dim_index(mesh, name);

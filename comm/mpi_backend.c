@@ -68,8 +68,8 @@ static tpdp_status mpi_error(int code, const char *call, const tpdp_comm *c) {
   int len = 0;
   if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
     snprintf(msg, sizeof msg, "MPI error %d", code);
-  return tpdp_set_error(TPDP_ERR_MPI, call, "failed on %s (rank %d): %s",
-                        c ? c->name : "MPI_COMM_WORLD", c ? c->rank : -1, msg);
+  return TPDP_ERR(TPDP_ERR_MPI, "%s failed on %s (rank %d): %s", call,
+                  c ? c->name : "MPI_COMM_WORLD", c ? c->rank : -1, msg);
 }
 
 #define MPI_CHECK(call, comm)                                             \
@@ -139,15 +139,15 @@ static MPI_Op mpi_op(tpdp_reduce_op op, tpdp_dtype dtype) {
 
 static const tpdp_comm_ops mpi_ops;
 
-tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv,
+tpdp_status comm_mpi_backend_init(int *argc, char ***argv,
                                   int *we_initialized) {
   int flag = 0, finalized = 0;
   *we_initialized = 0;
   MPI_CHECK(MPI_Finalized(&finalized), NULL);
   if (finalized)
-    return tpdp_set_error(TPDP_ERR_STATE, "tpdp_init",
-                          "MPI has already been finalized; MPI (and so tpdp) "
-                          "cannot be initialised again in this process");
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "MPI has already been finalized; MPI (and so tpdp) "
+                    "cannot be initialised again in this process");
   MPI_CHECK(MPI_Initialized(&flag), NULL);
   if (!flag) {
     int provided = 0;
@@ -162,14 +162,14 @@ tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv,
   MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), NULL);
   if (!half_ops_ready) CHECK(create_half_ops());
   ring_min_bytes =
-      tpdp_env_long("TPDP_MPI_RING_AVG_MIN_BYTES", RING_AVG_MIN_BYTES_DEFAULT);
+      core_env_long("TPDP_MPI_RING_AVG_MIN_BYTES", RING_AVG_MIN_BYTES_DEFAULT);
   ring_chunk_bytes =
-      tpdp_env_long("TPDP_MPI_RING_CHUNK_BYTES", RING_CHUNK_BYTES_DEFAULT);
+      core_env_long("TPDP_MPI_RING_CHUNK_BYTES", RING_CHUNK_BYTES_DEFAULT);
   if (ring_chunk_bytes < 64) ring_chunk_bytes = 64;
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_mpi_backend_finalize(int we_initialized) {
+tpdp_status comm_mpi_backend_finalize(int we_initialized) {
   if (half_ops_ready) {
     for (int d = 0; d < 2; d++)
       for (int o = 0; o < 3; o++) MPI_Op_free(&half_ops[d][o]);
@@ -190,7 +190,7 @@ static tpdp_status wrap_comm(MPI_Comm mc, const char *name, tpdp_comm **out) {
   CHECK(TPDP_CALLOC(impl, 1));
   impl->comm = mc;
   tpdp_comm *c = NULL;
-  tpdp_status st = tpdp_comm_alloc(&mpi_ops, rank, size, name, &c);
+  tpdp_status st = comm_alloc(&mpi_ops, rank, size, name, &c);
   if (st != TPDP_SUCCESS) {
     free(impl);
     return st;
@@ -201,7 +201,7 @@ static tpdp_status wrap_comm(MPI_Comm mc, const char *name, tpdp_comm **out) {
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_mpi_comm_world(tpdp_comm **out) {
+tpdp_status comm_mpi_world(tpdp_comm **out) {
   MPI_Comm dup;
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup), NULL);
   tpdp_status st = wrap_comm(dup, "world", out);
@@ -440,10 +440,11 @@ static tpdp_status ring_error(int code, const tpdp_comm *c, const char *phase,
   int len = 0;
   if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
     snprintf(msg, sizeof msg, "MPI error %d", code);
-  return tpdp_set_error(TPDP_ERR_MPI, "MPI_Sendrecv",
-                        "failed on %s (rank %d of %d) in the ring allreduce "
-                        "(avg), %s round %d: %s",
-                        c->name, c->rank, c->size, phase, step + 1, msg);
+  return TPDP_ERR(
+      TPDP_ERR_MPI,
+      "MPI_Sendrecv failed on %s (rank %d of %d) in the ring allreduce "
+      "(avg), %s round %d: %s",
+      c->name, c->rank, c->size, phase, step + 1, msg);
 }
 
 static tpdp_status ring_allreduce_avg(tpdp_comm *comm, mpi_comm_impl *impl,
@@ -548,7 +549,7 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
     st = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
                   "%s of %lld elements on %s exceeds the MPI backend's "
                   "limit of %d elements per call",
-                  tpdp_coll_name(a->kind), (long long)(rn > sn ? rn : sn),
+                  comm_coll_name(a->kind), (long long)(rn > sn ? rn : sn),
                   comm->name, INT_MAX);
     goto fail;
   }

@@ -9,7 +9,7 @@
   "built without MPI (comm/mpi_stub.c): use " \
   "tpdp_comm_create_nccl(NULL, ...) for a single rank"
 
-tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv,
+tpdp_status comm_mpi_backend_init(int *argc, char ***argv,
                                   int *we_initialized) {
   (void)argc;
   (void)argv;
@@ -17,12 +17,12 @@ tpdp_status tpdp_mpi_backend_init(int *argc, char ***argv,
   return TPDP_ERR(TPDP_ERR_UNSUPPORTED, NO_MPI);
 }
 
-tpdp_status tpdp_mpi_backend_finalize(int we_initialized) {
+tpdp_status comm_mpi_backend_finalize(int we_initialized) {
   (void)we_initialized;
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_mpi_comm_world(tpdp_comm **out) {
+tpdp_status comm_mpi_world(tpdp_comm **out) {
   *out = NULL;
   return TPDP_ERR(TPDP_ERR_UNSUPPORTED, NO_MPI);
 }

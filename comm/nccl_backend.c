@@ -61,7 +61,7 @@ static void pause_briefly(int iter) {
 }
 
 static double timeout_from_env(void) {
-  long t = tpdp_env_long("TPDP_TIMEOUT_S", 600);
+  long t = core_env_long("TPDP_TIMEOUT_S", 600);
   if (t <= 0) {
     TPDP_WARN("ignoring TPDP_TIMEOUT_S=%ld: must be positive, using 600", t);
     t = 600;
@@ -70,12 +70,11 @@ static double timeout_from_env(void) {
 }
 
 static tpdp_status nccl_fail(ncclResult_t rc, ncclComm_t h, const char *call,
-                             const char *name, int rank, const char *func) {
+                             const char *name, int rank) {
   const char *detail = h != NULL ? ncclGetLastError(h) : ncclGetLastError(NULL);
-  return tpdp_set_error(TPDP_ERR_NCCL, func,
-                        "%s failed on %s (rank %d): %s%s%s", call, name, rank,
-                        ncclGetErrorString(rc), detail && *detail ? ": " : "",
-                        detail ? detail : "");
+  return TPDP_ERR(TPDP_ERR_NCCL, "%s failed on %s (rank %d): %s%s%s", call,
+                  name, rank, ncclGetErrorString(rc),
+                  detail && *detail ? ": " : "", detail ? detail : "");
 }
 
 /* Turn the answer of an NCCL call on non-blocking communicator `h` into a
@@ -83,7 +82,7 @@ static tpdp_status nccl_fail(ncclResult_t rc, ncclComm_t h, const char *call,
  * deadline passed (the caller then aborts `h`). */
 static tpdp_status settle(ncclComm_t h, ncclResult_t rc, const char *call,
                           const char *name, int rank, double timeout_s,
-                          int *timed_out, const char *func) {
+                          int *timed_out) {
   *timed_out = 0;
   /* Poll after ncclSuccess too: a non-blocking group end may return
    * ncclSuccess with the communicator's state still ncclInProgress
@@ -96,23 +95,22 @@ static tpdp_status settle(ncclComm_t h, ncclResult_t rc, const char *call,
       ncclResult_t state = ncclSuccess;
       ncclResult_t q = ncclCommGetAsyncError(h, &state);
       if (q != ncclSuccess)
-        return nccl_fail(q, h, "ncclCommGetAsyncError", name, rank, func);
+        return nccl_fail(q, h, "ncclCommGetAsyncError", name, rank);
       if (state != ncclInProgress) {
         rc = state;
         break;
       }
       if (now_s() - t0 > timeout_s) {
         *timed_out = 1;
-        return tpdp_set_error(
-            TPDP_ERR_TIMEOUT, func,
-            "%s on %s (rank %d) still in progress after %.0f s "
-            "(TPDP_TIMEOUT_S); communicator aborted",
-            call, name, rank, timeout_s);
+        return TPDP_ERR(TPDP_ERR_TIMEOUT,
+                        "%s on %s (rank %d) still in progress after %.0f s "
+                        "(TPDP_TIMEOUT_S); communicator aborted",
+                        call, name, rank, timeout_s);
       }
       pause_briefly(iter);
     }
   }
-  if (rc != ncclSuccess) return nccl_fail(rc, h, call, name, rank, func);
+  if (rc != ncclSuccess) return nccl_fail(rc, h, call, name, rank);
   return TPDP_SUCCESS;
 }
 
@@ -130,21 +128,20 @@ static void abort_comm(tpdp_comm *comm) {
 
 /* Settle a call on comm's communicator, aborting it on timeout. */
 static tpdp_status settle_comm(tpdp_comm *comm, ncclResult_t rc,
-                               const char *call, const char *func) {
+                               const char *call) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
   int timed_out = 0;
   tpdp_status st = settle(impl->nccl, rc, call, comm->name, comm->rank,
-                          impl->timeout_s, &timed_out, func);
+                          impl->timeout_s, &timed_out);
   if (timed_out) abort_comm(comm);
   return st;
 }
 
-static tpdp_status aborted_error(const tpdp_comm *comm, const char *what,
-                                 const char *func) {
-  return tpdp_set_error(TPDP_ERR_STATE, func,
-                        "%s on %s (rank %d): the communicator was aborted "
-                        "after an earlier failure or timeout; destroy it",
-                        what, comm->name, comm->rank);
+static tpdp_status aborted_error(const tpdp_comm *comm, const char *what) {
+  return TPDP_ERR(TPDP_ERR_STATE,
+                  "%s on %s (rank %d): the communicator was aborted "
+                  "after an earlier failure or timeout; destroy it",
+                  what, comm->name, comm->rank);
 }
 
 static ncclDataType_t nccl_dtype(tpdp_dtype d) {
@@ -194,29 +191,28 @@ static tpdp_status wrap_comm(ncclComm_t nc, int device, const char *name,
   ncclResult_t rc = ncclCommUserRank(nc, &rank);
   if (rc == ncclSuccess) rc = ncclCommCount(nc, &size);
   if (rc != ncclSuccess) {
-    st =
-        nccl_fail(rc, nc, "ncclCommUserRank/ncclCommCount", name, -1, __func__);
+    st = nccl_fail(rc, nc, "ncclCommUserRank/ncclCommCount", name, -1);
     goto fail;
   }
   CHECK_GOTO(TPDP_CALLOC(impl, 1), st, fail);
   impl->nccl = nc;
   impl->timeout_s = timeout_s;
-  CHECK_GOTO(tpdp_cuda_status(cudaStreamCreateWithFlags(&impl->stream,
+  CHECK_GOTO(core_cuda_status(cudaStreamCreateWithFlags(&impl->stream,
                                                         cudaStreamNonBlocking),
-                              "cudaStreamCreateWithFlags", __func__),
+                              "cudaStreamCreateWithFlags"),
              st, fail);
-  CHECK_GOTO(tpdp_cuda_status(cudaEventCreateWithFlags(&impl->order_event,
+  CHECK_GOTO(core_cuda_status(cudaEventCreateWithFlags(&impl->order_event,
                                                        cudaEventDisableTiming),
-                              "cudaEventCreateWithFlags", __func__),
+                              "cudaEventCreateWithFlags"),
              st, fail);
   CHECK_GOTO(
-      tpdp_cuda_status(cudaMalloc((void **)&impl->scratch, sizeof(float)),
-                       "cudaMalloc", __func__),
+      core_cuda_status(cudaMalloc((void **)&impl->scratch, sizeof(float)),
+                       "cudaMalloc"),
       st, fail);
-  CHECK_GOTO(tpdp_cuda_status(cudaMemset(impl->scratch, 0, sizeof(float)),
-                              "cudaMemset", __func__),
+  CHECK_GOTO(core_cuda_status(cudaMemset(impl->scratch, 0, sizeof(float)),
+                              "cudaMemset"),
              st, fail);
-  CHECK_GOTO(tpdp_comm_alloc(&nccl_ops, rank, size, name, &c), st, fail);
+  CHECK_GOTO(comm_alloc(&nccl_ops, rank, size, name, &c), st, fail);
   c->device_index = device;
   c->impl = impl;
   *out = c;
@@ -237,6 +233,7 @@ fail:
 int tpdp_nccl_available(void) { return 1; }
 
 tpdp_status tpdp_cuda_device_count(int *count) {
+  TPDP_API_ENTRY;
   CHECK_PTR(count);
   *count = 0;
   int n = 0;
@@ -281,6 +278,7 @@ static tpdp_status pick_device(int device, int local_rank, int local_size,
 
 tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
                                   tpdp_comm **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   if (bootstrap != NULL && bootstrap->ops->device_type != TPDP_DEVICE_CPU)
@@ -313,7 +311,7 @@ tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
   if (rank == 0 && local_st == TPDP_SUCCESS) {
     ncclResult_t rc = ncclGetUniqueId(&boot.id);
     if (rc != ncclSuccess)
-      local_st = nccl_fail(rc, NULL, "ncclGetUniqueId", name, rank, __func__);
+      local_st = nccl_fail(rc, NULL, "ncclGetUniqueId", name, rank);
     else
       boot.ok = 1;
   }
@@ -344,7 +342,7 @@ tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
   ncclResult_t rc = ncclCommInitRankConfig(&nc, size, boot.id, rank, &config);
   int timed_out = 0;
   tpdp_status st = settle(nc, rc, "ncclCommInitRankConfig", name, rank,
-                          timeout_s, &timed_out, __func__);
+                          timeout_s, &timed_out);
   if (st != TPDP_SUCCESS) {
     if (nc != NULL) (void)ncclCommAbort(nc);
     return st;
@@ -366,29 +364,26 @@ static tpdp_status nccl_destroy(tpdp_comm *comm) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
   if (impl == NULL) return TPDP_SUCCESS;
   tpdp_status st = TPDP_SUCCESS;
-  tpdp_cuda_device_guard g;
-  tpdp_status gst = tpdp_cuda_guard_enter(&g, comm->device_index);
+  core_cuda_device_guard g;
+  tpdp_status gst = core_cuda_guard_enter(&g, comm->device_index);
   if (!impl->aborted && impl->nccl != NULL) {
     /* Finalize flushes outstanding operations (non-blocking: poll). */
-    st = settle_comm(comm, ncclCommFinalize(impl->nccl), "ncclCommFinalize",
-                     __func__);
+    st = settle_comm(comm, ncclCommFinalize(impl->nccl), "ncclCommFinalize");
     if (!impl->aborted && impl->nccl != NULL) {
       ncclResult_t rc = ncclCommDestroy(impl->nccl);
       if (rc != ncclSuccess && st == TPDP_SUCCESS)
-        st = nccl_fail(rc, NULL, "ncclCommDestroy", comm->name, comm->rank,
-                       __func__);
+        st = nccl_fail(rc, NULL, "ncclCommDestroy", comm->name, comm->rank);
     }
   }
   tpdp_status cst;
-  cst = tpdp_cuda_status(cudaFree(impl->scratch), "cudaFree", __func__);
+  cst = core_cuda_status(cudaFree(impl->scratch), "cudaFree");
   if (st == TPDP_SUCCESS) st = cst;
-  cst = tpdp_cuda_status(cudaEventDestroy(impl->order_event),
-                         "cudaEventDestroy", __func__);
+  cst =
+      core_cuda_status(cudaEventDestroy(impl->order_event), "cudaEventDestroy");
   if (st == TPDP_SUCCESS) st = cst;
-  cst = tpdp_cuda_status(cudaStreamDestroy(impl->stream), "cudaStreamDestroy",
-                         __func__);
+  cst = core_cuda_status(cudaStreamDestroy(impl->stream), "cudaStreamDestroy");
   if (st == TPDP_SUCCESS) st = cst;
-  if (gst == TPDP_SUCCESS) tpdp_cuda_guard_exit(&g);
+  if (gst == TPDP_SUCCESS) core_cuda_guard_exit(&g);
   free(impl);
   comm->impl = NULL;
   return st != TPDP_SUCCESS ? st : gst;
@@ -397,9 +392,9 @@ static tpdp_status nccl_destroy(tpdp_comm *comm) {
 static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
                               tpdp_comm **out) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
-  if (impl->aborted) return aborted_error(comm, "split", __func__);
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, comm->device_index));
+  if (impl->aborted) return aborted_error(comm, "split");
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, comm->device_index));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nc = NULL;
@@ -413,11 +408,11 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
    * #1472), so poll the parent first, then the new communicator (if this
    * rank joined one) until it is ready: its rank count reads 0 before. */
   tpdp_status st = settle(impl->nccl, rc, "ncclCommSplit", name, comm->rank,
-                          impl->timeout_s, &timed_out, __func__);
+                          impl->timeout_s, &timed_out);
   int child_timed_out = 0;
   if (st == TPDP_SUCCESS && nc != NULL)
     st = settle(nc, ncclSuccess, "ncclCommSplit (new communicator)", name,
-                comm->rank, impl->timeout_s, &child_timed_out, __func__);
+                comm->rank, impl->timeout_s, &child_timed_out);
   if (st != TPDP_SUCCESS) {
     if (nc != NULL) (void)ncclCommAbort(nc);
     if (timed_out) abort_comm(comm);
@@ -426,42 +421,41 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
   } else {
     st = wrap_comm(nc, comm->device_index, name, impl->timeout_s, out);
   }
-  tpdp_cuda_guard_exit(&g);
+  core_cuda_guard_exit(&g);
   return st;
 }
 
 static tpdp_status nccl_order_after(tpdp_comm *comm, void *stream) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
-  if (impl->aborted) return aborted_error(comm, "order_after", __func__);
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, comm->device_index));
+  if (impl->aborted) return aborted_error(comm, "order_after");
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, comm->device_index));
   tpdp_status st =
-      tpdp_cuda_status(cudaEventRecord(impl->order_event, (cudaStream_t)stream),
-                       "cudaEventRecord", __func__);
+      core_cuda_status(cudaEventRecord(impl->order_event, (cudaStream_t)stream),
+                       "cudaEventRecord");
   if (st == TPDP_SUCCESS)
-    st = tpdp_cuda_status(
+    st = core_cuda_status(
         cudaStreamWaitEvent(impl->stream, impl->order_event, 0),
-        "cudaStreamWaitEvent", __func__);
-  tpdp_cuda_guard_exit(&g);
+        "cudaStreamWaitEvent");
+  core_cuda_guard_exit(&g);
   return st;
 }
 
 /* ---------------------------------------------------------- work */
 
 /* An asynchronous NCCL error: abort and report it. */
-static tpdp_status poll_async(tpdp_work *work, const char *func) {
+static tpdp_status poll_async(tpdp_work *work) {
   tpdp_comm *comm = work->comm;
   nccl_impl *impl = (nccl_impl *)comm->impl;
-  if (impl->aborted)
-    return aborted_error(comm, tpdp_coll_name(work->kind), func);
+  if (impl->aborted) return aborted_error(comm, comm_coll_name(work->kind));
   ncclResult_t state = ncclSuccess;
   ncclResult_t q = ncclCommGetAsyncError(impl->nccl, &state);
   if (q != ncclSuccess)
     return nccl_fail(q, impl->nccl, "ncclCommGetAsyncError", comm->name,
-                     comm->rank, func);
+                     comm->rank);
   if (state != ncclSuccess && state != ncclInProgress) {
-    tpdp_status st = nccl_fail(state, impl->nccl, tpdp_coll_name(work->kind),
-                               comm->name, comm->rank, func);
+    tpdp_status st = nccl_fail(state, impl->nccl, comm_coll_name(work->kind),
+                               comm->name, comm->rank);
     abort_comm(comm);
     return st;
   }
@@ -482,11 +476,11 @@ static tpdp_status nccl_work_test(tpdp_work *work, int *done) {
     return TPDP_SUCCESS;
   }
   if (e != cudaErrorNotReady)
-    return tpdp_set_error(TPDP_ERR_CUDA, __func__,
-                          "cudaEventQuery failed for %s on %s (rank %d): %s",
-                          tpdp_coll_name(work->kind), work->comm->name,
-                          work->comm->rank, cudaGetErrorString(e));
-  return poll_async(work, __func__);
+    return TPDP_ERR(TPDP_ERR_CUDA,
+                    "cudaEventQuery failed for %s on %s (rank %d): %s",
+                    comm_coll_name(work->kind), work->comm->name,
+                    work->comm->rank, cudaGetErrorString(e));
+  return poll_async(work);
 }
 
 static tpdp_status nccl_work_wait(tpdp_work *work) {
@@ -500,12 +494,11 @@ static tpdp_status nccl_work_wait(tpdp_work *work) {
     double waited = now_s() - w->queued_at;
     if (waited > impl->timeout_s) {
       abort_comm(comm);
-      return tpdp_set_error(
-          TPDP_ERR_TIMEOUT, __func__,
-          "%s on %s (rank %d of %d) did not complete within %.0f s "
-          "(TPDP_TIMEOUT_S); communicator aborted",
-          tpdp_coll_name(work->kind), comm->name, comm->rank, comm->size,
-          impl->timeout_s);
+      return TPDP_ERR(TPDP_ERR_TIMEOUT,
+                      "%s on %s (rank %d of %d) did not complete within %.0f s "
+                      "(TPDP_TIMEOUT_S); communicator aborted",
+                      comm_coll_name(work->kind), comm->name, comm->rank,
+                      comm->size, impl->timeout_s);
     }
     pause_briefly(iter);
   }
@@ -513,13 +506,13 @@ static tpdp_status nccl_work_wait(tpdp_work *work) {
 
 static tpdp_status nccl_work_wait_stream(tpdp_work *work, void *stream) {
   nccl_work_impl *w = (nccl_work_impl *)work->impl;
-  if (!w->completed) CHECK(poll_async(work, __func__));
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, work->comm->device_index));
+  if (!w->completed) CHECK(poll_async(work));
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, work->comm->device_index));
   tpdp_status st =
-      tpdp_cuda_status(cudaStreamWaitEvent((cudaStream_t)stream, w->done, 0),
-                       "cudaStreamWaitEvent", __func__);
-  tpdp_cuda_guard_exit(&g);
+      core_cuda_status(cudaStreamWaitEvent((cudaStream_t)stream, w->done, 0),
+                       "cudaStreamWaitEvent");
+  core_cuda_guard_exit(&g);
   return st;
 }
 
@@ -550,29 +543,29 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
       return settle_comm(
           comm,
           ncclAllReduce(send->data, recv->data, rn, dt, nccl_op(a->op), nc, s),
-          "ncclAllReduce", __func__);
+          "ncclAllReduce");
     case TPDP_COLL_ALLGATHER:
       return settle_comm(comm,
                          ncclAllGather(send->data, recv->data, sn, dt, nc, s),
-                         "ncclAllGather", __func__);
+                         "ncclAllGather");
     case TPDP_COLL_REDUCE_SCATTER:
       return settle_comm(comm,
                          ncclReduceScatter(send->data, recv->data, rn, dt,
                                            nccl_op(a->op), nc, s),
-                         "ncclReduceScatter", __func__);
+                         "ncclReduceScatter");
     case TPDP_COLL_BROADCAST: {
       /* Off the root NCCL ignores sendbuff; on it NULL send is in place. */
       const void *sb =
           (send != NULL && comm->rank == a->root) ? send->data : recv->data;
       return settle_comm(comm,
                          ncclBroadcast(sb, recv->data, rn, dt, a->root, nc, s),
-                         "ncclBroadcast", __func__);
+                         "ncclBroadcast");
     }
     case TPDP_COLL_BARRIER:
       return settle_comm(comm,
                          ncclAllReduce(impl->scratch, impl->scratch, 1,
                                        ncclFloat32, ncclSum, nc, s),
-                         "ncclAllReduce (barrier)", __func__);
+                         "ncclAllReduce (barrier)");
     case TPDP_COLL_ALLTOALL: {
       if (rn == 0) return TPDP_SUCCESS;
       size_t block = rn / (size_t)comm->size;
@@ -609,13 +602,13 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
         }
         rc = ncclGroupEnd();
       }
-      tpdp_status st = first != ncclSuccess
-                           ? nccl_fail(first, nc, first_call, comm->name,
-                                       comm->rank, __func__)
-                           : settle_comm(comm, rc, "ncclGroupEnd", __func__);
+      tpdp_status st =
+          first != ncclSuccess
+              ? nccl_fail(first, nc, first_call, comm->name, comm->rank)
+              : settle_comm(comm, rc, "ncclGroupEnd");
       if (tmp != NULL) {
         tpdp_status fst =
-            tpdp_cuda_status(cudaFreeAsync(tmp, s), "cudaFreeAsync", __func__);
+            core_cuda_status(cudaFreeAsync(tmp, s), "cudaFreeAsync");
         if (st == TPDP_SUCCESS) st = fst;
       }
       return st;
@@ -627,18 +620,17 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
 static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
                                    tpdp_work **out) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
-  if (impl->aborted)
-    return aborted_error(comm, tpdp_coll_name(a->kind), __func__);
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, comm->device_index));
+  if (impl->aborted) return aborted_error(comm, comm_coll_name(a->kind));
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, comm->device_index));
   tpdp_status st = TPDP_SUCCESS;
   tpdp_work *work = NULL;
   nccl_work_impl *w = NULL;
   CHECK_GOTO(TPDP_CALLOC(work, 1), st, fail);
   CHECK_GOTO(TPDP_CALLOC(w, 1), st, fail);
-  CHECK_GOTO(tpdp_cuda_status(
+  CHECK_GOTO(core_cuda_status(
                  cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming),
-                 "cudaEventCreateWithFlags", __func__),
+                 "cudaEventCreateWithFlags"),
              st, fail);
   work->comm = comm;
   work->kind = a->kind;
@@ -649,17 +641,17 @@ static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   work->release = nccl_work_release;
   w->queued_at = now_s();
   CHECK_GOTO(enqueue(comm, a), st, fail);
-  CHECK_GOTO(tpdp_cuda_status(cudaEventRecord(w->done, impl->stream),
-                              "cudaEventRecord", __func__),
+  CHECK_GOTO(core_cuda_status(cudaEventRecord(w->done, impl->stream),
+                              "cudaEventRecord"),
              st, fail);
-  tpdp_cuda_guard_exit(&g);
+  core_cuda_guard_exit(&g);
   *out = work;
   return TPDP_SUCCESS;
 fail:
   if (w != NULL && w->done != NULL) (void)cudaEventDestroy(w->done);
   free(w);
   free(work);
-  tpdp_cuda_guard_exit(&g);
+  core_cuda_guard_exit(&g);
   return st;
 }
 

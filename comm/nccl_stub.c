@@ -9,6 +9,7 @@
 int tpdp_nccl_available(void) { return 0; }
 
 tpdp_status tpdp_cuda_device_count(int *count) {
+  TPDP_API_ENTRY;
   CHECK_PTR(count);
   *count = 0;
   return TPDP_ERR(TPDP_ERR_UNSUPPORTED, NOT_BUILT);
@@ -16,6 +17,7 @@ tpdp_status tpdp_cuda_device_count(int *count) {
 
 tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
                                   tpdp_comm **out) {
+  TPDP_API_ENTRY;
   (void)bootstrap;
   (void)device;
   CHECK_PTR(out);

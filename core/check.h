@@ -1,61 +1,130 @@
 /*
- * Internal: setting the last error and the CHECK macros used across tpdp.
- * Not installed. Pattern (as in NCCL): every fallible call is wrapped in
- * CHECK (return on failure) or CHECK_GOTO (jump to the function's single
- * `fail:` label that frees partial state).
+ * Internal to the library (core/, comm/, topo/, tp/, dp/, ckpt/): the error
+ * convention and the CHECK macros. Not installed.
+ *
+ * One mechanism reports every error:
+ *  - TPDP_ERR(status, fmt, ...) records the message where the fault is
+ *    found (in any function, static helpers included) and returns status.
+ *  - Every public function that returns tpdp_status starts with
+ *    TPDP_API_ENTRY. A message recorded while it runs is prefixed with its
+ *    name: "tpdp_mesh_create: dim 'tp' has size 0". When public functions
+ *    nest (tpdp_parallelize calls tpdp_spec_create), the outermost one, the
+ *    function the caller called, names the error. With no public function
+ *    running (a thread of the library's own), the prefix is "tpdp".
+ *  - CHECK / CHECK_GOTO propagate a failed status (as NCCL's checks.h); at
+ *    TPDP_DEBUG=TRACE each propagation logs "file:line -> STATUS", and
+ *    TPDP_ERR logs where the error was first recorded, so a failure deep in
+ *    a stack can be followed.
+ *  - To wrap an inner error in a message of one's own, use
+ *    core_error_detail() (the message without its function prefix).
  */
 #ifndef TPDP_CORE_CHECK_H
 #define TPDP_CORE_CHECK_H
 
 #include "tpdp/core.h"
 
-/* Record a message for tpdp_last_error() and return `status`. The message
- * is prefixed with the function name: "tpdp_mesh_create: ...". */
-tpdp_status tpdp_set_error(tpdp_status status, const char *func,
-                           const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+#ifdef __cplusplus
+extern "C" {
+/* __thread, not thread_local: C++'s thread_local reaches an extern
+ * variable through an init wrapper that the C definition does not have. */
+#define CORE_THREAD_LOCAL __thread
+#else
+#define CORE_THREAD_LOCAL _Thread_local
+#endif
 
-/* Fail from the current function with a formatted message. */
-#define TPDP_ERR(status, ...) tpdp_set_error((status), __func__, __VA_ARGS__)
+/* Record a message for tpdp_last_error() (prefixed with the running public
+ * function's name) and return `status`. `file`/`line` are for the TRACE
+ * log. Arguments may include tpdp_last_error() or core_error_detail(). */
+tpdp_status core_error(tpdp_status status, const char *file, int line,
+                       const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Fail with a formatted message (see above). */
+#define TPDP_ERR(status, ...) \
+  core_error((status), __FILE__, __LINE__, __VA_ARGS__)
+
+/* The last error's message without the "tpdp_xxx: " prefix. */
+const char *core_error_detail(void);
+
+/* The public function running on this thread: the outermost one's name and
+ * the nesting depth. initial-exec: one instruction to reach it, also in
+ * libtpdp.so (it is small enough for the static TLS surplus a dlopen uses). */
+typedef struct {
+  const char *func;
+  int depth;
+} core_api_frame;
+extern CORE_THREAD_LOCAL core_api_frame core_api
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+
+static inline int core_api_enter(const char *func) {
+  if (core_api.depth++ == 0) core_api.func = func;
+  return 0;
+}
+static inline void core_api_leave(int *unused) {
+  (void)unused;
+  core_api.depth--;
+}
+
+/* First statement of every public function returning tpdp_status. The
+ * cleanup attribute leaves the frame on every return path. */
+#define TPDP_API_ENTRY                                                   \
+  int core_api_frame_ __attribute__((cleanup(core_api_leave), unused)) = \
+      core_api_enter(__func__)
+
+/* Log "file:line -> STATUS" at TRACE (called by CHECK on failure). */
+void core_trace_propagate(const char *file, int line, tpdp_status status);
 
 /* Evaluate a tpdp call; on failure return its status (message kept). */
-#define CHECK(call)                                  \
-  do {                                               \
-    tpdp_status check_st_ = (call);                  \
-    if (check_st_ != TPDP_SUCCESS) return check_st_; \
+#define CHECK(call)                                        \
+  do {                                                     \
+    tpdp_status check_st_ = (call);                        \
+    if (check_st_ != TPDP_SUCCESS) {                       \
+      core_trace_propagate(__FILE__, __LINE__, check_st_); \
+      return check_st_;                                    \
+    }                                                      \
   } while (0)
 
 /* Evaluate a tpdp call; on failure store its status in `res` and jump. */
-#define CHECK_GOTO(call, res, label)       \
-  do {                                     \
-    (res) = (call);                        \
-    if ((res) != TPDP_SUCCESS) goto label; \
+#define CHECK_GOTO(call, res, label)                   \
+  do {                                                 \
+    (res) = (call);                                    \
+    if ((res) != TPDP_SUCCESS) {                       \
+      core_trace_propagate(__FILE__, __LINE__, (res)); \
+      goto label;                                      \
+    }                                                  \
   } while (0)
 
-/* Argument checks that return a NULL-pointer error naming the argument. */
+/* Argument check that returns a NULL-pointer error naming the argument. */
 #define CHECK_PTR(p)                                                       \
   do {                                                                     \
     if ((p) == NULL)                                                       \
       return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", #p); \
   } while (0)
 
-/* malloc/calloc wrappers that set TPDP_ERR_OUT_OF_MEMORY on failure. */
-tpdp_status tpdp_calloc_impl(void **out, size_t count, size_t size,
-                             const char *func);
-#define TPDP_CALLOC(ptr, count) \
-  tpdp_calloc_impl((void **)&(ptr), (count), sizeof(*(ptr)), __func__)
-
 /* Internal logging helpers. */
 #define TPDP_WARN(...) tpdp_log(TPDP_LOG_WARN, __VA_ARGS__)
 #define TPDP_INFO(...) tpdp_log(TPDP_LOG_INFO, __VA_ARGS__)
 #define TPDP_TRACE(...) tpdp_log(TPDP_LOG_TRACE, __VA_ARGS__)
 
-/* Same shape and dtype, else TPDP_ERR_SHAPE_MISMATCH / DTYPE_MISMATCH
- * naming both (reported as `func`). Used by the host and CUDA copies. */
-tpdp_status tpdp_check_copy_pair(const tpdp_tensor *dst, const tpdp_tensor *src,
-                                 const char *func);
+/* calloc of count * size bytes (at least 1) into *out; on failure
+ * TPDP_ERR_OUT_OF_MEMORY naming the sizes (*out untouched). */
+tpdp_status core_calloc(void **out, size_t count, size_t size);
+#define TPDP_CALLOC(ptr, count) \
+  core_calloc((void **)&(ptr), (count), sizeof(*(ptr)))
 
-/* Read an integer environment variable; `dflt` when unset or malformed. */
-long tpdp_env_long(const char *name, long dflt);
+/* Grow *items (of elem bytes each) so that it has room for need entries
+ * (capacity doubles). TPDP_ERR_OUT_OF_MEMORY leaves *items as it was. */
+tpdp_status core_grow(void **items, int *cap, int need, size_t elem);
+
+/* Same shape and dtype, else TPDP_ERR_SHAPE_MISMATCH / DTYPE_MISMATCH
+ * naming both. Used by the host and CUDA copies. */
+tpdp_status core_check_copy_pair(const tpdp_tensor *dst,
+                                 const tpdp_tensor *src);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "core/util.h"
 
 #endif /* TPDP_CORE_CHECK_H */

@@ -8,27 +8,6 @@
 
 /* ------------------------------------------------------------ helpers */
 
-tpdp_status tpdp_grow(void **items, int *cap, int need, size_t elem,
-                      const char *func) {
-  if (need <= *cap) return TPDP_SUCCESS;
-  int ncap = *cap ? *cap * 2 : 4;
-  while (ncap < need) ncap *= 2;
-  void *p = realloc(*items, (size_t)ncap * elem);
-  if (p == NULL)
-    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func,
-                          "out of memory growing a list to %d entries", ncap);
-  *items = p;
-  *cap = ncap;
-  return TPDP_SUCCESS;
-}
-
-static char *dup_str(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 /* Writes m's FQN from its root; returns the full length. */
 size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len) {
   if (buf && len) buf[0] = '\0';
@@ -57,7 +36,7 @@ size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len) {
   return total;
 }
 
-void tpdp_module_label(const tpdp_module *m, char *buf, size_t len) {
+void core_module_label(const tpdp_module *m, char *buf, size_t len) {
   if (len == 0) return;
   size_t n = tpdp_module_fqn(m, buf, len);
   if (n >= len) n = strlen(buf);
@@ -66,20 +45,20 @@ void tpdp_module_label(const tpdp_module *m, char *buf, size_t len) {
 
 #define LABEL(m, var) \
   char var[256];      \
-  tpdp_module_label((m), var, sizeof var)
+  core_module_label((m), var, sizeof var)
 
 static tpdp_status check_name(const tpdp_module *m, const char *name,
-                              const char *what, const char *func) {
+                              const char *what) {
   if (name == NULL)
-    return tpdp_set_error(TPDP_ERR_NULL_POINTER, func, "%s name is NULL", what);
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "%s name is NULL", what);
   LABEL(m, lbl);
   if (name[0] == '\0')
-    return tpdp_set_error(TPDP_ERR_EMPTY_NAME, func,
-                          "empty %s name in module '%s'", what, lbl);
+    return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty %s name in module '%s'", what,
+                    lbl);
   if (strchr(name, '.'))
-    return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, func,
-                          "%s name '%s' in module '%s' contains '.'", what,
-                          name, lbl);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "%s name '%s' in module '%s' contains '.'", what, name,
+                    lbl);
   const char *kind = NULL;
   for (int i = 0; i < m->nchildren && !kind; i++)
     if (strcmp(m->children[i].name, name) == 0) kind = "child";
@@ -88,15 +67,16 @@ static tpdp_status check_name(const tpdp_module *m, const char *name,
   for (int i = 0; i < m->nbuffers && !kind; i++)
     if (strcmp(m->buffers[i].name, name) == 0) kind = "buffer";
   if (kind)
-    return tpdp_set_error(TPDP_ERR_DUPLICATE, func,
-                          "module '%s' already has a %s named '%s' (adding %s)",
-                          lbl, kind, name, what);
+    return TPDP_ERR(TPDP_ERR_DUPLICATE,
+                    "module '%s' already has a %s named '%s' (adding %s)", lbl,
+                    kind, name, what);
   return TPDP_SUCCESS;
 }
 
 /* ------------------------------------------------------------ modules */
 
 tpdp_status tpdp_module_create(const char *class_name, tpdp_module **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(class_name);
@@ -104,7 +84,7 @@ tpdp_status tpdp_module_create(const char *class_name, tpdp_module **out) {
     return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty class name");
   tpdp_module *m = NULL;
   CHECK(TPDP_CALLOC(m, 1));
-  m->class_name = dup_str(class_name);
+  m->class_name = core_strdup(class_name);
   if (m->class_name == NULL) {
     free(m);
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
@@ -142,6 +122,7 @@ static void free_subtree(tpdp_module *m) {
 }
 
 tpdp_status tpdp_module_destroy(tpdp_module *m) {
+  TPDP_API_ENTRY;
   if (m == NULL) return TPDP_SUCCESS;
   if (m->parent) {
     LABEL(m, lbl);
@@ -155,6 +136,7 @@ tpdp_status tpdp_module_destroy(tpdp_module *m) {
 
 tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
                                   tpdp_module *child) {
+  TPDP_API_ENTRY;
   CHECK_PTR(parent);
   CHECK_PTR(child);
   for (const tpdp_module *a = parent; a; a = a->parent) {
@@ -169,7 +151,7 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
           child == parent ? "the parent itself" : "an ancestor of the parent");
     }
   }
-  CHECK(check_name(parent, name, "child", __func__));
+  CHECK(check_name(parent, name, "child"));
   if (child->parent) {
     LABEL(parent, pl);
     LABEL(child, cl);
@@ -178,15 +160,15 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
                     "child '%s' of '%s'",
                     cl, name, pl);
   }
-  CHECK(tpdp_grow((void **)&parent->children, &parent->cap_children,
-                  parent->nchildren + 1, sizeof *parent->children, __func__));
-  char *nm = dup_str(name);
+  CHECK(core_grow((void **)&parent->children, &parent->cap_children,
+                  parent->nchildren + 1, sizeof *parent->children));
+  char *nm = core_strdup(name);
   if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   parent->children[parent->nchildren].name = nm;
   parent->children[parent->nchildren].module = child;
   parent->nchildren++;
   child->parent = parent;
-  child->name = dup_str(name);
+  child->name = core_strdup(name);
   if (child->name == NULL) {
     parent->nchildren--;
     child->parent = NULL;
@@ -198,12 +180,13 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
 
 tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
                                   tpdp_param *p) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   CHECK_PTR(p);
-  CHECK(check_name(m, name, "parameter", __func__));
-  CHECK(tpdp_grow((void **)&m->params, &m->cap_params, m->nparams + 1,
-                  sizeof *m->params, __func__));
-  char *nm = dup_str(name);
+  CHECK(check_name(m, name, "parameter"));
+  CHECK(core_grow((void **)&m->params, &m->cap_params, m->nparams + 1,
+                  sizeof *m->params));
+  char *nm = core_strdup(name);
   if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   m->params[m->nparams].name = nm;
   m->params[m->nparams].param = p;
@@ -214,12 +197,13 @@ tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
 
 tpdp_status tpdp_module_add_buffer(tpdp_module *m, const char *name,
                                    const tpdp_tensor *buffer) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   CHECK_PTR(buffer);
-  CHECK(check_name(m, name, "buffer", __func__));
-  CHECK(tpdp_grow((void **)&m->buffers, &m->cap_buffers, m->nbuffers + 1,
-                  sizeof *m->buffers, __func__));
-  char *nm = dup_str(name);
+  CHECK(check_name(m, name, "buffer"));
+  CHECK(core_grow((void **)&m->buffers, &m->cap_buffers, m->nbuffers + 1,
+                  sizeof *m->buffers));
+  char *nm = core_strdup(name);
   if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   m->buffers[m->nbuffers].name = nm;
   m->buffers[m->nbuffers].tensor = *buffer;
@@ -266,6 +250,7 @@ const tpdp_tensor *tpdp_module_buffer(const tpdp_module *m, int i,
 
 tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
                                       tpdp_module **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(m);
@@ -299,19 +284,19 @@ tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
 
 /* ----------------------------------------------------------- parameters */
 
-static tpdp_status check_tensor(const tpdp_tensor *t, const char *func) {
+static tpdp_status check_tensor(const tpdp_tensor *t) {
   if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
-    return tpdp_set_error(TPDP_ERR_TOO_MANY_DIMS, func,
-                          "tensor ndim %d outside [0, %d]", t->ndim,
-                          TPDP_MAX_DIMS);
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "tensor ndim %d outside [0, %d]",
+                    t->ndim, TPDP_MAX_DIMS);
   return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_param_create(const tpdp_tensor *tensor, tpdp_param **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(tensor);
-  CHECK(check_tensor(tensor, __func__));
+  CHECK(check_tensor(tensor));
   tpdp_param *p = NULL;
   CHECK(TPDP_CALLOC(p, 1));
   p->refcount = 1;
@@ -337,9 +322,10 @@ const tpdp_tensor *tpdp_param_tensor(const tpdp_param *p) {
 }
 
 tpdp_status tpdp_param_set_tensor(tpdp_param *p, const tpdp_tensor *t) {
+  TPDP_API_ENTRY;
   CHECK_PTR(p);
   CHECK_PTR(t);
-  CHECK(check_tensor(t, __func__));
+  CHECK(check_tensor(t));
   p->tensor = *t;
   return TPDP_SUCCESS;
 }
@@ -349,12 +335,13 @@ const tpdp_tensor *tpdp_param_grad(const tpdp_param *p) {
 }
 
 tpdp_status tpdp_param_set_grad(tpdp_param *p, const tpdp_tensor *grad) {
+  TPDP_API_ENTRY;
   CHECK_PTR(p);
   if (grad == NULL) {
     p->has_grad = 0;
     return TPDP_SUCCESS;
   }
-  CHECK(check_tensor(grad, __func__));
+  CHECK(check_tensor(grad));
   p->grad = *grad;
   p->has_grad = 1;
   return TPDP_SUCCESS;
@@ -365,6 +352,7 @@ const struct tpdp_spec *tpdp_param_spec(const tpdp_param *p) {
 }
 
 tpdp_status tpdp_param_set_spec(tpdp_param *p, const struct tpdp_spec *spec) {
+  TPDP_API_ENTRY;
   CHECK_PTR(p);
   p->spec = spec;
   p->form = spec ? TPDP_PARAM_DTENSOR : TPDP_PARAM_PLAIN;
@@ -376,6 +364,7 @@ tpdp_param_form tpdp_param_get_form(const tpdp_param *p) {
 }
 
 tpdp_status tpdp_param_set_form(tpdp_param *p, tpdp_param_form form) {
+  TPDP_API_ENTRY;
   CHECK_PTR(p);
   if (form != TPDP_PARAM_DTENSOR && form != TPDP_PARAM_LOCALIZED)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
@@ -411,6 +400,7 @@ const char *tpdp_handle_state_name(tpdp_handle_state s) {
 }
 
 tpdp_status tpdp_param_set_state(tpdp_param *p, tpdp_handle_state state) {
+  TPDP_API_ENTRY;
   CHECK_PTR(p);
   if ((int)state < 0 || state > TPDP_HANDLE_SUMMON_FULL_PARAMS)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
@@ -445,6 +435,7 @@ static const char *training_name_int(int s) {
 tpdp_status tpdp_param_check_state(const tpdp_param *p,
                                    const tpdp_handle_state *allowed, int n,
                                    const char *what) {
+  TPDP_API_ENTRY;
   CHECK_PTR(p);
   if (n < 0 || (n > 0 && allowed == NULL))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
@@ -499,6 +490,7 @@ static tpdp_status walk(tpdp_module *m, int level, walk_ctx *w) {
 
 tpdp_status tpdp_module_apply(tpdp_module *root, tpdp_module_visit_fn fn,
                               void *ctx) {
+  TPDP_API_ENTRY;
   CHECK_PTR(root);
   CHECK_PTR(fn);
   walk_ctx w = {NULL, 0, 128, fn, ctx};
@@ -512,6 +504,7 @@ tpdp_status tpdp_module_apply(tpdp_module *root, tpdp_module_visit_fn fn,
 
 tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
                                      tpdp_module **out, int *nout) {
+  TPDP_API_ENTRY;
   CHECK_PTR(nout);
   *nout = 0;
   if (n < 0) return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "n = %d < 0", n);
@@ -521,27 +514,27 @@ tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
   for (int i = 0; i < n; i++)
     if (set[i] == NULL)
       return TPDP_ERR(TPDP_ERR_NULL_POINTER, "set[%d] is NULL", i);
-  tpdp_ptrmap members;
-  CHECK(tpdp_ptrmap_init(&members, (size_t)n));
+  core_ptrmap members;
+  CHECK(core_ptrmap_init(&members, (size_t)n));
   tpdp_status st = TPDP_SUCCESS;
   for (int i = 0; i < n; i++)
-    CHECK_GOTO(tpdp_ptrmap_put(&members, set[i], 0), st, done);
+    CHECK_GOTO(core_ptrmap_put(&members, set[i], 0), st, done);
   for (int i = 0; i < n; i++) {
     tpdp_module *c = set[i];
-    if (tpdp_ptrmap_get(&members, c) == 1) continue; /* already output */
+    if (core_ptrmap_get(&members, c) == 1) continue; /* already output */
     int is_root = 1;
     for (tpdp_module *a = c->parent; a; a = a->parent)
-      if (tpdp_ptrmap_get(&members, a) >= 0) {
+      if (core_ptrmap_get(&members, a) >= 0) {
         is_root = 0;
         break;
       }
     if (is_root) {
       out[(*nout)++] = c;
-      CHECK_GOTO(tpdp_ptrmap_put(&members, c, 1), st, done);
+      CHECK_GOTO(core_ptrmap_put(&members, c, 1), st, done);
     }
   }
 done:
-  tpdp_ptrmap_free(&members);
+  core_ptrmap_free(&members);
   return st;
 }
 
@@ -564,6 +557,7 @@ tpdp_training_state tpdp_module_get_state(const tpdp_module *m) {
 }
 
 tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   if ((int)s < 0 || s > TPDP_STATE_SUMMON_FULL_PARAMS)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
@@ -575,6 +569,7 @@ tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s) {
 
 tpdp_status tpdp_module_check_state(const tpdp_module *m,
                                     const tpdp_training_state *allowed, int n) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   if (n < 0 || (n > 0 && allowed == NULL))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
@@ -595,7 +590,7 @@ tpdp_status tpdp_module_check_state(const tpdp_module *m,
 /* ------------------------------------------------------------ management */
 
 typedef struct {
-  tpdp_ptrmap *ignored;
+  core_ptrmap *ignored;
   int setting;
 } mark_ctx;
 
@@ -604,7 +599,7 @@ static tpdp_status mark_visit(tpdp_module *m, const char *prefix, int level,
   (void)prefix;
   (void)level;
   mark_ctx *c = ctx;
-  if (tpdp_ptrmap_get(c->ignored, m) >= 0) return TPDP_SUCCESS;
+  if (core_ptrmap_get(c->ignored, m) >= 0) return TPDP_SUCCESS;
   m->managed = 1;
   m->managed_setting = c->setting;
   return TPDP_SUCCESS;
@@ -613,19 +608,20 @@ static tpdp_status mark_visit(tpdp_module *m, const char *prefix, int level,
 tpdp_status tpdp_module_mark_managed(tpdp_module *root,
                                      tpdp_module *const *ignored, int nignored,
                                      int setting) {
+  TPDP_API_ENTRY;
   CHECK_PTR(root);
   if (nignored < 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nignored = %d < 0", nignored);
   if (nignored > 0) CHECK_PTR(ignored);
-  tpdp_ptrmap set;
-  CHECK(tpdp_ptrmap_init(&set, (size_t)nignored));
+  core_ptrmap set;
+  CHECK(core_ptrmap_init(&set, (size_t)nignored));
   tpdp_status st = TPDP_SUCCESS;
   for (int i = 0; i < nignored; i++)
-    CHECK_GOTO(tpdp_ptrmap_put(&set, ignored[i], 0), st, done);
+    CHECK_GOTO(core_ptrmap_put(&set, ignored[i], 0), st, done);
   mark_ctx c = {&set, setting};
   st = tpdp_module_apply(root, mark_visit, &c);
 done:
-  tpdp_ptrmap_free(&set);
+  core_ptrmap_free(&set);
   return st;
 }
 
@@ -636,6 +632,7 @@ int tpdp_module_managed_setting(const tpdp_module *m) {
 
 tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
                                  const char *suffix) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   CHECK_PTR(kind);
   if (kind[0] == '\0') return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty unit kind");
@@ -645,10 +642,10 @@ tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
                     "module '%s' is already a managed unit (kind '%s')", lbl,
                     m->unit_kind);
   }
-  char *k = dup_str(kind);
+  char *k = core_strdup(kind);
   char *s = NULL;
   if (suffix) {
-    s = dup_str(suffix);
+    s = core_strdup(suffix);
   } else if (k) {
     s = malloc(strlen(kind) + 2);
     if (s) {
@@ -667,6 +664,7 @@ tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
 }
 
 tpdp_status tpdp_module_clear_unit(tpdp_module *m) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   if (m->unit_kind == NULL) {
     LABEL(m, lbl);
@@ -688,18 +686,17 @@ const char *tpdp_module_unit_kind(const tpdp_module *m) {
 
 static tpdp_status register_hook(tpdp_module *m, tpdp_hook_list *l,
                                  tpdp_forward_hook_fn fn, void *ctx,
-                                 tpdp_hook_handle *out, const char *func) {
+                                 tpdp_hook_handle *out) {
   if (out) {
     out->module = NULL;
     out->id = 0;
   }
   if (m == NULL || fn == NULL || out == NULL)
-    return tpdp_set_error(TPDP_ERR_NULL_POINTER, func, "argument '%s' is NULL",
-                          m == NULL    ? "m"
-                          : fn == NULL ? "fn"
-                                       : "out");
-  CHECK(
-      tpdp_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items, func));
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL",
+                    m == NULL    ? "m"
+                    : fn == NULL ? "fn"
+                                 : "out");
+  CHECK(core_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items));
   tpdp_hook_entry *e = &l->items[l->n++];
   e->id = m->next_hook_id++;
   e->fn = fn;
@@ -714,14 +711,16 @@ tpdp_status tpdp_module_register_forward_pre_hook(tpdp_module *m,
                                                   tpdp_forward_hook_fn fn,
                                                   void *ctx,
                                                   tpdp_hook_handle *out) {
-  return register_hook(m, m ? &m->pre_hooks : NULL, fn, ctx, out, __func__);
+  TPDP_API_ENTRY;
+  return register_hook(m, m ? &m->pre_hooks : NULL, fn, ctx, out);
 }
 
 tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
                                               tpdp_forward_hook_fn fn,
                                               void *ctx,
                                               tpdp_hook_handle *out) {
-  return register_hook(m, m ? &m->post_hooks : NULL, fn, ctx, out, __func__);
+  TPDP_API_ENTRY;
+  return register_hook(m, m ? &m->post_hooks : NULL, fn, ctx, out);
 }
 
 static void compact(tpdp_hook_list *l) {
@@ -732,6 +731,7 @@ static void compact(tpdp_hook_list *l) {
 }
 
 tpdp_status tpdp_hook_remove(tpdp_hook_handle h) {
+  TPDP_API_ENTRY;
   tpdp_module *m = h.module;
   if (m == NULL)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER, "hook handle has no module");
@@ -785,11 +785,13 @@ static tpdp_status run_hooks(tpdp_module *m, tpdp_hook_list *l) {
 }
 
 tpdp_status tpdp_module_forward_begin(tpdp_module *m) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   return run_hooks(m, &m->pre_hooks);
 }
 
 tpdp_status tpdp_module_forward_end(tpdp_module *m) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   return run_hooks(m, &m->post_hooks);
 }
@@ -798,6 +800,7 @@ tpdp_status tpdp_module_forward_end(tpdp_module *m) {
 
 tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key, void *ptr,
                                 void (*free_fn)(void *)) {
+  TPDP_API_ENTRY;
   CHECK_PTR(m);
   CHECK_PTR(key);
   for (int i = 0; i < m->nexts; i++) {
@@ -816,7 +819,7 @@ tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key, void *ptr,
     return TPDP_SUCCESS;
   }
   if (ptr == NULL) return TPDP_SUCCESS;
-  char *k = dup_str(key);
+  char *k = core_strdup(key);
   if (k == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   tpdp_ext_entry *ne = realloc(m->exts, sizeof *ne * (size_t)(m->nexts + 1));
   if (ne == NULL) {

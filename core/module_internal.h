@@ -80,34 +80,7 @@ struct tpdp_module {
   int nexts;
 };
 
-/* Grow *items (of elem bytes each) so that it has room for need entries. */
-tpdp_status tpdp_grow(void **items, int *cap, int need, size_t elem,
-                      const char *func);
-
 /* "fqn[Class]" (root "[Class]") of m into buf; always NUL-terminated. */
-void tpdp_module_label(const tpdp_module *m, char *buf, size_t len);
-
-/* Growable NUL-terminated string; `failed` set on allocation failure. */
-typedef struct {
-  char *s;
-  size_t len, cap;
-  int failed;
-} tpdp_strbuf;
-void tpdp_sb_append(tpdp_strbuf *b, const char *s, size_t n);
-void tpdp_sb_puts(tpdp_strbuf *b, const char *s);
-void tpdp_sb_free(tpdp_strbuf *b);
-
-/* Open-addressing set of pointers (with an int value each). */
-typedef struct {
-  const void **keys;
-  int *vals;
-  size_t cap; /* power of two */
-  size_t n;
-} tpdp_ptrmap;
-tpdp_status tpdp_ptrmap_init(tpdp_ptrmap *m, size_t expected);
-void tpdp_ptrmap_free(tpdp_ptrmap *m);
-/* Value of key, or -1 if absent. */
-int tpdp_ptrmap_get(const tpdp_ptrmap *m, const void *key);
-tpdp_status tpdp_ptrmap_put(tpdp_ptrmap *m, const void *key, int val);
+void core_module_label(const tpdp_module *m, char *buf, size_t len);
 
 #endif /* TPDP_CORE_MODULE_INTERNAL_H */

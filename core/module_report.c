@@ -6,103 +6,6 @@
 
 #include "core/module_internal.h"
 
-/* ------------------------------------------------------------ strbuf */
-
-void tpdp_sb_append(tpdp_strbuf *b, const char *s, size_t n) {
-  if (b->failed) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t ncap = b->cap ? b->cap * 2 : 256;
-    while (b->len + n + 1 > ncap) ncap *= 2;
-    char *p = realloc(b->s, ncap);
-    if (p == NULL) {
-      b->failed = 1;
-      return;
-    }
-    b->s = p;
-    b->cap = ncap;
-  }
-  memcpy(b->s + b->len, s, n);
-  b->len += n;
-  b->s[b->len] = '\0';
-}
-
-void tpdp_sb_puts(tpdp_strbuf *b, const char *s) {
-  tpdp_sb_append(b, s, strlen(s));
-}
-
-void tpdp_sb_free(tpdp_strbuf *b) {
-  free(b->s);
-  memset(b, 0, sizeof *b);
-}
-
-/* ------------------------------------------------------------ ptrmap */
-
-static size_t ptr_hash(const void *p, size_t mask) {
-  uint64_t x = (uint64_t)(uintptr_t)p;
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  return (size_t)x & mask;
-}
-
-tpdp_status tpdp_ptrmap_init(tpdp_ptrmap *m, size_t expected) {
-  size_t cap = 16;
-  while (cap < expected * 2) cap *= 2;
-  m->keys = calloc(cap, sizeof *m->keys);
-  m->vals = calloc(cap, sizeof *m->vals);
-  m->cap = cap;
-  m->n = 0;
-  if (m->keys == NULL || m->vals == NULL) {
-    tpdp_ptrmap_free(m);
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory (%zu slots)", cap);
-  }
-  return TPDP_SUCCESS;
-}
-
-void tpdp_ptrmap_free(tpdp_ptrmap *m) {
-  free(m->keys);
-  free(m->vals);
-  m->keys = NULL;
-  m->vals = NULL;
-  m->cap = m->n = 0;
-}
-
-int tpdp_ptrmap_get(const tpdp_ptrmap *m, const void *key) {
-  if (m->cap == 0 || key == NULL) return -1;
-  size_t mask = m->cap - 1;
-  for (size_t i = ptr_hash(key, mask);; i = (i + 1) & mask) {
-    if (m->keys[i] == NULL) return -1;
-    if (m->keys[i] == key) return m->vals[i];
-  }
-}
-
-tpdp_status tpdp_ptrmap_put(tpdp_ptrmap *m, const void *key, int val) {
-  if (key == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "NULL key in a pointer map");
-  if ((m->n + 1) * 2 > m->cap) {
-    tpdp_ptrmap big;
-    CHECK(tpdp_ptrmap_init(&big, m->cap));
-    for (size_t i = 0; i < m->cap; i++)
-      if (m->keys[i]) {
-        size_t mask = big.cap - 1;
-        size_t j = ptr_hash(m->keys[i], mask);
-        while (big.keys[j]) j = (j + 1) & mask;
-        big.keys[j] = m->keys[i];
-        big.vals[j] = m->vals[i];
-        big.n++;
-      }
-    tpdp_ptrmap_free(m);
-    *m = big;
-  }
-  size_t mask = m->cap - 1;
-  size_t i = ptr_hash(key, mask);
-  while (m->keys[i] && m->keys[i] != key) i = (i + 1) & mask;
-  if (m->keys[i] == NULL) m->n++;
-  m->keys[i] = key;
-  m->vals[i] = val;
-  return TPDP_SUCCESS;
-}
-
 /* -------------------------------------------------------------- FQNs */
 
 static const char *const default_prefixes[] = {
@@ -174,17 +77,29 @@ static char *make_fqn(const char *prefix, const char *name,
   return s;
 }
 
+/* The pointer map of core/util.h, failures reported. */
+static tpdp_status map_init(core_ptrmap *m, size_t expected) {
+  if (core_ptrmap_init(m, expected) != 0)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory (pointer map)");
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status map_put(core_ptrmap *m, const void *key, int val) {
+  if (core_ptrmap_put(m, key, val) != 0)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory (pointer map)");
+  return TPDP_SUCCESS;
+}
+
 /* A list of owned strings. */
 typedef struct {
   char **items;
   int n, cap;
 } str_list;
 
-static tpdp_status str_list_push(str_list *l, char *s, const char *func) {
-  if (s == NULL)
-    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func, "out of memory");
+static tpdp_status str_list_push(str_list *l, char *s) {
+  if (s == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   tpdp_status st =
-      tpdp_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items, func);
+      core_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items);
   if (st != TPDP_SUCCESS) {
     free(s);
     return st;
@@ -209,7 +124,7 @@ typedef struct {
 struct tpdp_param_fqns {
   pf_entry *entries;
   int n, cap;
-  tpdp_ptrmap index; /* param -> entry index */
+  core_ptrmap index; /* param -> entry index */
 };
 
 typedef struct {
@@ -226,13 +141,12 @@ static tpdp_status pf_visit(tpdp_module *m, const char *prefix, int level,
   tpdp_param_fqns *map = c->map;
   for (int i = 0; i < m->nparams; i++) {
     tpdp_param *p = m->params[i].param;
-    int at = tpdp_ptrmap_get(&map->index, p);
+    int at = core_ptrmap_get(&map->index, p);
     if (at >= 0 && c->dedup) continue;
     char *fqn = make_fqn(prefix, m->params[i].name, c->prefixes, c->nprefixes);
     if (at < 0) {
-      tpdp_status st =
-          tpdp_grow((void **)&map->entries, &map->cap, map->n + 1,
-                    sizeof *map->entries, "tpdp_param_fqns_create");
+      tpdp_status st = core_grow((void **)&map->entries, &map->cap, map->n + 1,
+                                 sizeof *map->entries);
       if (st != TPDP_SUCCESS) {
         free(fqn);
         return st;
@@ -240,13 +154,13 @@ static tpdp_status pf_visit(tpdp_module *m, const char *prefix, int level,
       at = map->n++;
       memset(&map->entries[at], 0, sizeof map->entries[at]);
       map->entries[at].param = p;
-      st = tpdp_ptrmap_put(&map->index, p, at);
+      st = map_put(&map->index, p, at);
       if (st != TPDP_SUCCESS) {
         free(fqn);
         return st;
       }
     }
-    CHECK(str_list_push(&map->entries[at].fqns, fqn, "tpdp_param_fqns_create"));
+    CHECK(str_list_push(&map->entries[at].fqns, fqn));
   }
   return TPDP_SUCCESS;
 }
@@ -255,13 +169,14 @@ void tpdp_param_fqns_destroy(tpdp_param_fqns *map) {
   if (map == NULL) return;
   for (int i = 0; i < map->n; i++) str_list_free(&map->entries[i].fqns);
   free(map->entries);
-  tpdp_ptrmap_free(&map->index);
+  core_ptrmap_free(&map->index);
   free(map);
 }
 
 tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
                                    const char *const *prefixes, int nprefixes,
                                    tpdp_param_fqns **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(root);
@@ -270,7 +185,7 @@ tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0", nprefixes);
   tpdp_param_fqns *map = NULL;
   CHECK(TPDP_CALLOC(map, 1));
-  tpdp_status st = tpdp_ptrmap_init(&map->index, 64);
+  tpdp_status st = map_init(&map->index, 64);
   if (st != TPDP_SUCCESS) {
     free(map);
     return st;
@@ -301,10 +216,11 @@ const char *tpdp_param_fqns_get(const tpdp_param_fqns *map, int i, int j) {
 }
 tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
                                  const tpdp_param *p, int *index) {
+  TPDP_API_ENTRY;
   CHECK_PTR(map);
   CHECK_PTR(p);
   CHECK_PTR(index);
-  int at = tpdp_ptrmap_get(&map->index, p);
+  int at = core_ptrmap_get(&map->index, p);
   if (at < 0)
     return TPDP_ERR(TPDP_ERR_NOT_FOUND,
                     "parameter %p is not registered in the tree", (void *)p);
@@ -341,27 +257,25 @@ typedef struct {
   int nlines, cap_lines;
   unit_entry *units;
   int nunits, cap_units;
-  tpdp_ptrmap unit_of; /* unit module -> index into units */
-  tpdp_ptrmap seen;    /* parameters already assigned */
+  core_ptrmap unit_of; /* unit module -> index into units */
+  core_ptrmap seen;    /* parameters already assigned */
 } rep_ctx;
 
 static tpdp_status rep_visit(tpdp_module *m, const char *prefix, int level,
                              void *vctx) {
-  static const char *func = "tpdp_tree_report_create";
   rep_ctx *c = vctx;
   size_t pl = strlen(prefix);
   if (pl > 0 && prefix[pl - 1] == '.') pl--;
   size_t cl = strlen(m->class_name);
   char *label = malloc(pl + cl + 3);
-  if (label == NULL)
-    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func, "out of memory");
+  if (label == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   memcpy(label, prefix, pl);
   label[pl] = '[';
   memcpy(label + pl + 1, m->class_name, cl);
   label[pl + 1 + cl] = ']';
   label[pl + 2 + cl] = '\0';
-  tpdp_status st = tpdp_grow((void **)&c->lines, &c->cap_lines, c->nlines + 1,
-                             sizeof *c->lines, func);
+  tpdp_status st = core_grow((void **)&c->lines, &c->cap_lines, c->nlines + 1,
+                             sizeof *c->lines);
   if (st != TPDP_SUCCESS) {
     free(label);
     return st;
@@ -372,53 +286,35 @@ static tpdp_status rep_visit(tpdp_module *m, const char *prefix, int level,
   ln->unit = -1;
   ln->suffix = m->unit_suffix;
   if (m->unit_kind) {
-    CHECK(tpdp_grow((void **)&c->units, &c->cap_units, c->nunits + 1,
-                    sizeof *c->units, func));
+    CHECK(core_grow((void **)&c->units, &c->cap_units, c->nunits + 1,
+                    sizeof *c->units));
     unit_entry *u = &c->units[c->nunits];
     memset(u, 0, sizeof *u);
     u->key = malloc(strlen(label) + 1);
     if (u->key == NULL)
-      return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func, "out of memory");
+      return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     strcpy(u->key, label);
     ln->unit = c->nunits++;
-    CHECK(tpdp_ptrmap_put(&c->unit_of, m, ln->unit));
+    CHECK(map_put(&c->unit_of, m, ln->unit));
   }
   if (m->nparams == 0) return TPDP_SUCCESS;
   /* The managing unit: nearest unit among m and its ancestors up to the
    * report's root (all visited already: pre-order). */
   int unit = -1;
   for (tpdp_module *a = m; a; a = a->parent) {
-    unit = tpdp_ptrmap_get(&c->unit_of, a);
+    unit = core_ptrmap_get(&c->unit_of, a);
     if (unit >= 0 || a == c->root) break;
   }
   if (unit < 0) return TPDP_SUCCESS;
   for (int i = 0; i < m->nparams; i++) {
     tpdp_param *p = m->params[i].param;
-    if (tpdp_ptrmap_get(&c->seen, p) >= 0) continue;
-    CHECK(tpdp_ptrmap_put(&c->seen, p, unit));
+    if (core_ptrmap_get(&c->seen, p) >= 0) continue;
+    CHECK(map_put(&c->seen, p, unit));
     CHECK(str_list_push(
         &c->units[unit].fqns,
-        make_fqn(prefix, m->params[i].name, c->prefixes, c->nprefixes), func));
+        make_fqn(prefix, m->params[i].name, c->prefixes, c->nprefixes)));
   }
   return TPDP_SUCCESS;
-}
-
-static void json_string(tpdp_strbuf *b, const char *s) {
-  tpdp_sb_append(b, "\"", 1);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') {
-      char e[2] = {'\\', (char)ch};
-      tpdp_sb_append(b, e, 2);
-    } else if (ch < 0x20) {
-      char e[8];
-      snprintf(e, sizeof e, "\\u%04x", ch);
-      tpdp_sb_puts(b, e);
-    } else {
-      tpdp_sb_append(b, (const char *)&ch, 1);
-    }
-  }
-  tpdp_sb_append(b, "\"", 1);
 }
 
 void tpdp_tree_report_destroy(tpdp_tree_report *r) {
@@ -436,6 +332,7 @@ void tpdp_tree_report_destroy(tpdp_tree_report *r) {
 tpdp_status tpdp_tree_report_create(tpdp_module *root,
                                     const char *const *prefixes, int nprefixes,
                                     tpdp_tree_report **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(root);
@@ -447,23 +344,23 @@ tpdp_status tpdp_tree_report_create(tpdp_module *root,
   c.root = root;
   c.prefixes = prefixes;
   c.nprefixes = nprefixes;
-  tpdp_strbuf text = {0}, json = {0};
+  core_strbuf text = {0}, json = {0};
   tpdp_tree_report *r = NULL;
   tpdp_status st = TPDP_SUCCESS;
-  CHECK_GOTO(tpdp_ptrmap_init(&c.unit_of, 16), st, fail);
-  CHECK_GOTO(tpdp_ptrmap_init(&c.seen, 64), st, fail);
+  CHECK_GOTO(map_init(&c.unit_of, 16), st, fail);
+  CHECK_GOTO(map_init(&c.seen, 64), st, fail);
   CHECK_GOTO(tpdp_module_apply(root, rep_visit, &c), st, fail);
   CHECK_GOTO(TPDP_CALLOC(r, 1), st, fail);
 
   /* Text: a unit's suffix only when it manages a parameter (seed 000). */
-  tpdp_sb_append(&text, "", 0);
+  core_sb_append(&text, "", 0);
   for (int i = 0; i < c.nlines; i++) {
     const line_entry *ln = &c.lines[i];
-    for (int k = 0; k < ln->level; k++) tpdp_sb_append(&text, "    ", 4);
-    tpdp_sb_puts(&text, ln->label);
+    for (int k = 0; k < ln->level; k++) core_sb_append(&text, "    ", 4);
+    core_sb_puts(&text, ln->label);
     if (ln->unit >= 0 && c.units[ln->unit].fqns.n > 0)
-      tpdp_sb_puts(&text, ln->suffix);
-    tpdp_sb_append(&text, "\n", 1);
+      core_sb_puts(&text, ln->suffix);
+    core_sb_append(&text, "\n", 1);
   }
   /* Keep only units with parameters, in pre-order. */
   CHECK_GOTO(TPDP_CALLOC(r->units, c.nunits ? c.nunits : 1), st, fail);
@@ -476,18 +373,18 @@ tpdp_status tpdp_tree_report_create(tpdp_module *root,
     r->units[r->nunits++] = c.units[i];
   }
   c.nunits = 0; /* moved or freed */
-  tpdp_sb_append(&json, "{", 1);
+  core_sb_append(&json, "{", 1);
   for (int i = 0; i < r->nunits; i++) {
-    if (i) tpdp_sb_append(&json, ",", 1);
-    json_string(&json, r->units[i].key);
-    tpdp_sb_append(&json, ":[", 2);
+    if (i) core_sb_append(&json, ",", 1);
+    core_sb_json_string(&json, r->units[i].key);
+    core_sb_append(&json, ":[", 2);
     for (int j = 0; j < r->units[i].fqns.n; j++) {
-      if (j) tpdp_sb_append(&json, ",", 1);
-      json_string(&json, r->units[i].fqns.items[j]);
+      if (j) core_sb_append(&json, ",", 1);
+      core_sb_json_string(&json, r->units[i].fqns.items[j]);
     }
-    tpdp_sb_append(&json, "]", 1);
+    core_sb_append(&json, "]", 1);
   }
-  tpdp_sb_append(&json, "}", 1);
+  core_sb_append(&json, "}", 1);
   if (text.failed || json.failed) {
     st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory building the report");
     goto fail;
@@ -506,10 +403,10 @@ fail:
     str_list_free(&c.units[i].fqns);
   }
   free(c.units);
-  tpdp_ptrmap_free(&c.unit_of);
-  tpdp_ptrmap_free(&c.seen);
-  tpdp_sb_free(&text);
-  tpdp_sb_free(&json);
+  core_ptrmap_free(&c.unit_of);
+  core_ptrmap_free(&c.seen);
+  core_sb_free(&text);
+  core_sb_free(&json);
   tpdp_tree_report_destroy(r);
   return st;
 }

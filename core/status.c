@@ -1,4 +1,5 @@
-/* Status strings, the thread-local last error, and small shared helpers. */
+/* Status strings, the thread-local last error (the mechanism of
+ * core/check.h), allocation helpers. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,11 @@
 #include "core/check.h"
 
 static _Thread_local char last_error[1024];
+/* Where the message proper starts, after "tpdp_xxx: ". */
+static _Thread_local size_t detail_at;
+
+_Thread_local core_api_frame core_api
+    __attribute__((tls_model("initial-exec")));
 
 int tpdp_version(void) { return TPDP_VERSION; }
 
@@ -74,45 +80,57 @@ const char *tpdp_status_string(tpdp_status status) {
 
 const char *tpdp_last_error(void) { return last_error; }
 
-void tpdp_clear_error(void) { last_error[0] = '\0'; }
+void tpdp_clear_error(void) {
+  last_error[0] = '\0';
+  detail_at = 0;
+}
 
-tpdp_status tpdp_set_error(tpdp_status status, const char *func,
-                           const char *fmt, ...) {
-  /* Format into a local buffer first: callers may pass tpdp_last_error()
-   * itself as an argument (wrapping an inner error), which must not overlap
-   * the destination. */
+const char *core_error_detail(void) { return last_error + detail_at; }
+
+tpdp_status core_error(tpdp_status status, const char *file, int line,
+                       const char *fmt, ...) {
+  /* Format into a local buffer first: the arguments may include
+   * tpdp_last_error() itself (wrapping an inner error). */
   char buf[sizeof last_error];
-  int n = snprintf(buf, sizeof buf, "%s: ", func ? func : "tpdp");
+  const char *func = core_api.depth > 0 ? core_api.func : "tpdp";
+  int n = snprintf(buf, sizeof buf, "%s: ", func);
   if (n < 0 || (size_t)n >= sizeof buf) n = 0;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
   va_end(ap);
   memcpy(last_error, buf, sizeof last_error);
-  TPDP_TRACE("error %s: %s", tpdp_status_string(status), last_error);
+  detail_at = (size_t)n;
+  if (tpdp_log_get_level() >= TPDP_LOG_TRACE)
+    tpdp_log(TPDP_LOG_TRACE, "%s:%d: %s: %s", file, line,
+             tpdp_status_string(status), last_error);
   return status;
 }
 
-tpdp_status tpdp_calloc_impl(void **out, size_t count, size_t size,
-                             const char *func) {
+void core_trace_propagate(const char *file, int line, tpdp_status status) {
+  if (tpdp_log_get_level() >= TPDP_LOG_TRACE)
+    tpdp_log(TPDP_LOG_TRACE, "%s:%d -> %s", file, line,
+             tpdp_status_string(status));
+}
+
+tpdp_status core_calloc(void **out, size_t count, size_t size) {
   void *p = calloc(count ? count : 1, size ? size : 1);
-  if (p == NULL) {
-    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, func,
-                          "out of memory allocating %zu x %zu bytes", count,
-                          size);
-  }
+  if (p == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
+                    "out of memory allocating %zu x %zu bytes", count, size);
   *out = p;
   return TPDP_SUCCESS;
 }
 
-long tpdp_env_long(const char *name, long dflt) {
-  const char *v = getenv(name);
-  if (v == NULL || *v == '\0') return dflt;
-  char *end = NULL;
-  long x = strtol(v, &end, 10);
-  if (end == v || *end != '\0') {
-    TPDP_WARN("ignoring %s=%s: not an integer, using %ld", name, v, dflt);
-    return dflt;
-  }
-  return x;
+tpdp_status core_grow(void **items, int *cap, int need, size_t elem) {
+  if (need <= *cap) return TPDP_SUCCESS;
+  int ncap = *cap ? *cap * 2 : 4;
+  while (ncap < need) ncap *= 2;
+  void *p = realloc(*items, (size_t)ncap * elem);
+  if (p == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
+                    "out of memory growing a list to %d entries", ncap);
+  *items = p;
+  *cap = ncap;
+  return TPDP_SUCCESS;
 }

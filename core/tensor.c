@@ -22,6 +22,7 @@ const char *tpdp_dtype_name(tpdp_dtype dtype) {
 }
 
 tpdp_status tpdp_dtype_parse(const char *name, tpdp_dtype *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(name);
   CHECK_PTR(out);
   for (int i = 0; i < TPDP_DTYPE_COUNT; i++) {
@@ -56,6 +57,7 @@ int tpdp_device_equal(tpdp_device a, tpdp_device b) {
 tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data, tpdp_dtype dtype,
                              tpdp_device device, int ndim,
                              const int64_t *shape) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   if (ndim < 0 || ndim > TPDP_MAX_DIMS)
     return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "ndim %d outside [0, %d]", ndim,
@@ -147,6 +149,7 @@ void tpdp_shape_format(int ndim, const int64_t *shape, char *buf, size_t len) {
 
 tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim, int64_t start,
                                int64_t length, tpdp_tensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(t);
   CHECK_PTR(out);
   if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
@@ -189,23 +192,23 @@ static void copy_rec(char *dst, const char *src, const tpdp_tensor *d,
              src + (size_t)(i * s->strides[dim]) * es, d, s, dim + 1, es);
 }
 
-tpdp_status tpdp_check_copy_pair(const tpdp_tensor *dst, const tpdp_tensor *src,
-                                 const char *func) {
+tpdp_status core_check_copy_pair(const tpdp_tensor *dst,
+                                 const tpdp_tensor *src) {
   if (!tpdp_tensor_same_shape(dst, src)) {
     char a[128], b[128];
     tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
     tpdp_shape_format(src->ndim, src->shape, b, sizeof b);
-    return tpdp_set_error(TPDP_ERR_SHAPE_MISMATCH, func,
-                          "dst shape %s != src shape %s", a, b);
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH, "dst shape %s != src shape %s", a,
+                    b);
   }
   if (dst->dtype != src->dtype)
-    return tpdp_set_error(
-        TPDP_ERR_DTYPE_MISMATCH, func, "dst dtype %s != src dtype %s",
-        tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "dst dtype %s != src dtype %s",
+                    tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));
   return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
+  TPDP_API_ENTRY;
   CHECK_PTR(dst);
   CHECK_PTR(src);
   if (dst->ndim < 0 || dst->ndim > TPDP_MAX_DIMS || src->ndim < 0 ||
@@ -213,11 +216,11 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
                     "dst ndim %d / src ndim %d outside [0, %d]", dst->ndim,
                     src->ndim, TPDP_MAX_DIMS);
-  CHECK(tpdp_check_copy_pair(dst, src, __func__));
+  CHECK(core_check_copy_pair(dst, src));
   if (dst->device.type != TPDP_DEVICE_CPU ||
       src->device.type != TPDP_DEVICE_CPU)
 #ifdef TPDP_WITH_CUDA
-    return tpdp_cuda_tensor_copy(dst, src); /* core/tensor_cuda.c */
+    return core_cuda_tensor_copy(dst, src); /* core/tensor_cuda.c */
 #else
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "device memory needs a build with --config=cuda");
@@ -239,6 +242,7 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
 /* ----------------------------------------------------------- DLPack */
 
 tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(t);
   CHECK_PTR(out);
   static const struct {
@@ -269,6 +273,7 @@ tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
 }
 
 tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(in);
   CHECK_PTR(out);
   tpdp_dtype dtype;

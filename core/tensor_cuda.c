@@ -12,12 +12,11 @@
 
 #include "core/check.h"
 
-tpdp_status tpdp_cuda_status(int cuda_error, const char *call,
-                             const char *func) {
+tpdp_status core_cuda_status(int cuda_error, const char *call) {
   if (cuda_error == (int)cudaSuccess) return TPDP_SUCCESS;
   cudaError_t e = (cudaError_t)cuda_error;
-  return tpdp_set_error(TPDP_ERR_CUDA, func, "%s failed: %s (%s)", call,
-                        cudaGetErrorString(e), cudaGetErrorName(e));
+  return TPDP_ERR(TPDP_ERR_CUDA, "%s failed: %s (%s)", call,
+                  cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 static void contiguous_strides(int ndim, const int64_t *shape,
@@ -30,7 +29,7 @@ static void contiguous_strides(int ndim, const int64_t *shape,
 }
 
 static void make_layout(const tpdp_tensor *dst, const int64_t *dst_strides,
-                        const int64_t *src_strides, tpdp_cuda_layout *l) {
+                        const int64_t *src_strides, core_cuda_layout *l) {
   memset(l, 0, sizeof *l);
   l->ndim = dst->ndim;
   l->numel = tpdp_tensor_numel(dst);
@@ -41,7 +40,7 @@ static void make_layout(const tpdp_tensor *dst, const int64_t *dst_strides,
   }
 }
 
-tpdp_status tpdp_cuda_guard_enter(tpdp_cuda_device_guard *g, int dev) {
+tpdp_status core_cuda_guard_enter(core_cuda_device_guard *g, int dev) {
   g->changed = 0;
   TPDP_CUDA_CHECK(cudaGetDevice(&g->prev));
   if (g->prev != dev) {
@@ -51,15 +50,15 @@ tpdp_status tpdp_cuda_guard_enter(tpdp_cuda_device_guard *g, int dev) {
   return TPDP_SUCCESS;
 }
 
-void tpdp_cuda_guard_exit(tpdp_cuda_device_guard *g) {
+void core_cuda_guard_exit(core_cuda_device_guard *g) {
   if (g->changed) (void)cudaSetDevice(g->prev);
 }
 
-tpdp_status tpdp_cuda_tensor_copy_async(tpdp_tensor *dst,
+tpdp_status core_cuda_tensor_copy_async(tpdp_tensor *dst,
                                         const tpdp_tensor *src, void *stream) {
   CHECK_PTR(dst);
   CHECK_PTR(src);
-  CHECK(tpdp_check_copy_pair(dst, src, __func__));
+  CHECK(core_check_copy_pair(dst, src));
   if (dst->device.type != TPDP_DEVICE_CUDA ||
       src->device.type != TPDP_DEVICE_CUDA) {
     char a[32], b[32];
@@ -78,19 +77,19 @@ tpdp_status tpdp_cuda_tensor_copy_async(tpdp_tensor *dst,
                                     cudaMemcpyDeviceToDevice, s));
     return TPDP_SUCCESS;
   }
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, dst->device.index));
-  tpdp_cuda_layout l;
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, dst->device.index));
+  core_cuda_layout l;
   make_layout(dst, dst->strides, src->strides, &l);
-  tpdp_status st = tpdp_cuda_status(
-      tpdp_cuda_launch_strided_copy(dst->data, src->data,
+  tpdp_status st = core_cuda_status(
+      core_cuda_launch_strided_copy(dst->data, src->data,
                                     tpdp_dtype_size(dst->dtype), &l, stream),
-      "strided_copy kernel launch", __func__);
-  tpdp_cuda_guard_exit(&g);
+      "strided_copy kernel launch");
+  core_cuda_guard_exit(&g);
   return st;
 }
 
-tpdp_status tpdp_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
+tpdp_status core_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
   CHECK_PTR(t);
   if (t->device.type != TPDP_DEVICE_CUDA)
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
@@ -103,15 +102,15 @@ tpdp_status tpdp_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
     TPDP_CUDA_CHECK(cudaMemsetAsync(t->data, 0, tpdp_tensor_nbytes(t), s));
     return TPDP_SUCCESS;
   }
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, t->device.index));
-  tpdp_cuda_layout l;
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, t->device.index));
+  core_cuda_layout l;
   make_layout(t, t->strides, t->strides, &l);
   tpdp_status st =
-      tpdp_cuda_status(tpdp_cuda_launch_strided_zero(
+      core_cuda_status(core_cuda_launch_strided_zero(
                            t->data, tpdp_dtype_size(t->dtype), &l, stream),
-                       "strided_zero kernel launch", __func__);
-  tpdp_cuda_guard_exit(&g);
+                       "strided_zero kernel launch");
+  core_cuda_guard_exit(&g);
   return st;
 }
 
@@ -125,10 +124,10 @@ static tpdp_tensor contiguous_like(const tpdp_tensor *t, void *data,
   return c;
 }
 
-tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
+tpdp_status core_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK_PTR(dst);
   CHECK_PTR(src);
-  CHECK(tpdp_check_copy_pair(dst, src, __func__));
+  CHECK(core_check_copy_pair(dst, src));
   if (tpdp_tensor_numel(dst) == 0) return TPDP_SUCCESS;
   size_t bytes = tpdp_tensor_nbytes(dst);
   int dst_dev = dst->device.type == TPDP_DEVICE_CUDA;
@@ -146,7 +145,7 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     return TPDP_SUCCESS;
   }
   if (dst_dev && src_dev) {
-    CHECK(tpdp_cuda_tensor_copy_async(dst, src, NULL));
+    CHECK(core_cuda_tensor_copy_async(dst, src, NULL));
     TPDP_CUDA_CHECK(cudaStreamSynchronize(NULL));
     return TPDP_SUCCESS;
   }
@@ -166,27 +165,27 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
       packed = host_tmp;
     }
     if (dst_contig) {
-      CHECK_GOTO(tpdp_cuda_status(cudaMemcpy(dst->data, packed, bytes,
+      CHECK_GOTO(core_cuda_status(cudaMemcpy(dst->data, packed, bytes,
                                              cudaMemcpyHostToDevice),
-                                  "cudaMemcpy", __func__),
+                                  "cudaMemcpy"),
                  st, done);
       goto done;
     }
-    tpdp_cuda_device_guard g;
-    CHECK_GOTO(tpdp_cuda_guard_enter(&g, dst->device.index), st, done);
-    st = tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc", __func__);
+    core_cuda_device_guard g;
+    CHECK_GOTO(core_cuda_guard_enter(&g, dst->device.index), st, done);
+    st = core_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc");
     if (st == TPDP_SUCCESS)
-      st = tpdp_cuda_status(
+      st = core_cuda_status(
           cudaMemcpy(dev_tmp, packed, bytes, cudaMemcpyHostToDevice),
-          "cudaMemcpy", __func__);
+          "cudaMemcpy");
     if (st == TPDP_SUCCESS) {
       tpdp_tensor d = contiguous_like(dst, dev_tmp, dst->device);
-      st = tpdp_cuda_tensor_copy_async(dst, &d, NULL);
+      st = core_cuda_tensor_copy_async(dst, &d, NULL);
     }
     if (st == TPDP_SUCCESS)
-      st = tpdp_cuda_status(cudaStreamSynchronize(NULL),
-                            "cudaStreamSynchronize", __func__);
-    tpdp_cuda_guard_exit(&g);
+      st = core_cuda_status(cudaStreamSynchronize(NULL),
+                            "cudaStreamSynchronize");
+    core_cuda_guard_exit(&g);
     goto done;
   }
   /* device -> host: pack src on the device if it has strides, copy, then
@@ -194,15 +193,14 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   {
     const void *packed = src->data;
     if (!src_contig) {
-      tpdp_cuda_device_guard g;
-      CHECK_GOTO(tpdp_cuda_guard_enter(&g, src->device.index), st, done);
-      st =
-          tpdp_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc", __func__);
+      core_cuda_device_guard g;
+      CHECK_GOTO(core_cuda_guard_enter(&g, src->device.index), st, done);
+      st = core_cuda_status(cudaMalloc(&dev_tmp, bytes), "cudaMalloc");
       if (st == TPDP_SUCCESS) {
         tpdp_tensor d = contiguous_like(src, dev_tmp, src->device);
-        st = tpdp_cuda_tensor_copy_async(&d, src, NULL);
+        st = core_cuda_tensor_copy_async(&d, src, NULL);
       }
-      tpdp_cuda_guard_exit(&g);
+      core_cuda_guard_exit(&g);
       if (st != TPDP_SUCCESS) goto done;
       packed = dev_tmp;
     }
@@ -219,8 +217,8 @@ tpdp_status tpdp_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     /* cudaMemcpy to pageable host memory waits for the default stream, so
      * the packing kernel above has finished when it returns. */
     CHECK_GOTO(
-        tpdp_cuda_status(cudaMemcpy(out, packed, bytes, cudaMemcpyDeviceToHost),
-                         "cudaMemcpy", __func__),
+        core_cuda_status(cudaMemcpy(out, packed, bytes, cudaMemcpyDeviceToHost),
+                         "cudaMemcpy"),
         st, done);
     if (!dst_contig) {
       tpdp_tensor h = contiguous_like(dst, host_tmp, cpu);

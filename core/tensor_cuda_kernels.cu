@@ -12,7 +12,7 @@ namespace {
 // Byte offset of linear element `i` (row-major over shape) in a tensor with
 // the given element strides.
 __device__ __forceinline__ int64_t offset_of(int64_t i,
-                                             const tpdp_cuda_layout &l,
+                                             const core_cuda_layout &l,
                                              const int64_t *strides) {
   int64_t off = 0;
   for (int k = l.ndim - 1; k >= 0; k--) {
@@ -24,14 +24,14 @@ __device__ __forceinline__ int64_t offset_of(int64_t i,
 }
 
 template <typename T>
-__global__ void strided_copy(T *dst, const T *src, tpdp_cuda_layout l) {
+__global__ void strided_copy(T *dst, const T *src, core_cuda_layout l) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < l.numel;
        i += (int64_t)gridDim.x * blockDim.x)
     dst[offset_of(i, l, l.dst_strides)] = src[offset_of(i, l, l.src_strides)];
 }
 
 template <typename T>
-__global__ void strided_zero(T *dst, tpdp_cuda_layout l) {
+__global__ void strided_zero(T *dst, core_cuda_layout l) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < l.numel;
        i += (int64_t)gridDim.x * blockDim.x)
     dst[offset_of(i, l, l.dst_strides)] = T(0);
@@ -45,9 +45,9 @@ unsigned grid_for(int64_t n) {
 
 }  // namespace
 
-extern "C" int tpdp_cuda_launch_strided_copy(void *dst, const void *src,
+extern "C" int core_cuda_launch_strided_copy(void *dst, const void *src,
                                              size_t elem_size,
-                                             const tpdp_cuda_layout *layout,
+                                             const core_cuda_layout *layout,
                                              void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
   unsigned g = grid_for(layout->numel);
@@ -74,8 +74,8 @@ extern "C" int tpdp_cuda_launch_strided_copy(void *dst, const void *src,
   return (int)cudaGetLastError();
 }
 
-extern "C" int tpdp_cuda_launch_strided_zero(void *dst, size_t elem_size,
-                                             const tpdp_cuda_layout *layout,
+extern "C" int core_cuda_launch_strided_zero(void *dst, size_t elem_size,
+                                             const core_cuda_layout *layout,
                                              void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
   unsigned g = grid_for(layout->numel);

@@ -41,6 +41,7 @@ tpdp_status tpdp_bucket_assign(const tpdp_tensor *tensors, int64_t ntensors,
                                const size_t *limits, int64_t nlimits,
                                const int64_t *order,
                                tpdp_bucket_assignment *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   memset(out, 0, sizeof *out);
   if (ntensors <= 0)

@@ -20,33 +20,31 @@ static int on_gpu(tpdp_device d) { return d.type == TPDP_DEVICE_CUDA; }
 
 /* Run one cudaError_t-returning expression with `dev` current; the status
  * names the call. */
-#define ON_DEVICE(dev, call)                                          \
-  do {                                                                \
-    tpdp_cuda_device_guard g_;                                        \
-    CHECK(tpdp_cuda_guard_enter(&g_, (dev)));                         \
-    tpdp_status st_ = tpdp_cuda_status((int)(call), #call, __func__); \
-    tpdp_cuda_guard_exit(&g_);                                        \
-    return st_;                                                       \
+#define ON_DEVICE(dev, call)                                \
+  do {                                                      \
+    core_cuda_device_guard g_;                              \
+    CHECK(core_cuda_guard_enter(&g_, (dev)));               \
+    tpdp_status st_ = core_cuda_status((int)(call), #call); \
+    core_cuda_guard_exit(&g_);                              \
+    return st_;                                             \
   } while (0)
 
 static tpdp_status dev_alloc(tpdp_device device, size_t bytes, void **out) {
-  tpdp_cuda_device_guard g;
+  core_cuda_device_guard g;
   void *p = NULL;
   size_t n = bytes ? bytes : 1;
-  CHECK(tpdp_cuda_guard_enter(&g, device.index));
-  tpdp_status st = tpdp_cuda_status(cudaMalloc(&p, n), "cudaMalloc", __func__);
+  CHECK(core_cuda_guard_enter(&g, device.index));
+  tpdp_status st = core_cuda_status(cudaMalloc(&p, n), "cudaMalloc");
   /* Zeroed and complete before any stream uses it. */
   if (st == TPDP_SUCCESS)
-    st = tpdp_cuda_status(cudaMemset(p, 0, n), "cudaMemset", __func__);
+    st = core_cuda_status(cudaMemset(p, 0, n), "cudaMemset");
   if (st == TPDP_SUCCESS)
-    st = tpdp_cuda_status(cudaStreamSynchronize(NULL), "cudaStreamSynchronize",
-                          __func__);
-  tpdp_cuda_guard_exit(&g);
+    st = core_cuda_status(cudaStreamSynchronize(NULL), "cudaStreamSynchronize");
+  core_cuda_guard_exit(&g);
   if (st != TPDP_SUCCESS) {
     if (p) (void)cudaFree(p);
-    return tpdp_set_error(st, "tpdp_reducer",
-                          "device bucket buffer of %zu bytes on cuda:%d: %s",
-                          bytes, device.index, tpdp_last_error());
+    return TPDP_ERR(st, "device bucket buffer of %zu bytes on cuda:%d: %s",
+                    bytes, device.index, tpdp_last_error());
   }
   *out = p;
   return TPDP_SUCCESS;
@@ -69,12 +67,11 @@ tpdp_status dp_buf_device_supported(tpdp_device device, const char *what) {
 #endif
   char dev[32];
   tpdp_device_format(device, dev, sizeof dev);
-  return tpdp_set_error(
-      TPDP_ERR_UNSUPPORTED, "tpdp_reducer",
-      "%s is on %s: the reducer's device buffers (allocation, "
-      "casts) are not built in this build; only host (cpu) "
-      "parameters with an MPI communicator are supported",
-      what, dev);
+  return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                  "%s is on %s: the reducer's device buffers (allocation, "
+                  "casts) are not built in this build; only host (cpu) "
+                  "parameters with an MPI communicator are supported",
+                  what, dev);
 }
 
 tpdp_status dp_buf_alloc(tpdp_device device, size_t bytes, void **out) {
@@ -84,8 +81,8 @@ tpdp_status dp_buf_alloc(tpdp_device device, size_t bytes, void **out) {
 #endif
   void *p = calloc(bytes ? bytes : 1, 1);
   if (p == NULL)
-    return tpdp_set_error(TPDP_ERR_OUT_OF_MEMORY, "tpdp_reducer",
-                          "bucket buffer of %zu bytes", bytes);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "bucket buffer of %zu bytes",
+                    bytes);
   *out = p;
   return TPDP_SUCCESS;
 }
@@ -144,11 +141,11 @@ tpdp_status dp_buf_copy_tensor(void *stream, tpdp_tensor *dst,
     if (dst->data == src->data && tpdp_tensor_is_contiguous(dst) &&
         tpdp_tensor_is_contiguous(src))
       return TPDP_SUCCESS;
-    tpdp_cuda_device_guard g;
-    CHECK(tpdp_cuda_guard_enter(&g, dst->device.index));
+    core_cuda_device_guard g;
+    CHECK(core_cuda_guard_enter(&g, dst->device.index));
     /* Stream-ordered, any strides; a host side is an error it names. */
-    tpdp_status st = tpdp_cuda_tensor_copy_async(dst, src, stream);
-    tpdp_cuda_guard_exit(&g);
+    tpdp_status st = core_cuda_tensor_copy_async(dst, src, stream);
+    core_cuda_guard_exit(&g);
     return st;
   }
 #else
@@ -204,8 +201,8 @@ tpdp_status dp_buf_divide(tpdp_device device, void *stream, tpdp_dtype dtype,
   CHECK(dp_buf_device_supported(device, "bucket buffer"));
   if (divisor == 1.0) return TPDP_SUCCESS;
   if (!tpdp_dtype_is_float(dtype))
-    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, "tpdp_reducer",
-                          "cannot divide %s gradients", tpdp_dtype_name(dtype));
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "cannot divide %s gradients",
+                    tpdp_dtype_name(dtype));
 #ifdef TPDP_WITH_CUDA
   if (on_gpu(device))
     return dev_divide(device, stream, dtype, p, dtype, p, n, divisor);
@@ -240,8 +237,8 @@ tpdp_status dp_buf_divide(tpdp_device device, void *stream, tpdp_dtype dtype,
     for (size_t i = 0; i < n; i++)
       store_f(dtype, p, i, load_f(dtype, p, i) / d);
   } else {
-    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, "tpdp_reducer",
-                          "cannot divide %s gradients", tpdp_dtype_name(dtype));
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "cannot divide %s gradients",
+                    tpdp_dtype_name(dtype));
   }
   return TPDP_SUCCESS;
 }
@@ -252,9 +249,8 @@ tpdp_status dp_buf_cast_divide(tpdp_device device, void *stream,
                                double divisor) {
   CHECK(dp_buf_device_supported(device, "bucket buffer"));
   if (!tpdp_dtype_is_float(src_dtype) || !tpdp_dtype_is_float(dst_dtype))
-    return tpdp_set_error(TPDP_ERR_DTYPE_MISMATCH, "tpdp_reducer",
-                          "cannot cast %s to %s", tpdp_dtype_name(src_dtype),
-                          tpdp_dtype_name(dst_dtype));
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "cannot cast %s to %s",
+                    tpdp_dtype_name(src_dtype), tpdp_dtype_name(dst_dtype));
 #ifdef TPDP_WITH_CUDA
   if (on_gpu(device))
     return dev_divide(device, stream, src_dtype, src, dst_dtype, dst, n,
@@ -321,22 +317,22 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
   void *buf = NULL;
   char *dsend = NULL, *drecv = NULL;
   tpdp_tensor sv, rv;
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, dev));
-  tpdp_status st = tpdp_cuda_status(cudaMalloc(&buf, (sb + rb) ? (sb + rb) : 1),
-                                    "cudaMalloc", __func__);
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, dev));
+  tpdp_status st = core_cuda_status(cudaMalloc(&buf, (sb + rb) ? (sb + rb) : 1),
+                                    "cudaMalloc");
   if (st != TPDP_SUCCESS) goto done;
   dsend = (char *)buf;
   drecv = (char *)buf + sb;
   if (sb)
-    CHECK_GOTO(tpdp_cuda_status(cudaMemcpyAsync(dsend, send->data, sb,
+    CHECK_GOTO(core_cuda_status(cudaMemcpyAsync(dsend, send->data, sb,
                                                 cudaMemcpyHostToDevice, s),
-                                "cudaMemcpyAsync", __func__),
+                                "cudaMemcpyAsync"),
                st, done);
   if (kind == STAGE_BROADCAST && rb)
-    CHECK_GOTO(tpdp_cuda_status(cudaMemcpyAsync(drecv, recv->data, rb,
+    CHECK_GOTO(core_cuda_status(cudaMemcpyAsync(drecv, recv->data, rb,
                                                 cudaMemcpyHostToDevice, s),
-                                "cudaMemcpyAsync", __func__),
+                                "cudaMemcpyAsync"),
                st, done);
   rv = *recv;
   rv.data = drecv;
@@ -350,20 +346,20 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
     CHECK_GOTO(tpdp_broadcast(comm, &rv, &rv, root), st, done);
   }
   if (rb)
-    CHECK_GOTO(tpdp_cuda_status(cudaMemcpyAsync(recv->data, drecv, rb,
+    CHECK_GOTO(core_cuda_status(cudaMemcpyAsync(recv->data, drecv, rb,
                                                 cudaMemcpyDeviceToHost, s),
-                                "cudaMemcpyAsync", __func__),
+                                "cudaMemcpyAsync"),
                st, done);
-  CHECK_GOTO(tpdp_cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize",
-                              __func__),
-             st, done);
+  CHECK_GOTO(
+      core_cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"), st,
+      done);
 done:
   if (buf != NULL) {
     /* After an error, let queued copies drain before freeing. */
     if (st != TPDP_SUCCESS) (void)cudaStreamSynchronize(s);
     (void)cudaFree(buf);
   }
-  tpdp_cuda_guard_exit(&g);
+  core_cuda_guard_exit(&g);
   return st;
 }
 #endif /* TPDP_WITH_CUDA */

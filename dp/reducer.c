@@ -18,9 +18,6 @@
 #define DESC_LEN (2 + TPDP_MAX_DIMS) /* dtype, ndim, shape[8] */
 
 /* Errors raised in helpers carry the public entry point's name. */
-#define CREATE_ERR(st, ...) \
-  tpdp_set_error((st), "tpdp_reducer_create", __VA_ARGS__)
-#define RED_ERR(st, ...) tpdp_set_error((st), "tpdp_reducer", __VA_ARGS__)
 
 typedef struct {
   int64_t n;       /* parameters in the bucket */
@@ -367,10 +364,10 @@ static tpdp_status comm_thread_wait(tpdp_reducer *r, int64_t j) {
   pthread_mutex_unlock(&ct->mu);
   r->stats.comm_seconds += now_s() - t0;
   if (st != TPDP_SUCCESS)
-    return RED_ERR(st,
-                   "allreduce on the reducer's communication thread "
-                   "failed: %s",
-                   ct->message);
+    return TPDP_ERR(st,
+                    "allreduce on the reducer's communication thread "
+                    "failed: %s",
+                    ct->message);
   return TPDP_SUCCESS;
 }
 
@@ -420,8 +417,8 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
       tpdp_status st = r->opt.hook_fn(&args);
       b->done = 1;
       if (st != TPDP_SUCCESS)
-        return RED_ERR(st, "user comm hook failed on bucket %lld: %s",
-                       (long long)j, tpdp_last_error());
+        return TPDP_ERR(st, "user comm hook failed on bucket %lld: %s",
+                        (long long)j, tpdp_last_error());
       return TPDP_SUCCESS;
     }
     case TPDP_REDUCER_HOOK_BF16:
@@ -555,59 +552,57 @@ static void format_desc(const int64_t *d, char *buf, size_t len) {
 static tpdp_status check_local(tpdp_comm *comm, tpdp_reducer_param *params,
                                int64_t n, const tpdp_reducer_options *o) {
   if (n <= 0)
-    return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                      "empty parameter list (nparams = %lld): a reducer needs "
-                      "at least one parameter",
-                      (long long)n);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "empty parameter list (nparams = %lld): a reducer needs "
+                    "at least one parameter",
+                    (long long)n);
   if (params == NULL)
-    return CREATE_ERR(TPDP_ERR_NULL_POINTER, "argument 'params' is NULL");
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument 'params' is NULL");
   if (o->first_bucket_bytes == 0 || o->bucket_cap_bytes == 0)
-    return CREATE_ERR(
-        TPDP_ERR_INVALID_ARGUMENT,
-        "bucket size limits must be > 0 bytes (first_bucket_bytes "
-        "= %zu, bucket_cap_bytes = %zu)",
-        o->first_bucket_bytes, o->bucket_cap_bytes);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "bucket size limits must be > 0 bytes (first_bucket_bytes "
+                    "= %zu, bucket_cap_bytes = %zu)",
+                    o->first_bucket_bytes, o->bucket_cap_bytes);
   if (!(o->divide_factor >= 0.0))
-    return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                      "divide_factor %g must be > 0 (or 0 for the "
-                      "communicator size)",
-                      o->divide_factor);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "divide_factor %g must be > 0 (or 0 for the "
+                    "communicator size)",
+                    o->divide_factor);
   if ((int)o->comm_hook < 0 || o->comm_hook > TPDP_REDUCER_HOOK_USER)
-    return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT, "unknown comm hook %d",
-                      (int)o->comm_hook);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "unknown comm hook %d",
+                    (int)o->comm_hook);
   if (o->comm_hook == TPDP_REDUCER_HOOK_USER && o->hook_fn == NULL)
-    return CREATE_ERR(
-        TPDP_ERR_INVALID_ARGUMENT,
-        "comm_hook is TPDP_REDUCER_HOOK_USER but hook_fn is NULL");
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "comm_hook is TPDP_REDUCER_HOOK_USER but hook_fn is NULL");
   char a[64], b[64];
   for (int64_t i = 0; i < n; i++) {
     const tpdp_reducer_param *p = &params[i];
     const char *f = p->fqn ? p->fqn : "";
     if (!tpdp_dtype_is_float(p->param.dtype))
-      return CREATE_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                        "parameter %lld '%s' has dtype %s: gradients must be "
-                        "floating point (f32, f64, f16, bf16)",
-                        (long long)i, f, tpdp_dtype_name(p->param.dtype));
+      return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                      "parameter %lld '%s' has dtype %s: gradients must be "
+                      "floating point (f32, f64, f16, bf16)",
+                      (long long)i, f, tpdp_dtype_name(p->param.dtype));
     if (p->param.ndim < 0 || p->param.ndim > TPDP_MAX_DIMS)
-      return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                        "parameter %lld '%s' has ndim %d", (long long)i, f,
-                        p->param.ndim);
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "parameter %lld '%s' has ndim %d", (long long)i, f,
+                      p->param.ndim);
     if (!tpdp_device_equal(p->param.device, params[0].param.device)) {
       tpdp_device_format(params[0].param.device, a, sizeof a);
       tpdp_device_format(p->param.device, b, sizeof b);
-      return CREATE_ERR(
-          TPDP_ERR_DEVICE_MISMATCH,
-          "parameters on mixed devices: parameter 0 '%s' is on %s "
-          "but parameter %lld '%s' is on %s; one reducer serves "
-          "one device (one DP communicator per device)",
-          params[0].fqn ? params[0].fqn : "", a, (long long)i, f, b);
+      return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                      "parameters on mixed devices: parameter 0 '%s' is on %s "
+                      "but parameter %lld '%s' is on %s; one reducer serves "
+                      "one device (one DP communicator per device)",
+                      params[0].fqn ? params[0].fqn : "", a, (long long)i, f,
+                      b);
     }
     if (!tpdp_device_equal(p->grad.device, p->param.device)) {
       tpdp_device_format(p->param.device, a, sizeof a);
       tpdp_device_format(p->grad.device, b, sizeof b);
-      return CREATE_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                        "parameter %lld '%s' is on %s but its gradient on %s",
-                        (long long)i, f, a, b);
+      return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                      "parameter %lld '%s' is on %s but its gradient on %s",
+                      (long long)i, f, a, b);
     }
   }
   char pn[256];
@@ -616,7 +611,7 @@ static tpdp_status check_local(tpdp_comm *comm, tpdp_reducer_param *params,
   CHECK(dp_buf_device_supported(params[0].param.device, pn));
   if (params[0].param.device.type != tpdp_comm_device_type(comm)) {
     tpdp_device_format(params[0].param.device, a, sizeof a);
-    return CREATE_ERR(
+    return TPDP_ERR(
         TPDP_ERR_DEVICE_MISMATCH,
         "parameters are on %s but communicator %s (%s) moves %s "
         "memory",
@@ -628,34 +623,33 @@ static tpdp_status check_local(tpdp_comm *comm, tpdp_reducer_param *params,
     const char *f = p->fqn ? p->fqn : "";
     int64_t numel = tpdp_tensor_numel(&p->param);
     if (numel < 0)
-      return CREATE_ERR(TPDP_ERR_BAD_DIM_SIZE,
-                        "parameter %lld '%s' has a "
-                        "negative dimension",
-                        (long long)i, f);
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "parameter %lld '%s' has a "
+                      "negative dimension",
+                      (long long)i, f);
     if (!tpdp_tensor_is_contiguous(&p->param))
-      return CREATE_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                        "parameter %lld '%s' is not contiguous", (long long)i,
-                        f);
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "parameter %lld '%s' is not contiguous", (long long)i, f);
     if (numel > 0 && p->param.data == NULL)
-      return CREATE_ERR(TPDP_ERR_NULL_POINTER,
-                        "parameter %lld '%s' has NULL data", (long long)i, f);
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                      "parameter %lld '%s' has NULL data", (long long)i, f);
     if (p->grad.dtype != p->param.dtype)
-      return CREATE_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                        "parameter %lld '%s' is %s but its gradient is %s",
-                        (long long)i, f, tpdp_dtype_name(p->param.dtype),
-                        tpdp_dtype_name(p->grad.dtype));
+      return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                      "parameter %lld '%s' is %s but its gradient is %s",
+                      (long long)i, f, tpdp_dtype_name(p->param.dtype),
+                      tpdp_dtype_name(p->grad.dtype));
     if (!tpdp_tensor_same_shape(&p->grad, &p->param)) {
       tpdp_shape_format(p->param.ndim, p->param.shape, a, sizeof a);
       tpdp_shape_format(p->grad.ndim, p->grad.shape, b, sizeof b);
-      return CREATE_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                        "parameter %lld '%s' has shape %s but its gradient %s",
-                        (long long)i, f, a, b);
+      return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                      "parameter %lld '%s' has shape %s but its gradient %s",
+                      (long long)i, f, a, b);
     }
     if (numel > 0 && p->grad.data == NULL && !o->gradient_as_bucket_view)
-      return CREATE_ERR(TPDP_ERR_NULL_POINTER,
-                        "parameter %lld '%s' has a NULL gradient (copy mode "
-                        "needs the caller's gradient buffers)",
-                        (long long)i, f);
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                      "parameter %lld '%s' has a NULL gradient (copy mode "
+                      "needs the caller's gradient buffers)",
+                      (long long)i, f);
   }
   return TPDP_SUCCESS;
 }
@@ -680,11 +674,11 @@ static tpdp_status agree(tpdp_comm *comm, tpdp_status mine) {
   free(all);
   if (mine != TPDP_SUCCESS) return mine; /* its own message is kept */
   if (bad >= 0)
-    return tpdp_set_error((tpdp_status)code, "tpdp_reducer_create",
-                          "rank %d of %s rejected its parameters (%s); see "
-                          "that rank's error message",
-                          bad, tpdp_comm_name(comm),
-                          tpdp_status_string((tpdp_status)code));
+    return TPDP_ERR((tpdp_status)code,
+                    "rank %d of %s rejected its parameters (%s); see "
+                    "that rank's error message",
+                    bad, tpdp_comm_name(comm),
+                    tpdp_status_string((tpdp_status)code));
   return TPDP_SUCCESS;
 }
 
@@ -700,11 +694,11 @@ static tpdp_status check_across(tpdp_comm *comm, tpdp_reducer_param *params,
   CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
   for (int k = 1; k < size; k++)
     if (counts[k] != counts[0]) {
-      st = CREATE_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                      "parameter count differs across ranks of %s: rank 0 has "
-                      "%lld parameters, rank %d has %lld (this is rank %d)",
-                      tpdp_comm_name(comm), (long long)counts[0], k,
-                      (long long)counts[k], me);
+      st = TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "parameter count differs across ranks of %s: rank 0 has "
+                    "%lld parameters, rank %d has %lld (this is rank %d)",
+                    tpdp_comm_name(comm), (long long)counts[0], k,
+                    (long long)counts[k], me);
       goto done;
     }
   CHECK_GOTO(TPDP_CALLOC(mine, (size_t)n * DESC_LEN), st, done);
@@ -722,7 +716,7 @@ static tpdp_status check_across(tpdp_comm *comm, tpdp_reducer_param *params,
       char a[160], b[160];
       format_desc(d0, a, sizeof a);
       format_desc(dk, b, sizeof b);
-      st = CREATE_ERR(
+      st = TPDP_ERR(
           d0[0] != dk[0] ? TPDP_ERR_DTYPE_MISMATCH : TPDP_ERR_SHAPE_MISMATCH,
           "parameter %lld '%s' differs across ranks of %s: rank 0 "
           "has %s, rank %d has %s (first mismatching parameter; "
@@ -743,6 +737,7 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
                                 int64_t nparams,
                                 const tpdp_reducer_options *options,
                                 tpdp_reducer **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(comm);
@@ -838,6 +833,7 @@ fail:
 }
 
 tpdp_status tpdp_reducer_destroy(tpdp_reducer *r) {
+  TPDP_API_ENTRY;
   if (r == NULL) return TPDP_SUCCESS;
   if (r->ct.active && r->in_iter) {
     /* buckets handed over must finish before their memory goes */
@@ -945,18 +941,17 @@ static tpdp_status reducer_prepare_impl(tpdp_reducer *r) {
     char list[1024];
     int64_t cnt = list_unmarked(r, list, sizeof list);
     if (cnt > 0)
-      return tpdp_set_error(
-          TPDP_ERR_STATE, "tpdp_reducer_prepare",
+      return TPDP_ERR(
+          TPDP_ERR_STATE,
           "a new iteration started before the previous reduction finished: "
           "%lld parameter(s) were never marked ready: %s. If they do not "
           "take part in the loss, create the reducer with "
           "find_unused_parameters = 1; otherwise mark them and call "
           "tpdp_reducer_finalize",
           (long long)cnt, list);
-    return tpdp_set_error(
-        TPDP_ERR_STATE, "tpdp_reducer_prepare",
-        "a new iteration started before the previous one was "
-        "finalized: call tpdp_reducer_finalize after backward");
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "a new iteration started before the previous one was "
+                    "finalized: call tpdp_reducer_finalize after backward");
   }
   if (r->rebuild_pending) {
     r->rebuild_pending = 0;
@@ -988,31 +983,30 @@ static tpdp_status check_alias(tpdp_reducer *r, int64_t i) {
     return TPDP_SUCCESS;
   char d[300];
   pdesc(r, i, d, sizeof d);
-  return RED_ERR(TPDP_ERR_STATE,
-                 "the gradient view of parameter %s no longer aliases its "
-                 "bucket (bucket %lld): it points at %p, the bucket slot is "
-                 "%p. With gradient_as_bucket_view the gradient must stay "
-                 "the view from tpdp_reducer_grad_view (write into it, do "
-                 "not replace it), or create the reducer with "
-                 "gradient_as_bucket_view = 0",
-                 d, (long long)r->bucket_of[i], g->data, v->data);
+  return TPDP_ERR(TPDP_ERR_STATE,
+                  "the gradient view of parameter %s no longer aliases its "
+                  "bucket (bucket %lld): it points at %p, the bucket slot is "
+                  "%p. With gradient_as_bucket_view the gradient must stay "
+                  "the view from tpdp_reducer_grad_view (write into it, do "
+                  "not replace it), or create the reducer with "
+                  "gradient_as_bucket_view = 0",
+                  d, (long long)r->bucket_of[i], g->data, v->data);
 }
 
 static tpdp_status reducer_mark_ready_impl(tpdp_reducer *r, int64_t index) {
   CHECK_PTR(r);
   if (index < 0 || index >= r->n)
-    return tpdp_set_error(TPDP_ERR_NOT_FOUND, "tpdp_reducer_mark_ready",
-                          "unknown parameter index %lld: the reducer has %lld "
-                          "parameters",
-                          (long long)index, (long long)r->n);
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
+                    "unknown parameter index %lld: the reducer has %lld "
+                    "parameters",
+                    (long long)index, (long long)r->n);
   char d[300];
   if (!r->in_iter) {
     pdesc(r, index, d, sizeof d);
-    return tpdp_set_error(
-        TPDP_ERR_STATE, "tpdp_reducer_mark_ready",
-        "parameter %s marked ready outside an iteration: call "
-        "tpdp_reducer_prepare before backward",
-        d);
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "parameter %s marked ready outside an iteration: call "
+                    "tpdp_reducer_prepare before backward",
+                    d);
   }
   CHECK(check_alias(r, index));
   int learning = r->opt.static_graph && !r->static_learned;
@@ -1020,23 +1014,22 @@ static tpdp_status reducer_mark_ready_impl(tpdp_reducer *r, int64_t index) {
   if (!learning && r->marks[index] >= expect) {
     pdesc(r, index, d, sizeof d);
     if (r->static_learned)
-      return tpdp_set_error(TPDP_ERR_ALREADY, "tpdp_reducer_mark_ready",
-                            "parameter %s was marked ready %d time(s) this "
-                            "iteration, more than the %d recorded in the first "
-                            "iteration of the static graph: the graph changed",
-                            d, r->marks[index] + 1, expect);
-    return tpdp_set_error(
-        TPDP_ERR_ALREADY, "tpdp_reducer_mark_ready",
-        "parameter %s was marked ready twice in one iteration. "
-        "Likely causes: the parameter is shared and used more "
-        "than once in forward (its gradient hook fires once per "
-        "use), or a reentrant backward (e.g. activation "
-        "checkpointing) ran its hook again. Mark it once after "
-        "its gradient is complete, or create the reducer with "
-        "static_graph = 1 if the graph is the same every "
-        "iteration (find_unused_parameters = 1 if some "
-        "parameters are unused)",
-        d);
+      return TPDP_ERR(TPDP_ERR_ALREADY,
+                      "parameter %s was marked ready %d time(s) this "
+                      "iteration, more than the %d recorded in the first "
+                      "iteration of the static graph: the graph changed",
+                      d, r->marks[index] + 1, expect);
+    return TPDP_ERR(TPDP_ERR_ALREADY,
+                    "parameter %s was marked ready twice in one iteration. "
+                    "Likely causes: the parameter is shared and used more "
+                    "than once in forward (its gradient hook fires once per "
+                    "use), or a reentrant backward (e.g. activation "
+                    "checkpointing) ran its hook again. Mark it once after "
+                    "its gradient is complete, or create the reducer with "
+                    "static_graph = 1 if the graph is the same every "
+                    "iteration (find_unused_parameters = 1 if some "
+                    "parameters are unused)",
+                    d);
   }
   r->marks[index]++;
   r->touched[index] = 1;
@@ -1051,6 +1044,7 @@ static tpdp_status reducer_mark_ready_impl(tpdp_reducer *r, int64_t index) {
 }
 
 tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   int64_t lo = 0, hi = r->nptr - 1;
   while (lo <= hi) {
@@ -1069,10 +1063,9 @@ tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data) {
 static tpdp_status reducer_finalize_impl(tpdp_reducer *r) {
   CHECK_PTR(r);
   if (!r->in_iter)
-    return tpdp_set_error(
-        TPDP_ERR_STATE, "tpdp_reducer_finalize",
-        "finalize without prepare: call tpdp_reducer_prepare at "
-        "the start of the iteration (before backward)");
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "finalize without prepare: call tpdp_reducer_prepare at "
+                    "the start of the iteration (before backward)");
   if (!r->sync) {
     r->in_iter = 0;
     return TPDP_SUCCESS;
@@ -1082,8 +1075,8 @@ static tpdp_status reducer_finalize_impl(tpdp_reducer *r) {
     char list[1024];
     int64_t cnt = list_unmarked(r, list, sizeof list);
     if (cnt > 0)
-      return tpdp_set_error(
-          TPDP_ERR_STATE, "tpdp_reducer_finalize",
+      return TPDP_ERR(
+          TPDP_ERR_STATE,
           "%lld parameter(s) were never marked ready in this iteration: %s. "
           "If they do not take part in the loss, create the reducer with "
           "find_unused_parameters = 1; otherwise mark them ready and call "
@@ -1150,6 +1143,7 @@ static tpdp_status reducer_finalize_impl(tpdp_reducer *r) {
 }
 
 tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   if (r->in_iter)
     return TPDP_ERR(TPDP_ERR_STATE,
@@ -1161,6 +1155,7 @@ tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync) {
 
 tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r, int64_t index,
                                    tpdp_tensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   CHECK_PTR(out);
   if (index < 0 || index >= r->n)
@@ -1180,6 +1175,7 @@ int64_t tpdp_reducer_num_buckets(const tpdp_reducer *r) {
 tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
                                 const int64_t **params, int64_t *count,
                                 size_t *bytes, size_t *limit) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   if (bucket < 0 || bucket >= r->nbuckets)
     return TPDP_ERR(TPDP_ERR_NOT_FOUND,
@@ -1195,6 +1191,7 @@ tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
 
 tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
                                        const int64_t **params, int64_t *count) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   CHECK_PTR(params);
   CHECK_PTR(count);
@@ -1208,6 +1205,7 @@ int tpdp_reducer_rebuilt(const tpdp_reducer *r) { return r ? r->rebuilt : 0; }
 /* ------------------------------------------------------------ timing */
 
 tpdp_status tpdp_reducer_prepare(tpdp_reducer *r) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   tpdp_status st;
   TIMED(r, total_seconds, st, reducer_prepare_impl(r));
@@ -1215,6 +1213,7 @@ tpdp_status tpdp_reducer_prepare(tpdp_reducer *r) {
 }
 
 tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   tpdp_status st;
   TIMED(r, total_seconds, st, reducer_mark_ready_impl(r, index));
@@ -1222,6 +1221,7 @@ tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
 }
 
 tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   tpdp_status st;
   TIMED(r, total_seconds, st, reducer_finalize_impl(r));
@@ -1231,6 +1231,7 @@ tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
 
 tpdp_status tpdp_reducer_get_stats(const tpdp_reducer *r,
                                    tpdp_reducer_stats *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(r);
   CHECK_PTR(out);
   *out = r->stats;

@@ -342,8 +342,8 @@ static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
         "pairs");
   int *up = NULL;
   tpdp_status st = TPDP_SUCCESS;
-  if (tpdp_calloc_impl((void **)&up, (size_t)d->nparams + 1, sizeof *up,
-                       c->func) != TPDP_SUCCESS)
+  if (core_calloc((void **)&up, (size_t)d->nparams + 1, sizeof *up) !=
+      TPDP_SUCCESS)
     return planning_oom(c);
   for (int i = 0; i < d->nparams; i++) up[i] = i;
   int idx = 0;

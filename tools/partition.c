@@ -19,19 +19,22 @@ static void edge_text(const tpdp_partition_edge *e, char *buf, size_t len) {
 
 static tpdp_status check_edges(const char *func, int n,
                                const tpdp_partition_edge *edges, int nedges) {
+  /* TODO(tools error helper): interim, until tools/ has its own. */
+  int frame __attribute__((cleanup(core_api_leave))) = core_api_enter(func);
+  (void)frame;
   if (nedges < 0)
-    return tpdp_set_error(TPDP_ERR_INVALID_ARGUMENT, func,
-                          "nedges is %d (must be >= 0)", nedges);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nedges is %d (must be >= 0)",
+                    nedges);
   if (nedges > 0 && edges == NULL)
-    return tpdp_set_error(TPDP_ERR_NULL_POINTER, func,
-                          "argument 'edges' is NULL with nedges = %d", nedges);
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                    "argument 'edges' is NULL with nedges = %d", nedges);
   for (int e = 0; e < nedges; e++) {
     const tpdp_partition_edge *x = &edges[e];
     if (x->src < 0 || x->dst >= n || x->src >= x->dst) {
       char t[512];
       edge_text(x, t, sizeof t);
-      return tpdp_set_error(
-          TPDP_ERR_INVALID_ARGUMENT, func,
+      return TPDP_ERR(
+          TPDP_ERR_INVALID_ARGUMENT,
           "edges[%d] %s: needs 0 <= src < dst < %d (got src %d, dst %d)", e, t,
           n, x->src, x->dst);
     }
@@ -126,8 +129,8 @@ static tpdp_status blame_edge(int n, int k, const tpdp_partition_edge *edges,
   char t[512];
   edge_text(&edges[e], t, sizeof t);
   if (alone < k)
-    return tpdp_set_error(
-        TPDP_ERR_UNSUPPORTED, "tpdp_partition_solve",
+    return TPDP_ERR(
+        TPDP_ERR_UNSUPPORTED,
         "cannot split %d leaf modules into %d stages: skip edge edges[%d] %s "
         "spans %d leaves, so some stage would lie entirely inside it; with "
         "this edge at most %d stages are possible",
@@ -137,8 +140,8 @@ static tpdp_status blame_edge(int n, int k, const tpdp_partition_edge *edges,
     snprintf(given, sizeof given, "edges[0]");
   else
     snprintf(given, sizeof given, "edges[0..%d]", e - 1);
-  return tpdp_set_error(
-      TPDP_ERR_UNSUPPORTED, "tpdp_partition_solve",
+  return TPDP_ERR(
+      TPDP_ERR_UNSUPPORTED,
       "cannot split %d leaf modules into %d stages: skip edge edges[%d] %s "
       "would jump over a whole stage given %s; together they allow at most "
       "%d stages (with all %d edges, %d)",
@@ -288,13 +291,16 @@ static tpdp_status edge_err(const char *func, const char *source,
 
 static tpdp_status edge_err(const char *func, const char *source,
                             tpdp_status st, const char *fmt, ...) {
+  /* TODO(tools error helper): interim, until tools/ has its own. */
+  int frame __attribute__((cleanup(core_api_leave))) = core_api_enter(func);
+  (void)frame;
   char msg[900];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (source != NULL) return tpdp_set_error(st, func, "%s: %s", source, msg);
-  return tpdp_set_error(st, func, "%s", msg);
+  if (source != NULL) return TPDP_ERR(st, "%s: %s", source, msg);
+  return TPDP_ERR(st, "%s", msg);
 }
 
 #define EDGE_ERR(st, ...) edge_err(func, source, (st), __VA_ARGS__)

@@ -12,9 +12,11 @@ tpdp_status planning_error(const planning_ctx *c, tpdp_status st,
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (c->source != NULL)
-    return tpdp_set_error(st, c->func, "%s: %s", c->source, msg);
-  return tpdp_set_error(st, c->func, "%s", msg);
+  /* TODO(tools error helper): interim, until tools/ has its own. */
+  int frame __attribute__((cleanup(core_api_leave))) = core_api_enter(c->func);
+  (void)frame;
+  if (c->source != NULL) return TPDP_ERR(st, "%s: %s", c->source, msg);
+  return TPDP_ERR(st, "%s", msg);
 }
 
 tpdp_status planning_oom(const planning_ctx *c) {

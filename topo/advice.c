@@ -43,12 +43,13 @@ static void join_mesh(char *buf, size_t len, int ndim, const int *order,
   size_t used = 0;
   if (len > 0) buf[0] = '\0';
   for (int i = 0; i < ndim; i++)
-    used = tpdp_topo_text_printf(buf, len, used, "%s%s=%lld", i ? "," : "",
-                                 names[order[i]], (long long)sizes[order[i]]);
+    used = topo_text_printf(buf, len, used, "%s%s=%lld", i ? "," : "",
+                            names[order[i]], (long long)sizes[order[i]]);
 }
 
 tpdp_status tpdp_topo_advise(const tpdp_topo *topo, const char *mesh_spec,
                              tpdp_placement_advice *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(topo);
   CHECK_PTR(mesh_spec);
   CHECK_PTR(out);
@@ -120,66 +121,65 @@ size_t tpdp_topo_advice_format(const tpdp_placement_advice *a, char *buf,
   if (len > 0) buf[0] = '\0';
   if (a == NULL) return 0;
   const char *unit = a->uses_gpus ? "GPUs" : "cores (no GPUs)";
-  u = tpdp_topo_text_printf(buf, len, u,
-                            "mesh %s: %lld ranks on %lld host(s) of %d %s, "
-                            "ranks filling hosts in order\n",
-                            a->mesh, (long long)a->world_size,
-                            (long long)a->nhosts, a->ranks_per_host, unit);
-  u = tpdp_topo_text_printf(buf, len, u,
-                            "  TP dim '%s': size %lld, neighbours %lld rank(s) "
-                            "apart\n",
-                            a->tp_name, (long long)a->tp_size,
-                            (long long)a->tp_stride);
-  u = tpdp_topo_text_printf(buf, len, u,
-                            "  each TP group inside one host: %s\n",
-                            yes_no(a->tp_in_host));
+  u = topo_text_printf(buf, len, u,
+                       "mesh %s: %lld ranks on %lld host(s) of %d %s, "
+                       "ranks filling hosts in order\n",
+                       a->mesh, (long long)a->world_size, (long long)a->nhosts,
+                       a->ranks_per_host, unit);
+  u = topo_text_printf(buf, len, u,
+                       "  TP dim '%s': size %lld, neighbours %lld rank(s) "
+                       "apart\n",
+                       a->tp_name, (long long)a->tp_size,
+                       (long long)a->tp_stride);
+  u = topo_text_printf(buf, len, u, "  each TP group inside one host: %s\n",
+                       yes_no(a->tp_in_host));
   if (a->tp_in_switch >= 0)
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  each TP group inside one PCIe switch: %s "
-                              "(up to %d GPUs share a switch)\n",
-                              yes_no(a->tp_in_switch), a->gpus_per_switch);
+    u = topo_text_printf(buf, len, u,
+                         "  each TP group inside one PCIe switch: %s "
+                         "(up to %d GPUs share a switch)\n",
+                         yes_no(a->tp_in_switch), a->gpus_per_switch);
   else if (a->uses_gpus)
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  PCIe switch: not shown by the topology (no "
-                              "GPUs share a bridge)\n");
+    u = topo_text_printf(buf, len, u,
+                         "  PCIe switch: not shown by the topology (no "
+                         "GPUs share a bridge)\n");
   if (a->tp_in_numa >= 0)
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  each TP group's GPUs on one NUMA node: %s\n",
-                              yes_no(a->tp_in_numa));
+    u = topo_text_printf(buf, len, u,
+                         "  each TP group's GPUs on one NUMA node: %s\n",
+                         yes_no(a->tp_in_numa));
   if (a->tp_in_host > 0 && !a->reorder) {
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  advice: keep %s (TP innermost, each TP group "
-                              "on one host)\n",
-                              a->mesh);
+    u = topo_text_printf(buf, len, u,
+                         "  advice: keep %s (TP innermost, each TP group "
+                         "on one host)\n",
+                         a->mesh);
   } else if (a->fixable) {
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  advice: put %s innermost: mesh %s keeps each "
-                              "TP group on one host\n",
-                              a->tp_name, a->suggested);
+    u = topo_text_printf(buf, len, u,
+                         "  advice: put %s innermost: mesh %s keeps each "
+                         "TP group on one host\n",
+                         a->tp_name, a->suggested);
   } else if (a->tp_size > a->ranks_per_host) {
-    u = tpdp_topo_text_printf(
-        buf, len, u,
-        "  advice: %s=%lld is larger than the %d %s of "
-        "a host: no order keeps a TP group on one host; "
-        "use %s <= %d\n",
-        a->tp_name, (long long)a->tp_size, a->ranks_per_host,
-        a->uses_gpus ? "GPUs" : "cores", a->tp_name, a->ranks_per_host);
+    u = topo_text_printf(buf, len, u,
+                         "  advice: %s=%lld is larger than the %d %s of "
+                         "a host: no order keeps a TP group on one host; "
+                         "use %s <= %d\n",
+                         a->tp_name, (long long)a->tp_size, a->ranks_per_host,
+                         a->uses_gpus ? "GPUs" : "cores", a->tp_name,
+                         a->ranks_per_host);
   } else {
-    u = tpdp_topo_text_printf(
-        buf, len, u,
-        "  advice: %s=%lld does not divide the %d %s of "
-        "a host, so some TP groups straddle two hosts "
-        "whatever the order; use a divisor of %d%s%s\n",
-        a->tp_name, (long long)a->tp_size, a->ranks_per_host,
-        a->uses_gpus ? "GPUs" : "cores", a->ranks_per_host,
-        a->reorder ? " and the order " : "", a->reorder ? a->suggested : "");
+    u = topo_text_printf(buf, len, u,
+                         "  advice: %s=%lld does not divide the %d %s of "
+                         "a host, so some TP groups straddle two hosts "
+                         "whatever the order; use a divisor of %d%s%s\n",
+                         a->tp_name, (long long)a->tp_size, a->ranks_per_host,
+                         a->uses_gpus ? "GPUs" : "cores", a->ranks_per_host,
+                         a->reorder ? " and the order " : "",
+                         a->reorder ? a->suggested : "");
   }
   if (a->tp_in_host > 0 && a->tp_in_switch == 0 && a->gpus_per_switch > 0 &&
       a->tp_size > a->gpus_per_switch)
-    u = tpdp_topo_text_printf(buf, len, u,
-                              "  note: TP traffic crosses PCIe switches (a "
-                              "group of %lld spans switches of %d GPUs); "
-                              "fine with NVLink/NVSwitch, slow over PCIe\n",
-                              (long long)a->tp_size, a->gpus_per_switch);
+    u = topo_text_printf(buf, len, u,
+                         "  note: TP traffic crosses PCIe switches (a "
+                         "group of %lld spans switches of %d GPUs); "
+                         "fine with NVLink/NVSwitch, slow over PCIe\n",
+                         (long long)a->tp_size, a->gpus_per_switch);
   return u;
 }

@@ -52,12 +52,11 @@ static hwloc_obj_type_t core_type(hwloc_topology_t h) {
   return count_type(h, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
 }
 
-static int list_string(hwloc_const_bitmap_t set, char *buf, size_t len,
-                       const char *func) {
+static int list_string(hwloc_const_bitmap_t set, char *buf, size_t len) {
   int n = hwloc_bitmap_list_snprintf(buf, len, set);
   if (n < 0 || (size_t)n >= len) {
-    tpdp_set_error(TPDP_ERR_INTERNAL, func,
-                   "cpuset list needs %d bytes, more than %zu", n, len);
+    TPDP_ERR(TPDP_ERR_INTERNAL, "cpuset list needs %d bytes, more than %zu", n,
+             len);
     return -1;
   }
   return 0;
@@ -86,6 +85,7 @@ static void destroy_partial(tpdp_topo *t) {
 }
 
 tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   tpdp_topo *t = NULL;
@@ -171,7 +171,7 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
     gi->package = pkg ? (int)pkg->logical_index : -1;
     gi->ncores =
         hwloc_get_nbobjs_inside_cpuset_by_type(t->h, set, core_type(t->h));
-    if (list_string(set, gi->cpuset, sizeof gi->cpuset, __func__) != 0) {
+    if (list_string(set, gi->cpuset, sizeof gi->cpuset) != 0) {
       st = TPDP_ERR_INTERNAL;
       free(switches);
       goto fail;
@@ -200,6 +200,7 @@ fail:
 void tpdp_topo_destroy(tpdp_topo *topo) { destroy_partial(topo); }
 
 tpdp_status tpdp_topo_get_counts(const tpdp_topo *topo, tpdp_topo_counts *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(topo);
   CHECK_PTR(out);
   *out = topo->counts;
@@ -212,6 +213,7 @@ const char *tpdp_topo_source(const tpdp_topo *topo) {
 
 tpdp_status tpdp_topo_gpu(const tpdp_topo *topo, int index,
                           tpdp_gpu_info *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(topo);
   CHECK_PTR(out);
   if (index < 0 || index >= topo->counts.gpus)
@@ -233,9 +235,8 @@ static hwloc_const_cpuset_t gpu_locality(const tpdp_topo *t, int g) {
                             : hwloc_topology_get_topology_cpuset(t->h);
 }
 
-tpdp_status tpdp_topo_binding_set(const tpdp_topo *topo, int local_rank,
-                                  int nlocal, hwloc_bitmap_t set,
-                                  tpdp_binding *out) {
+tpdp_status topo_binding_set(const tpdp_topo *topo, int local_rank, int nlocal,
+                             hwloc_bitmap_t set, tpdp_binding *out) {
   CHECK_PTR(topo);
   CHECK_PTR(out);
   if (nlocal < 1 || local_rank < 0 || local_rank >= nlocal)
@@ -278,33 +279,35 @@ tpdp_status tpdp_topo_binding_set(const tpdp_topo *topo, int local_rank,
   out->sharers = k;
   out->share = j;
   out->ncores = hi - lo;
-  if (list_string(set, out->cpuset, sizeof out->cpuset, __func__) != 0)
+  if (list_string(set, out->cpuset, sizeof out->cpuset) != 0)
     return TPDP_ERR_INTERNAL;
   return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_topo_binding_for(const tpdp_topo *topo, int local_rank,
                                   int nlocal, tpdp_binding *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(topo);
   CHECK_PTR(out);
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
   if (set == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "hwloc_bitmap_alloc");
-  tpdp_status st = tpdp_topo_binding_set(topo, local_rank, nlocal, set, out);
+  tpdp_status st = topo_binding_set(topo, local_rank, nlocal, set, out);
   hwloc_bitmap_free(set);
   return st;
 }
 
 tpdp_status tpdp_topo_bind_self(const tpdp_topo *topo, int local_rank,
                                 int nlocal, tpdp_binding *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(topo);
   tpdp_binding b;
   hwloc_bitmap_t set = hwloc_bitmap_alloc();
   if (set == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "hwloc_bitmap_alloc");
-  tpdp_status st = tpdp_topo_binding_set(topo, local_rank, nlocal, set, &b);
+  tpdp_status st = topo_binding_set(topo, local_rank, nlocal, set, &b);
   if (st != TPDP_SUCCESS) goto done;
-  if (tpdp_env_long("TPDP_BIND", 1) == 0) {
+  if (core_env_long("TPDP_BIND", 1) == 0) {
     TPDP_INFO(
         "binding disabled (TPDP_BIND=0): local rank %d of %d would use "
         "PUs %s",
@@ -341,6 +344,7 @@ done:
 }
 
 tpdp_status tpdp_topo_bind_rank(tpdp_comm *comm, tpdp_binding *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(comm);
   int local_rank = 0, local_size = 1;
   /* collective: every rank takes part even when binding is disabled */
@@ -371,8 +375,8 @@ static void out_printf(text_out *o, const char *fmt, ...) {
   if (n > 0) o->used += (size_t)n;
 }
 
-size_t tpdp_topo_text_printf(char *buf, size_t len, size_t used,
-                             const char *fmt, ...) {
+size_t topo_text_printf(char *buf, size_t len, size_t used, const char *fmt,
+                        ...) {
   va_list ap;
   va_start(ap, fmt);
   char *dst = used < len ? buf + used : NULL;

@@ -18,13 +18,11 @@ struct tpdp_topo {
 };
 
 /* Binding as a bitmap (for hwloc_set_cpubind) and as a tpdp_binding. */
-tpdp_status tpdp_topo_binding_set(const tpdp_topo *topo, int local_rank,
-                                  int nlocal, hwloc_bitmap_t set,
-                                  tpdp_binding *out);
+tpdp_status topo_binding_set(const tpdp_topo *topo, int local_rank, int nlocal,
+                             hwloc_bitmap_t set, tpdp_binding *out);
 
 /* snprintf-style append at buf+used; returns the new used length. */
-size_t tpdp_topo_text_printf(char *buf, size_t len, size_t used,
-                             const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+size_t topo_text_printf(char *buf, size_t len, size_t used, const char *fmt,
+                        ...) __attribute__((format(printf, 4, 5)));
 
 #endif /* TPDP_TOPO_INTERNAL_H */

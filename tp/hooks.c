@@ -64,9 +64,8 @@ static tpdp_status reconstruct_hook(tpdp_module *m, void *ctx) {
         tpdp_dtensor_unflatten(tpdp_param_tensor(p), specs[i], &dt);
     if (st != TPDP_SUCCESS) {
       for (int k = 0; k < i; k++) localize_one(params[k]);
-      return tpdp_set_error(st, "tpdp_pre_dp_transform",
-                            "pre-forward reconstruct of parameter '%s': %s",
-                            t->fqns[i], tpdp_last_error());
+      return TPDP_ERR(st, "pre-forward reconstruct of parameter '%s': %s",
+                      t->fqns[i], tpdp_last_error());
     }
     /* dt.local is the stored view itself: nothing to write back. */
     tpdp_param_set_form(p, TPDP_PARAM_DTENSOR);
@@ -85,19 +84,19 @@ static tpdp_status localize_hook(tpdp_module *m, void *ctx) {
 }
 
 /* Validate every parameter of t against its spec; error names the FQN. */
-static tpdp_status validate_all(const dp_transform *t, const char *func) {
+static tpdp_status validate_all(const dp_transform *t) {
   for (int i = 0; i < t->n; i++) {
     tpdp_dtensor dt;
     tpdp_status st = tpdp_dtensor_unflatten(tpdp_param_tensor(t->params[i]),
                                             t->specs[i], &dt);
     if (st != TPDP_SUCCESS)
-      return tpdp_set_error(st, func, "parameter '%s': %s", t->fqns[i],
-                            tpdp_last_error());
+      return TPDP_ERR(st, "parameter '%s': %s", t->fqns[i], tpdp_last_error());
   }
   return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_pre_dp_transform(tpdp_module *root) {
+  TPDP_API_ENTRY;
   CHECK_PTR(root);
   if (tpdp_module_get_ext(root, DP_TRANSFORM_KEY)) {
     char lbl[256];
@@ -142,7 +141,7 @@ tpdp_status tpdp_pre_dp_transform(tpdp_module *root) {
   tpdp_param_fqns_destroy(map);
   map = NULL;
   /* Check everything before changing anything. */
-  CHECK_GOTO(validate_all(t, __func__), st, fail);
+  CHECK_GOTO(validate_all(t), st, fail);
   CHECK_GOTO(
       tpdp_module_register_forward_pre_hook(root, reconstruct_hook, t, &t->pre),
       st, fail);
@@ -167,6 +166,7 @@ fail:
 }
 
 tpdp_status tpdp_pre_dp_transform_undo(tpdp_module *root) {
+  TPDP_API_ENTRY;
   CHECK_PTR(root);
   dp_transform *t = tpdp_module_get_ext(root, DP_TRANSFORM_KEY);
   if (t == NULL) {
@@ -175,7 +175,7 @@ tpdp_status tpdp_pre_dp_transform_undo(tpdp_module *root) {
     return TPDP_ERR(TPDP_ERR_NOT_FOUND,
                     "module '%s' has no pre-DP transform to undo", lbl);
   }
-  CHECK(validate_all(t, __func__));
+  CHECK(validate_all(t));
   CHECK(tpdp_hook_remove(t->pre));
   CHECK(tpdp_hook_remove(t->post));
   for (int i = 0; i < t->n; i++)

@@ -355,9 +355,6 @@ static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
 
 /* ------------------------------------------------------------ driver */
 
-#define RD_ERR(status, ...) \
-  tpdp_set_error((status), "tpdp_redistribute", __VA_ARGS__)
-
 static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
                                const char *role) {
   int same = t->ndim == spec->ndim;
@@ -367,32 +364,33 @@ static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
     char want[128], got[128];
     tpdp_shape_format(spec->ndim, spec->self_shape, want, sizeof want);
     tpdp_shape_format(t->ndim, t->shape, got, sizeof got);
-    return RD_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                  "%s local tensor has shape %s but mesh rank %d needs %s",
-                  role, got, spec->self_rank, want);
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "%s local tensor has shape %s but mesh rank %d needs %s",
+                    role, got, spec->self_rank, want);
   }
   if (t->dtype != spec->dtype)
-    return RD_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                  "%s local tensor has dtype %s but the spec says %s", role,
-                  tpdp_dtype_name(t->dtype), tpdp_dtype_name(spec->dtype));
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "%s local tensor has dtype %s but the spec says %s", role,
+                    tpdp_dtype_name(t->dtype), tpdp_dtype_name(spec->dtype));
   if (t->device.type != spec->device.type) {
     char want[32], got[32];
     tpdp_device_format(spec->device, want, sizeof want);
     tpdp_device_format(t->device, got, sizeof got);
-    return RD_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                  "%s local tensor is on %s but the spec says %s", role, got,
-                  want);
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "%s local tensor is on %s but the spec says %s", role, got,
+                    want);
   }
   if (t->data == NULL && tpdp_tensor_numel(t) > 0)
-    return RD_ERR(TPDP_ERR_NULL_POINTER,
-                  "%s local tensor has NULL data and %lld elements", role,
-                  (long long)tpdp_tensor_numel(t));
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                    "%s local tensor has NULL data and %lld elements", role,
+                    (long long)tpdp_tensor_numel(t));
   return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
                               const tpdp_spec *dst_spec,
                               tpdp_tensor *dst_local) {
+  TPDP_API_ENTRY;
   CHECK_PTR(src);
   CHECK_PTR(dst_spec);
   CHECK_PTR(dst_local);
@@ -505,6 +503,7 @@ fail:
 tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
                                     const tpdp_spec *dst_spec,
                                     tpdp_dtensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(src);
   CHECK_PTR(dst_spec);
   CHECK_PTR(out);
@@ -534,6 +533,7 @@ static tpdp_status replicated_spec(const tpdp_spec *s, tpdp_spec **out) {
 
 tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
                                      tpdp_tensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(src);
   CHECK_PTR(out);
   if (src->spec == NULL)
@@ -547,6 +547,7 @@ tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
 
 tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
                                            tpdp_tensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(src);
   CHECK_PTR(out);
   if (src->spec == NULL)

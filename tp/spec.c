@@ -48,6 +48,7 @@ void tpdp_placement_format(tpdp_placement p, char *buf, size_t len) {
 }
 
 tpdp_status tpdp_placement_parse(const char *text, tpdp_placement *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(text);
   CHECK_PTR(out);
   if (strcmp(text, "R") == 0) {
@@ -84,6 +85,7 @@ tpdp_status tpdp_placement_parse(const char *text, tpdp_placement *out) {
 
 tpdp_status tpdp_placements_parse(const char *text, tpdp_placement *out,
                                   int max, int *n) {
+  TPDP_API_ENTRY;
   CHECK_PTR(text);
   CHECK_PTR(out);
   CHECK_PTR(n);
@@ -151,16 +153,13 @@ void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
 
 /* ------------------------------------------------------------ spec */
 
-#define SPEC_ERR(status, ...) \
-  tpdp_set_error((status), "tpdp_spec_create", __VA_ARGS__)
-
 static tpdp_status check_placements(const tpdp_mesh *mesh,
                                     const tpdp_placement *placements,
                                     int nplacements, int ndim,
                                     tpdp_dtype dtype) {
   int mesh_ndim = tpdp_mesh_ndim(mesh);
   if (nplacements != mesh_ndim)
-    return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "%d placements given for a %d-dim mesh (one per mesh dim "
                     "needed)",
                     nplacements, mesh_ndim);
@@ -172,19 +171,19 @@ static tpdp_status check_placements(const tpdp_mesh *mesh,
         break;
       case TPDP_PLACEMENT_SHARD:
         if (p.dim < 0 || p.dim >= ndim)
-          return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
+          return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                           "placement of mesh dim %d (%s) is Shard(%d) but the "
                           "tensor has %d dims: shard dim must be in [0, %d)",
                           m, tpdp_mesh_dim_name(mesh, m), p.dim, ndim, ndim);
         break;
       case TPDP_PLACEMENT_PARTIAL:
         if ((int)p.op < 0 || p.op >= TPDP_OP_COUNT)
-          return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
+          return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                           "placement of mesh dim %d (%s) is Partial with "
                           "invalid reduce op %d",
                           m, tpdp_mesh_dim_name(mesh, m), (int)p.op);
         if (p.op == TPDP_OP_AVG && !tpdp_dtype_is_float(dtype))
-          return SPEC_ERR(TPDP_ERR_OP_DTYPE,
+          return TPDP_ERR(TPDP_ERR_OP_DTYPE,
                           "placement of mesh dim %d (%s) is Partial(avg) but "
                           "dtype %s is an integer type (avg needs a floating "
                           "dtype; use sum, max or min)",
@@ -192,7 +191,7 @@ static tpdp_status check_placements(const tpdp_mesh *mesh,
                           tpdp_dtype_name(dtype));
         break;
       default:
-        return SPEC_ERR(TPDP_ERR_INVALID_ARGUMENT,
+        return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                         "placement of mesh dim %d has invalid kind %d", m,
                         (int)p.kind);
     }
@@ -205,6 +204,7 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
                              int ndim, const int64_t *global_shape,
                              tpdp_dtype dtype, tpdp_device device,
                              tpdp_spec **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(mesh);
@@ -254,6 +254,7 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
 tpdp_status tpdp_spec_with_placements(const tpdp_spec *spec,
                                       const tpdp_placement *placements,
                                       int nplacements, tpdp_spec **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(spec);
   return tpdp_spec_create(spec->mesh, placements, nplacements, spec->ndim,
                           spec->global_shape, spec->dtype, spec->device, out);
@@ -300,6 +301,7 @@ int tpdp_spec_equal(const tpdp_spec *a, const tpdp_spec *b) {
 tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
                                   int64_t *local_shape,
                                   int64_t *global_offset) {
+  TPDP_API_ENTRY;
   CHECK_PTR(spec);
   CHECK_PTR(local_shape);
   int64_t size = tpdp_mesh_size(spec->mesh);
@@ -321,6 +323,7 @@ tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
 
 tpdp_status tpdp_dtensor_flatten(const tpdp_dtensor *dt, tpdp_tensor *local,
                                  const tpdp_spec **spec) {
+  TPDP_API_ENTRY;
   CHECK_PTR(dt);
   CHECK_PTR(local);
   CHECK_PTR(spec);
@@ -331,6 +334,7 @@ tpdp_status tpdp_dtensor_flatten(const tpdp_dtensor *dt, tpdp_tensor *local,
 
 tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
                                    const tpdp_spec *spec, tpdp_dtensor *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(local);
   CHECK_PTR(spec);
   CHECK_PTR(out);
@@ -420,6 +424,7 @@ static void jw_i64_array(jw *w, int n, const int64_t *v) {
 
 tpdp_status tpdp_spec_to_json(const tpdp_spec *spec, char *buf, size_t len,
                               size_t *needed) {
+  TPDP_API_ENTRY;
   CHECK_PTR(spec);
   if (buf == NULL && len != 0)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER,
@@ -464,6 +469,7 @@ tpdp_status tpdp_spec_to_json(const tpdp_spec *spec, char *buf, size_t len,
 }
 
 tpdp_status tpdp_spec_to_json_alloc(const tpdp_spec *spec, char **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   size_t need = 0;
@@ -632,6 +638,7 @@ static tpdp_status from_json(const tpdp_mesh *mesh, const cJSON *root,
 
 tpdp_status tpdp_spec_from_json(const tpdp_mesh *mesh, const char *text,
                                 tpdp_spec **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(mesh);

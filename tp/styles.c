@@ -44,6 +44,7 @@ const char *tpdp_tp_style_name(tpdp_tp_style style) {
 }
 
 tpdp_status tpdp_tp_style_parse(const char *text, tpdp_tp_style *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(text);
   CHECK_PTR(out);
   for (int s = 0; s < TPDP_STYLE_COUNT; s++) {
@@ -123,6 +124,7 @@ static tpdp_status collect_matches(tpdp_module *m, const char *prefix,
 tpdp_status tpdp_tp_style_placement(tpdp_tp_style style, const char *fqn,
                                     const char *name, int ndim, int64_t size0,
                                     int64_t out_size, tpdp_placement *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(fqn);
   CHECK_PTR(name);
   CHECK_PTR(out);
@@ -158,8 +160,7 @@ static tpdp_status style_placement(const tp_match *mt, const char *pname,
   tpdp_status st = tpdp_tp_style_placement(
       mt->style, fqn, pname, t->ndim, t->ndim ? t->shape[0] : 0, out_size, out);
   if (st != TPDP_SUCCESS) /* report the public entry point */
-    return tpdp_set_error(st, "tpdp_parallelize", "%s",
-                          strchr(tpdp_last_error(), ':') + 2);
+    return TPDP_ERR(st, "%s", strchr(tpdp_last_error(), ':') + 2);
   return st;
 }
 
@@ -279,6 +280,7 @@ static void commit_params(const tp_match *mt, const tpdp_mesh *mesh,
 tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
                              const char *tp_dim, const tpdp_tp_plan_entry *plan,
                              int nplan) {
+  TPDP_API_ENTRY;
   CHECK_PTR(root);
   CHECK_PTR(mesh);
   CHECK_PTR(tp_dim);
@@ -406,6 +408,7 @@ static tpdp_status module_state(const tpdp_module *m, tp_module_state **out) {
 }
 
 tpdp_status tpdp_tp_module_style(const tpdp_module *m, tpdp_tp_style *out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   tp_module_state *st = NULL;
   CHECK(module_state(m, &st));
@@ -414,6 +417,7 @@ tpdp_status tpdp_tp_module_style(const tpdp_module *m, tpdp_tp_style *out) {
 }
 
 tpdp_status tpdp_tp_module_comm(const tpdp_module *m, tpdp_comm **out) {
+  TPDP_API_ENTRY;
   CHECK_PTR(out);
   tp_module_state *st = NULL;
   CHECK(module_state(m, &st));
@@ -425,6 +429,7 @@ tpdp_status tpdp_tp_module_comm(const tpdp_module *m, tpdp_comm **out) {
 
 tpdp_status tpdp_tp_colwise_input_backward(const tpdp_module *m,
                                            tpdp_tensor *grad_input) {
+  TPDP_API_ENTRY;
   CHECK_PTR(grad_input);
   tp_module_state *st = NULL;
   CHECK(module_state(m, &st));
@@ -433,6 +438,7 @@ tpdp_status tpdp_tp_colwise_input_backward(const tpdp_module *m,
 
 tpdp_status tpdp_tp_rowwise_output_forward(const tpdp_module *m,
                                            tpdp_tensor *partial_output) {
+  TPDP_API_ENTRY;
   CHECK_PTR(partial_output);
   tp_module_state *st = NULL;
   CHECK(module_state(m, &st));
@@ -480,6 +486,7 @@ tpdp_status tpdp_tp_rowwise_output_reduce_scatter(const tpdp_module *m,
                                                   const tpdp_tensor *partial,
                                                   int seq_dim,
                                                   tpdp_tensor *shard) {
+  TPDP_API_ENTRY;
   CHECK_PTR(partial);
   CHECK_PTR(shard);
   tp_module_state *st = NULL;
@@ -493,6 +500,7 @@ tpdp_status tpdp_tp_sequence_scatter_grad(const tpdp_module *m,
                                           const tpdp_tensor *full_grad,
                                           int seq_dim,
                                           tpdp_tensor *shard_grad) {
+  TPDP_API_ENTRY;
   return tpdp_tp_rowwise_output_reduce_scatter(m, full_grad, seq_dim,
                                                shard_grad);
 }
@@ -500,6 +508,7 @@ tpdp_status tpdp_tp_sequence_scatter_grad(const tpdp_module *m,
 tpdp_status tpdp_tp_sequence_gather(const tpdp_module *m,
                                     const tpdp_tensor *shard, int seq_dim,
                                     tpdp_tensor *full) {
+  TPDP_API_ENTRY;
   CHECK_PTR(shard);
   CHECK_PTR(full);
   tp_module_state *st = NULL;
@@ -532,6 +541,7 @@ static tpdp_status reduce_sp_grads(tpdp_module *m, const char *prefix,
 }
 
 tpdp_status tpdp_tp_reduce_replicated_grads(tpdp_module *root) {
+  TPDP_API_ENTRY;
   CHECK_PTR(root);
   return tpdp_module_apply(root, reduce_sp_grads, NULL);
 }

@@ -19,23 +19,22 @@
 #include "core/tensor_cuda.h"
 
 static tpdp_status cuda_alloc(int dev, size_t bytes, void **out) {
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, dev));
-  tpdp_status st = tpdp_cuda_status(cudaMalloc(out, bytes ? bytes : 1),
-                                    "cudaMalloc", __func__);
-  tpdp_cuda_guard_exit(&g);
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, dev));
+  tpdp_status st =
+      core_cuda_status(cudaMalloc(out, bytes ? bytes : 1), "cudaMalloc");
+  core_cuda_guard_exit(&g);
   if (st != TPDP_SUCCESS) *out = NULL;
   return st;
 }
 
 static tpdp_status cuda_zero(tpdp_tensor *t) {
-  tpdp_cuda_device_guard g;
-  CHECK(tpdp_cuda_guard_enter(&g, t->device.index));
-  tpdp_status st = tpdp_cuda_tensor_zero_async(t, NULL);
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, t->device.index));
+  tpdp_status st = core_cuda_tensor_zero_async(t, NULL);
   if (st == TPDP_SUCCESS)
-    st = tpdp_cuda_status(cudaStreamSynchronize(NULL), "cudaStreamSynchronize",
-                          __func__);
-  tpdp_cuda_guard_exit(&g);
+    st = core_cuda_status(cudaStreamSynchronize(NULL), "cudaStreamSynchronize");
+  core_cuda_guard_exit(&g);
   return st;
 }
 #endif /* TPDP_WITH_CUDA */
@@ -108,7 +107,7 @@ tpdp_status tp_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   /* Any strides, device<->device or host<->device; checks shape/dtype. */
   if (dst->device.type == TPDP_DEVICE_CUDA ||
       src->device.type == TPDP_DEVICE_CUDA)
-    return tpdp_cuda_tensor_copy(dst, src);
+    return core_cuda_tensor_copy(dst, src);
 #endif
   if (dst->ndim == 0 || tpdp_tensor_numel(dst) == 0 ||
       !tpdp_tensor_same_shape(dst, src) || dst->dtype != src->dtype ||

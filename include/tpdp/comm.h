@@ -46,54 +46,54 @@ typedef enum {
 } tpdp_reduce_op;
 
 /* "sum", "avg", "max", "min" ("?" if bad). */
-const char *tpdp_reduce_op_name(tpdp_reduce_op op);
+TPDP_API const char *tpdp_reduce_op_name(tpdp_reduce_op op);
 
 /* ------------------------------------------------------------ life cycle */
 
 /* Initialise tpdp from an `mpirun` launch (or a singleton run): initialises
  * MPI if nobody has, creates the world communicator and sets the log rank.
  * A second call is a no-op returning TPDP_SUCCESS. argc/argv may be NULL. */
-tpdp_status tpdp_init(int *argc, char ***argv);
+TPDP_API tpdp_status tpdp_init(int *argc, char ***argv);
 /* Destroy the world communicator and finalise MPI if tpdp initialised it.
  * Communicators and meshes the caller created must be destroyed first. */
-tpdp_status tpdp_finalize(void);
+TPDP_API tpdp_status tpdp_finalize(void);
 /* 1 between tpdp_init and tpdp_finalize. */
-int tpdp_is_initialized(void);
+TPDP_API int tpdp_is_initialized(void);
 
 /* The world communicator (MPI backend, host memory), owned by tpdp: do not
  * destroy it. Errors: TPDP_ERR_NOT_INITIALIZED. */
-tpdp_status tpdp_comm_world(tpdp_comm **out);
+TPDP_API tpdp_status tpdp_comm_world(tpdp_comm **out);
 
 /* Destroy a communicator made by split, a mesh or a backend constructor.
  * Outstanding work must have been waited for. NULL is a no-op. */
-tpdp_status tpdp_comm_destroy(tpdp_comm *comm);
+TPDP_API tpdp_status tpdp_comm_destroy(tpdp_comm *comm);
 
-int tpdp_comm_rank(const tpdp_comm *comm); /* -1 for NULL */
-int tpdp_comm_size(const tpdp_comm *comm); /* 0 for NULL */
+TPDP_API int tpdp_comm_rank(const tpdp_comm *comm); /* -1 for NULL */
+TPDP_API int tpdp_comm_size(const tpdp_comm *comm); /* 0 for NULL */
 /* Human-readable name, e.g. "world", "mesh.dp", "world/split(3)". */
-const char *tpdp_comm_name(const tpdp_comm *comm);
+TPDP_API const char *tpdp_comm_name(const tpdp_comm *comm);
 /* "mpi" or "nccl". */
-const char *tpdp_comm_backend(const tpdp_comm *comm);
+TPDP_API const char *tpdp_comm_backend(const tpdp_comm *comm);
 /* The kind of memory the communicator moves. */
-tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm);
+TPDP_API tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm);
 /* 1 if collectives on different communicators may run at the same time
  * from different threads (MPI initialised with MPI_THREAD_MULTIPLE, which
  * tpdp_init asks for); the same communicator is still one thread at a
  * time. 0 otherwise, and for NULL. */
-int tpdp_comm_concurrent_threads(const tpdp_comm *comm);
+TPDP_API int tpdp_comm_concurrent_threads(const tpdp_comm *comm);
 
 /* Split by color and key as MPI_Comm_split: ranks with the same color form
  * one new communicator, ordered by key then old rank. color < 0 means "not
  * part of any group" and yields *out = NULL. Collective over `comm`. */
-tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
-                            tpdp_comm **out);
+TPDP_API tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
+                                     tpdp_comm **out);
 
 /* Order the communicator's next collectives after the work already queued
  * on `stream` (a cudaStream_t; NULL = the legacy default stream). NCCL: an
  * event is recorded on `stream` and the communicator's stream waits on it,
  * with no host synchronisation. MPI: a no-op (host memory is ready when a
  * collective is called). */
-tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream);
+TPDP_API tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream);
 
 /* ------------------------------------------------------------ work */
 
@@ -101,15 +101,15 @@ tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream);
  * is invalid afterwards, even on error). On an NCCL communicator this waits
  * on the host for the GPU work. Errors: the backend's, or TPDP_ERR_TIMEOUT.
  * NULL is a no-op. */
-tpdp_status tpdp_work_wait(tpdp_work *work);
+TPDP_API tpdp_status tpdp_work_wait(tpdp_work *work);
 /* Set *done to 1 if the work has completed (its result is in place), else
  * 0; also drives progress. Does not release the handle: call
  * tpdp_work_wait (which then returns at once). */
-tpdp_status tpdp_work_test(tpdp_work *work, int *done);
+TPDP_API tpdp_status tpdp_work_test(tpdp_work *work, int *done);
 /* NCCL only: make `stream` (a cudaStream_t) wait for the work on the GPU
  * without blocking the host, then release the handle. On an MPI
  * communicator this is tpdp_work_wait. */
-tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream);
+TPDP_API tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream);
 
 /* ------------------------------------------------------------ collectives
  *
@@ -126,46 +126,54 @@ tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream);
  */
 
 /* recv[i] = op over ranks of send[i]. numel(send) == numel(recv). */
-tpdp_status tpdp_allreduce(tpdp_comm *comm, const tpdp_tensor *send,
-                           tpdp_tensor *recv, tpdp_reduce_op op);
-tpdp_status tpdp_allreduce_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                 tpdp_tensor *recv, tpdp_reduce_op op,
-                                 tpdp_work **work);
+TPDP_API tpdp_status tpdp_allreduce(tpdp_comm *comm, const tpdp_tensor *send,
+                                    tpdp_tensor *recv, tpdp_reduce_op op);
+TPDP_API tpdp_status tpdp_allreduce_async(tpdp_comm *comm,
+                                          const tpdp_tensor *send,
+                                          tpdp_tensor *recv, tpdp_reduce_op op,
+                                          tpdp_work **work);
 
 /* recv = concatenation over ranks (in rank order) of send.
  * numel(recv) == size * numel(send). */
-tpdp_status tpdp_allgather(tpdp_comm *comm, const tpdp_tensor *send,
-                           tpdp_tensor *recv);
-tpdp_status tpdp_allgather_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                 tpdp_tensor *recv, tpdp_work **work);
+TPDP_API tpdp_status tpdp_allgather(tpdp_comm *comm, const tpdp_tensor *send,
+                                    tpdp_tensor *recv);
+TPDP_API tpdp_status tpdp_allgather_async(tpdp_comm *comm,
+                                          const tpdp_tensor *send,
+                                          tpdp_tensor *recv, tpdp_work **work);
 
 /* Reduce send (size equal blocks) over ranks; rank r receives block r.
  * numel(send) == size * numel(recv). */
-tpdp_status tpdp_reduce_scatter(tpdp_comm *comm, const tpdp_tensor *send,
-                                tpdp_tensor *recv, tpdp_reduce_op op);
-tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                      tpdp_tensor *recv, tpdp_reduce_op op,
-                                      tpdp_work **work);
+TPDP_API tpdp_status tpdp_reduce_scatter(tpdp_comm *comm,
+                                         const tpdp_tensor *send,
+                                         tpdp_tensor *recv, tpdp_reduce_op op);
+TPDP_API tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm,
+                                               const tpdp_tensor *send,
+                                               tpdp_tensor *recv,
+                                               tpdp_reduce_op op,
+                                               tpdp_work **work);
 
 /* Copy root's send into every rank's recv. send is read on the root only
  * (may be NULL elsewhere); send == recv (or send NULL on root) is in place.
  * numel(send) == numel(recv) on root. Errors also: root out of range. */
-tpdp_status tpdp_broadcast(tpdp_comm *comm, const tpdp_tensor *send,
-                           tpdp_tensor *recv, int root);
-tpdp_status tpdp_broadcast_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                 tpdp_tensor *recv, int root, tpdp_work **work);
+TPDP_API tpdp_status tpdp_broadcast(tpdp_comm *comm, const tpdp_tensor *send,
+                                    tpdp_tensor *recv, int root);
+TPDP_API tpdp_status tpdp_broadcast_async(tpdp_comm *comm,
+                                          const tpdp_tensor *send,
+                                          tpdp_tensor *recv, int root,
+                                          tpdp_work **work);
 
 /* send is `size` equal blocks; block j goes to rank j, and recv block i
  * comes from rank i. numel(send) == numel(recv), divisible by size.
  * In place (send.data == recv.data) is supported. */
-tpdp_status tpdp_alltoall(tpdp_comm *comm, const tpdp_tensor *send,
-                          tpdp_tensor *recv);
-tpdp_status tpdp_alltoall_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                tpdp_tensor *recv, tpdp_work **work);
+TPDP_API tpdp_status tpdp_alltoall(tpdp_comm *comm, const tpdp_tensor *send,
+                                   tpdp_tensor *recv);
+TPDP_API tpdp_status tpdp_alltoall_async(tpdp_comm *comm,
+                                         const tpdp_tensor *send,
+                                         tpdp_tensor *recv, tpdp_work **work);
 
 /* Returns on each rank once all ranks have entered. */
-tpdp_status tpdp_barrier(tpdp_comm *comm);
-tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work);
+TPDP_API tpdp_status tpdp_barrier(tpdp_comm *comm);
+TPDP_API tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work);
 
 /* ------------------------------------------------------------ device mesh
  *
@@ -179,9 +187,9 @@ tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work);
  * `storage` (at least strlen(text)+1 bytes). Errors: TPDP_ERR_PARSE on
  * malformed text, TPDP_ERR_TOO_MANY_DIMS, TPDP_ERR_BAD_DIM_SIZE,
  * TPDP_ERR_EMPTY_NAME, TPDP_ERR_DUPLICATE. */
-tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
-                            int64_t sizes[TPDP_MAX_DIMS],
-                            const char *names[TPDP_MAX_DIMS]);
+TPDP_API tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
+                                     int64_t sizes[TPDP_MAX_DIMS],
+                                     const char *names[TPDP_MAX_DIMS]);
 
 /* Create a mesh over `comm` (NULL: a layout-only mesh with no
  * communicators, for planning tools). names may be NULL (dims are then
@@ -191,42 +199,48 @@ tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
  * TPDP_ERR_INVALID_ARGUMENT / TOO_MANY_DIMS), TPDP_ERR_BAD_DIM_SIZE,
  * TPDP_ERR_EMPTY_NAME, TPDP_ERR_DUPLICATE, TPDP_ERR_MESH_SIZE (product of
  * sizes != comm size). */
-tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
-                             const char *const *names, tpdp_mesh **out);
+TPDP_API tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim,
+                                      const int64_t *sizes,
+                                      const char *const *names,
+                                      tpdp_mesh **out);
 /* Parse and create in one call ("dp=2,tp=2"). */
-tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
-                                         tpdp_mesh **out);
+TPDP_API tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm,
+                                                  const char *text,
+                                                  tpdp_mesh **out);
 /* Destroys the sub-communicators (not the parent comm). NULL is a no-op. */
-void tpdp_mesh_destroy(tpdp_mesh *mesh);
+TPDP_API void tpdp_mesh_destroy(tpdp_mesh *mesh);
 
-int tpdp_mesh_ndim(const tpdp_mesh *mesh);
-int64_t tpdp_mesh_size(const tpdp_mesh *mesh); /* product of dims */
-int64_t tpdp_mesh_dim_size(const tpdp_mesh *mesh, int dim);
-const char *tpdp_mesh_dim_name(const tpdp_mesh *mesh, int dim);
+TPDP_API int tpdp_mesh_ndim(const tpdp_mesh *mesh);
+TPDP_API int64_t tpdp_mesh_size(const tpdp_mesh *mesh); /* product of dims */
+TPDP_API int64_t tpdp_mesh_dim_size(const tpdp_mesh *mesh, int dim);
+TPDP_API const char *tpdp_mesh_dim_name(const tpdp_mesh *mesh, int dim);
 /* Index of a named dim, or -1. */
-int tpdp_mesh_dim_index(const tpdp_mesh *mesh, const char *name);
+TPDP_API int tpdp_mesh_dim_index(const tpdp_mesh *mesh, const char *name);
 /* This process's rank in the mesh (-1 for a layout-only mesh). */
-int tpdp_mesh_rank(const tpdp_mesh *mesh);
+TPDP_API int tpdp_mesh_rank(const tpdp_mesh *mesh);
 /* The parent communicator (NULL for a layout-only mesh). */
-tpdp_comm *tpdp_mesh_comm(const tpdp_mesh *mesh);
+TPDP_API tpdp_comm *tpdp_mesh_comm(const tpdp_mesh *mesh);
 /* 1 if both have the same dims (sizes and names) and the same parent. */
-int tpdp_mesh_equal(const tpdp_mesh *a, const tpdp_mesh *b);
+TPDP_API int tpdp_mesh_equal(const tpdp_mesh *a, const tpdp_mesh *b);
 
 /* Coordinates of `rank` (coords has ndim entries). Errors: rank range. */
-tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank, int64_t *coords);
+TPDP_API tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank,
+                                      int64_t *coords);
 /* Rank at `coords`. Errors: a coordinate out of range. */
-tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
-                              int *rank);
+TPDP_API tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh,
+                                       const int64_t *coords, int *rank);
 /* The world ranks of the group of `rank` along `dim`, in group-rank order
  * (ranks has dim_size entries). */
-tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
-                                  int *ranks);
+TPDP_API tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim,
+                                           int rank, int *ranks);
 /* The sub-communicator of dim `dim` (owned by the mesh). Errors: dim out of
  * range, TPDP_ERR_STATE for a layout-only mesh. */
-tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim, tpdp_comm **out);
+TPDP_API tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
+                                        tpdp_comm **out);
 /* Same, by name. Errors also TPDP_ERR_NOT_FOUND naming the dim. */
-tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh, const char *name,
-                                       tpdp_comm **out);
+TPDP_API tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh,
+                                                const char *name,
+                                                tpdp_comm **out);
 
 /* ------------------------------------------------------------ NCCL
  *
@@ -256,12 +270,12 @@ tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh, const char *name,
  */
 
 /* 1 if this build has the NCCL backend (--config=cuda), else 0. */
-int tpdp_nccl_available(void);
+TPDP_API int tpdp_nccl_available(void);
 
 /* Number of CUDA devices visible to this process.
  * Errors: TPDP_ERR_CUDA (cudaGetDeviceCount failed, e.g. no driver or no
  * GPU: the message carries CUDA's error string), TPDP_ERR_UNSUPPORTED. */
-tpdp_status tpdp_cuda_device_count(int *count);
+TPDP_API tpdp_status tpdp_cuda_device_count(int *count);
 
 /* Create an NCCL communicator over the ranks of `bootstrap`, a host-memory
  * communicator (e.g. tpdp_comm_world); NULL makes a single-rank
@@ -280,22 +294,22 @@ tpdp_status tpdp_cuda_device_count(int *count);
  * communicator), TPDP_ERR_CUDA,
  * TPDP_ERR_NCCL, TPDP_ERR_TIMEOUT (initialisation did not finish), the
  * bootstrap communicator's errors, TPDP_ERR_UNSUPPORTED. */
-tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
-                                  tpdp_comm **out);
+TPDP_API tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
+                                           tpdp_comm **out);
 
 /* The communicator's CUDA stream (a cudaStream_t), or NULL for a
  * communicator of another backend. Owned by the communicator. */
-void *tpdp_comm_nccl_stream(const tpdp_comm *comm);
+TPDP_API void *tpdp_comm_nccl_stream(const tpdp_comm *comm);
 
 /* The CUDA ordinal of an NCCL communicator, -1 for other backends. */
-int tpdp_comm_cuda_device(const tpdp_comm *comm);
+TPDP_API int tpdp_comm_cuda_device(const tpdp_comm *comm);
 
 /* Host-local ranks, as MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) groups
  * them: ranks of `comm` on the same host (same gethostname) are numbered
  * 0..local_size-1 in rank order. Collective over `comm` (a host-memory
  * communicator; NULL = a single rank: 0 of 1). Works in every build. */
-tpdp_status tpdp_comm_local_rank(tpdp_comm *comm, int *local_rank,
-                                 int *local_size);
+TPDP_API tpdp_status tpdp_comm_local_rank(tpdp_comm *comm, int *local_rank,
+                                          int *local_size);
 
 #ifdef __cplusplus
 }

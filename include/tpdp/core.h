@@ -19,6 +19,15 @@
 extern "C" {
 #endif
 
+/* Marks the exported API. libtpdp is built with -fvisibility=hidden, so
+ * only what these headers declare with TPDP_API is visible to programs
+ * linking libtpdp.so. */
+#if defined(__GNUC__)
+#define TPDP_API __attribute__((visibility("default")))
+#else
+#define TPDP_API
+#endif
+
 #define TPDP_VERSION_MAJOR 0
 #define TPDP_VERSION_MINOR 1
 #define TPDP_VERSION_PATCH 0
@@ -27,7 +36,7 @@ extern "C" {
   (TPDP_VERSION_MAJOR * 10000 + TPDP_VERSION_MINOR * 100 + TPDP_VERSION_PATCH)
 
 /* Version of the library actually linked (compare with TPDP_VERSION). */
-int tpdp_version(void);
+TPDP_API int tpdp_version(void);
 
 /* ---------------------------------------------------------------- status */
 
@@ -64,14 +73,14 @@ typedef enum {
 } tpdp_status;
 
 /* Static name of a status ("TPDP_ERR_SHAPE_MISMATCH"); never NULL. */
-const char *tpdp_status_string(tpdp_status status);
+TPDP_API const char *tpdp_status_string(tpdp_status status);
 
 /* The calling thread's message from its last failed tpdp call ("" if none).
  * The string is thread-local and valid until the thread's next tpdp call. */
-const char *tpdp_last_error(void);
+TPDP_API const char *tpdp_last_error(void);
 
 /* Clear the calling thread's last-error message. */
-void tpdp_clear_error(void);
+TPDP_API void tpdp_clear_error(void);
 
 /* --------------------------------------------------------------- logging */
 
@@ -84,14 +93,14 @@ typedef enum {
 
 /* Level from TPDP_DEBUG (NONE, WARN, INFO, TRACE; case-insensitive), read
  * once; WARN when unset or unknown. */
-tpdp_log_level tpdp_log_get_level(void);
+TPDP_API tpdp_log_level tpdp_log_get_level(void);
 /* Override the level for this process (thread-safe). */
-void tpdp_log_set_level(tpdp_log_level level);
+TPDP_API void tpdp_log_set_level(tpdp_log_level level);
 /* Rank shown in the "[rank r]" prefix; -1 (the default) prints "[rank ?]". */
-void tpdp_log_set_rank(int rank);
+TPDP_API void tpdp_log_set_rank(int rank);
 /* printf-style message to stderr with "[rank r] tpdp LEVEL: " prefix if
  * level <= the current level. */
-void tpdp_log(tpdp_log_level level, const char *fmt, ...)
+TPDP_API void tpdp_log(tpdp_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
 /* --------------------------------------------------------- tensor views */
@@ -111,13 +120,13 @@ typedef enum {
 } tpdp_dtype;
 
 /* Bytes per element (0 for an invalid dtype). */
-size_t tpdp_dtype_size(tpdp_dtype dtype);
+TPDP_API size_t tpdp_dtype_size(tpdp_dtype dtype);
 /* Short name: "f32", "f64", "f16", "bf16", "i32", "i64", "u8" ("?" if bad). */
-const char *tpdp_dtype_name(tpdp_dtype dtype);
+TPDP_API const char *tpdp_dtype_name(tpdp_dtype dtype);
 /* Parse a short name; TPDP_ERR_PARSE on an unknown one. */
-tpdp_status tpdp_dtype_parse(const char *name, tpdp_dtype *out);
+TPDP_API tpdp_status tpdp_dtype_parse(const char *name, tpdp_dtype *out);
 /* 1 for f32/f64/f16/bf16. */
-int tpdp_dtype_is_float(tpdp_dtype dtype);
+TPDP_API int tpdp_dtype_is_float(tpdp_dtype dtype);
 
 typedef enum { TPDP_DEVICE_CPU = 0, TPDP_DEVICE_CUDA = 1 } tpdp_device_type;
 
@@ -127,9 +136,9 @@ typedef struct {
 } tpdp_device;
 
 /* Writes "cpu" or "cuda:N" into buf (always NUL-terminated). */
-void tpdp_device_format(tpdp_device device, char *buf, size_t len);
+TPDP_API void tpdp_device_format(tpdp_device device, char *buf, size_t len);
 /* 1 if both name the same device. */
-int tpdp_device_equal(tpdp_device a, tpdp_device b);
+TPDP_API int tpdp_device_equal(tpdp_device a, tpdp_device b);
 
 /*
  * A non-owning view of a strided tensor. Element (i0, ..., i{n-1}) lives at
@@ -151,32 +160,35 @@ typedef struct {
  * Errors: NULL out/shape (with ndim > 0), ndim out of range, negative size,
  * bad dtype. `data` may be NULL only when the tensor is empty or for
  * metadata-only use. */
-tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data, tpdp_dtype dtype,
-                             tpdp_device device, int ndim,
-                             const int64_t *shape);
+TPDP_API tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data,
+                                      tpdp_dtype dtype, tpdp_device device,
+                                      int ndim, const int64_t *shape);
 /* Shorthand for a 1-D contiguous CPU view of `count` elements. */
-tpdp_tensor tpdp_tensor_1d(void *data, tpdp_dtype dtype, int64_t count);
+TPDP_API tpdp_tensor tpdp_tensor_1d(void *data, tpdp_dtype dtype,
+                                    int64_t count);
 
-int64_t tpdp_tensor_numel(const tpdp_tensor *t);
+TPDP_API int64_t tpdp_tensor_numel(const tpdp_tensor *t);
 /* numel * element size. */
-size_t tpdp_tensor_nbytes(const tpdp_tensor *t);
+TPDP_API size_t tpdp_tensor_nbytes(const tpdp_tensor *t);
 /* 1 if row-major contiguous (size-1 and empty dims may have any stride). */
-int tpdp_tensor_is_contiguous(const tpdp_tensor *t);
+TPDP_API int tpdp_tensor_is_contiguous(const tpdp_tensor *t);
 /* 1 if shape (ndim and sizes) are equal. */
-int tpdp_tensor_same_shape(const tpdp_tensor *a, const tpdp_tensor *b);
+TPDP_API int tpdp_tensor_same_shape(const tpdp_tensor *a, const tpdp_tensor *b);
 /* Writes "[5, 7]" into buf (always NUL-terminated). */
-void tpdp_shape_format(int ndim, const int64_t *shape, char *buf, size_t len);
+TPDP_API void tpdp_shape_format(int ndim, const int64_t *shape, char *buf,
+                                size_t len);
 
 /* View of rows [start, start+length) along `dim`; shares memory with `t`.
  * The result is contiguous when `t` is and every dim before `dim` has size
  * 1 (always for dim 0). Errors: dim out of range, start/length outside
  * [0, shape[dim]]. */
-tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim, int64_t start,
-                               int64_t length, tpdp_tensor *out);
+TPDP_API tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim,
+                                        int64_t start, int64_t length,
+                                        tpdp_tensor *out);
 
 /* Copy src into dst elementwise (host memory only; any strides; same shape
  * and dtype). Errors: shape/dtype/device mismatch. */
-tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src);
+TPDP_API tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src);
 
 /* DLPack interop (the exchange format of PyTorch, JAX, CuPy).
  * to_dlpack: out->shape and out->strides point into *t, so *out is valid only
@@ -184,15 +196,16 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src);
  * from_dlpack: copies shape and strides (NULL strides = contiguous) and folds
  * byte_offset into data. Errors: dtype or device tpdp cannot represent,
  * ndim > TPDP_MAX_DIMS, byte_offset not a multiple of the element size. */
-tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out);
-tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out);
+TPDP_API tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out);
+TPDP_API tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in,
+                                             tpdp_tensor *out);
 
 /* ------------------------------------------------ half-precision helpers */
 
-float tpdp_f16_to_f32(uint16_t h);
-uint16_t tpdp_f32_to_f16(float f); /* round to nearest even */
-float tpdp_bf16_to_f32(uint16_t b);
-uint16_t tpdp_f32_to_bf16(float f); /* round to nearest even */
+TPDP_API float tpdp_f16_to_f32(uint16_t h);
+TPDP_API uint16_t tpdp_f32_to_f16(float f); /* round to nearest even */
+TPDP_API float tpdp_bf16_to_f32(uint16_t b);
+TPDP_API uint16_t tpdp_f32_to_bf16(float f); /* round to nearest even */
 
 #ifdef __cplusplus
 }

@@ -43,22 +43,24 @@ typedef struct {
   tpdp_reduce_op op; /* for PARTIAL (TPDP_OP_SUM otherwise) */
 } tpdp_placement;
 
-tpdp_placement tpdp_shard(int dim);
-tpdp_placement tpdp_replicate(void);
-tpdp_placement tpdp_partial(tpdp_reduce_op op);
+TPDP_API tpdp_placement tpdp_shard(int dim);
+TPDP_API tpdp_placement tpdp_replicate(void);
+TPDP_API tpdp_placement tpdp_partial(tpdp_reduce_op op);
 
 /* 1 if both placements are the same (kind, and dim or op where relevant). */
-int tpdp_placement_equal(tpdp_placement a, tpdp_placement b);
+TPDP_API int tpdp_placement_equal(tpdp_placement a, tpdp_placement b);
 
 /* Text form: "S<dim>", "R", "P:<op>" ("P:sum", "P:avg", "P:max", "P:min").
  * format writes into buf (always NUL-terminated; 16 bytes suffice).
  * parse also takes "P" (= "P:sum"); errors: TPDP_ERR_PARSE naming the text. */
-void tpdp_placement_format(tpdp_placement p, char *buf, size_t len);
-tpdp_status tpdp_placement_parse(const char *text, tpdp_placement *out);
+TPDP_API void tpdp_placement_format(tpdp_placement p, char *buf, size_t len);
+TPDP_API tpdp_status tpdp_placement_parse(const char *text,
+                                          tpdp_placement *out);
 /* Parse a comma-separated list ("S0,R,P:avg") into out[0..*n). Errors:
  * TPDP_ERR_PARSE (naming the bad item), TPDP_ERR_TOO_MANY_DIMS (> max). */
-tpdp_status tpdp_placements_parse(const char *text, tpdp_placement *out,
-                                  int max, int *n);
+TPDP_API tpdp_status tpdp_placements_parse(const char *text,
+                                           tpdp_placement *out, int max,
+                                           int *n);
 
 /* ------------------------------------------------------------------ spec */
 
@@ -84,40 +86,43 @@ typedef struct tpdp_spec tpdp_spec;
  *   TPDP_ERR_DTYPE_MISMATCH    an invalid dtype
  *   TPDP_ERR_OP_DTYPE          Partial(avg) with an integer dtype
  *   TPDP_ERR_OUT_OF_MEMORY */
-tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
-                             const tpdp_placement *placements, int nplacements,
-                             int ndim, const int64_t *global_shape,
-                             tpdp_dtype dtype, tpdp_device device,
-                             tpdp_spec **out);
-/* Same mesh, shape, dtype and device as `spec` with other placements. */
-tpdp_status tpdp_spec_with_placements(const tpdp_spec *spec,
+TPDP_API tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
                                       const tpdp_placement *placements,
-                                      int nplacements, tpdp_spec **out);
+                                      int nplacements, int ndim,
+                                      const int64_t *global_shape,
+                                      tpdp_dtype dtype, tpdp_device device,
+                                      tpdp_spec **out);
+/* Same mesh, shape, dtype and device as `spec` with other placements. */
+TPDP_API tpdp_status tpdp_spec_with_placements(const tpdp_spec *spec,
+                                               const tpdp_placement *placements,
+                                               int nplacements,
+                                               tpdp_spec **out);
 /* NULL is a no-op. */
-void tpdp_spec_destroy(tpdp_spec *spec);
+TPDP_API void tpdp_spec_destroy(tpdp_spec *spec);
 
 /* Accessors; the returned pointers live as long as the spec. NULL spec:
  * NULL / 0 / -1 / TPDP_F32 / cpu. */
-const tpdp_mesh *tpdp_spec_mesh(const tpdp_spec *s);
-int tpdp_spec_ndim(const tpdp_spec *s);
-const int64_t *tpdp_spec_global_shape(const tpdp_spec *s);
-const int64_t *tpdp_spec_global_strides(const tpdp_spec *s);
-tpdp_dtype tpdp_spec_dtype(const tpdp_spec *s);
-tpdp_device tpdp_spec_device(const tpdp_spec *s);
+TPDP_API const tpdp_mesh *tpdp_spec_mesh(const tpdp_spec *s);
+TPDP_API int tpdp_spec_ndim(const tpdp_spec *s);
+TPDP_API const int64_t *tpdp_spec_global_shape(const tpdp_spec *s);
+TPDP_API const int64_t *tpdp_spec_global_strides(const tpdp_spec *s);
+TPDP_API tpdp_dtype tpdp_spec_dtype(const tpdp_spec *s);
+TPDP_API tpdp_device tpdp_spec_device(const tpdp_spec *s);
 /* tpdp_mesh_ndim(mesh) entries. */
-const tpdp_placement *tpdp_spec_placements(const tpdp_spec *s);
+TPDP_API const tpdp_placement *tpdp_spec_placements(const tpdp_spec *s);
 /* 1 if both specs have equal meshes (tpdp_mesh_equal), placements, shape,
  * dtype and device type. */
-int tpdp_spec_equal(const tpdp_spec *a, const tpdp_spec *b);
+TPDP_API int tpdp_spec_equal(const tpdp_spec *a, const tpdp_spec *b);
 
 /* Local shape and global offset (ndim entries each; global_offset may be
  * NULL) of mesh rank `rank` in [0, mesh size). Errors: NULL spec or
  * local_shape, TPDP_ERR_INVALID_ARGUMENT for a rank out of range. */
-tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
-                                  int64_t *local_shape, int64_t *global_offset);
+TPDP_API tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
+                                           int64_t *local_shape,
+                                           int64_t *global_offset);
 /* The mesh rank whose local shape tpdp_dtensor_unflatten checks: this
  * process's mesh rank, or 0 for a layout-only mesh (no communicator). */
-int tpdp_spec_self_rank(const tpdp_spec *spec);
+TPDP_API int tpdp_spec_self_rank(const tpdp_spec *spec);
 
 /* ------------------------------------------------------------------ JSON
  *
@@ -130,16 +135,16 @@ int tpdp_spec_self_rank(const tpdp_spec *spec);
  * NULL) receives the size needed including the NUL. buf == NULL with
  * len == 0 only queries *needed. Errors: TPDP_ERR_INVALID_ARGUMENT if buf
  * is too small (naming the size needed). */
-tpdp_status tpdp_spec_to_json(const tpdp_spec *spec, char *buf, size_t len,
-                              size_t *needed);
+TPDP_API tpdp_status tpdp_spec_to_json(const tpdp_spec *spec, char *buf,
+                                       size_t len, size_t *needed);
 /* Same, into a malloc'd string the caller frees with free(). */
-tpdp_status tpdp_spec_to_json_alloc(const tpdp_spec *spec, char **out);
+TPDP_API tpdp_status tpdp_spec_to_json_alloc(const tpdp_spec *spec, char **out);
 /* Parse JSON made by tpdp_spec_to_json into a spec on `mesh` (borrowed).
  * Errors: TPDP_ERR_PARSE (malformed text or a missing/mistyped field,
  * named), TPDP_ERR_MESH_MISMATCH (the text's mesh shape or dim names differ
  * from `mesh`'s, both named), and those of tpdp_spec_create. */
-tpdp_status tpdp_spec_from_json(const tpdp_mesh *mesh, const char *text,
-                                tpdp_spec **out);
+TPDP_API tpdp_status tpdp_spec_from_json(const tpdp_mesh *mesh,
+                                         const char *text, tpdp_spec **out);
 
 /* --------------------------------------------------------------- DTensor */
 
@@ -151,8 +156,9 @@ typedef struct {
 
 /* Zero-copy split: *local = dt->local, *spec = dt->spec. O(1), allocates
  * nothing, never touches the data. Errors: NULL arguments. */
-tpdp_status tpdp_dtensor_flatten(const tpdp_dtensor *dt, tpdp_tensor *local,
-                                 const tpdp_spec **spec);
+TPDP_API tpdp_status tpdp_dtensor_flatten(const tpdp_dtensor *dt,
+                                          tpdp_tensor *local,
+                                          const tpdp_spec **spec);
 /* Validated join: out->local = *local, out->spec = spec, after checking that
  * the local tensor's shape, dtype and device type are what the spec gives
  * this process's mesh rank (for a layout-only mesh: mesh rank 0). O(ndim),
@@ -160,12 +166,13 @@ tpdp_status tpdp_dtensor_flatten(const tpdp_dtensor *dt, tpdp_tensor *local,
  * Errors (message naming expected and actual): TPDP_ERR_SHAPE_MISMATCH,
  * TPDP_ERR_DTYPE_MISMATCH, TPDP_ERR_DEVICE_MISMATCH; NULL arguments.
  * *out is untouched on failure. */
-tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
-                                   const tpdp_spec *spec, tpdp_dtensor *out);
+TPDP_API tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
+                                            const tpdp_spec *spec,
+                                            tpdp_dtensor *out);
 /* Free the local data of a DTensor made by one of the *_alloc functions
  * below (host memory from malloc, or device memory from cudaMalloc for a
  * CUDA spec) and clear out->local.data. */
-void tpdp_dtensor_free_local(tpdp_dtensor *dt);
+TPDP_API void tpdp_dtensor_free_local(tpdp_dtensor *dt);
 
 /* --------------------------------------------------------- redistribute
  *
@@ -201,22 +208,23 @@ void tpdp_dtensor_free_local(tpdp_dtensor *dt);
  * TPDP_ERR_SHAPE_MISMATCH (global shapes differ, or the source / destination
  * local shape is not this rank's); TPDP_ERR_DTYPE_MISMATCH;
  * TPDP_ERR_DEVICE_MISMATCH; TPDP_ERR_UNSUPPORTED; communicator errors. */
-tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
-                              const tpdp_spec *dst_spec,
-                              tpdp_tensor *dst_local);
+TPDP_API tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
+                                       const tpdp_spec *dst_spec,
+                                       tpdp_tensor *dst_local);
 /* Same, allocating the destination (host memory, or device memory for a
  * CUDA spec; release with tpdp_dtensor_free_local). out->spec = dst_spec. */
-tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
-                                    const tpdp_spec *dst_spec,
-                                    tpdp_dtensor *out);
+TPDP_API tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
+                                             const tpdp_spec *dst_spec,
+                                             tpdp_dtensor *out);
 /* The whole global tensor on every rank (redistribute to all-Replicate).
  * out: contiguous, the global shape, spec dtype and device. Collective. */
-tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src, tpdp_tensor *out);
+TPDP_API tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
+                                              tpdp_tensor *out);
 /* Same into memory it allocates: malloc'd host memory for a host spec (free
  * with free()), cudaMalloc'd for a CUDA spec (free with cudaFree); or
  * wrap it as {out, spec} and call tpdp_dtensor_free_local. */
-tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
-                                           tpdp_tensor *out);
+TPDP_API tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
+                                                    tpdp_tensor *out);
 
 /* ------------------------------------------ TP+DP hooks (tp/hooks.c)
  *
@@ -254,9 +262,9 @@ tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
  *
  * Thread-safety: as the module tree (one thread at a time per tree). */
 struct tpdp_module;
-tpdp_status tpdp_pre_dp_transform(struct tpdp_module *root);
-tpdp_status tpdp_pre_dp_transform_undo(struct tpdp_module *root);
-int tpdp_pre_dp_transform_count(const struct tpdp_module *root);
+TPDP_API tpdp_status tpdp_pre_dp_transform(struct tpdp_module *root);
+TPDP_API tpdp_status tpdp_pre_dp_transform_undo(struct tpdp_module *root);
+TPDP_API int tpdp_pre_dp_transform_count(const struct tpdp_module *root);
 
 /* ------------------------------------------------------ parallel styles
  *
@@ -281,8 +289,8 @@ typedef enum {
 } tpdp_tp_style;
 
 /* "colwise", "rowwise", "sequence_parallel", "replicate". */
-const char *tpdp_tp_style_name(tpdp_tp_style style);
-tpdp_status tpdp_tp_style_parse(const char *text, tpdp_tp_style *out);
+TPDP_API const char *tpdp_tp_style_name(tpdp_tp_style style);
+TPDP_API tpdp_status tpdp_tp_style_parse(const char *text, tpdp_tp_style *out);
 
 /* One plan entry: modules whose FQN (from the root passed to
  * tpdp_parallelize) matches `pattern` get `style`. `*` matches exactly one
@@ -293,7 +301,7 @@ typedef struct {
 } tpdp_tp_plan_entry;
 
 /* 1 if the dotted FQN matches the pattern. */
-int tpdp_fqn_match(const char *pattern, const char *fqn);
+TPDP_API int tpdp_fqn_match(const char *pattern, const char *fqn);
 
 /* The placement on the TP mesh dim of parameter `name` of a module under
  * `style` (the rule tpdp_parallelize applies, for planning tools): colwise
@@ -302,9 +310,11 @@ int tpdp_fqn_match(const char *pattern, const char *fqn);
  * parameter of a colwise/rowwise module is a bias: 1-D of size `out_size`
  * (the weight's shape[0]; -1 = unknown). `ndim` and `size0` describe the
  * parameter. Errors: TPDP_ERR_SHAPE_MISMATCH naming `fqn`. */
-tpdp_status tpdp_tp_style_placement(tpdp_tp_style style, const char *fqn,
-                                    const char *name, int ndim, int64_t size0,
-                                    int64_t out_size, tpdp_placement *out);
+TPDP_API tpdp_status tpdp_tp_style_placement(tpdp_tp_style style,
+                                             const char *fqn, const char *name,
+                                             int ndim, int64_t size0,
+                                             int64_t out_size,
+                                             tpdp_placement *out);
 
 /* Turn the parameters of every module matching a plan entry (first match
  * wins) into DTensors over mesh dim `tp_dim` (Replicate on every other mesh
@@ -324,51 +334,53 @@ tpdp_status tpdp_tp_style_placement(tpdp_tp_style style, const char *fqn,
  * parallelized or already a managed unit; TPDP_ERR_DUPLICATE naming both
  * FQNs when one parameter object is registered in two matched modules;
  * TPDP_ERR_STATE for a layout-only mesh. */
-tpdp_status tpdp_parallelize(struct tpdp_module *root, const tpdp_mesh *mesh,
-                             const char *tp_dim, const tpdp_tp_plan_entry *plan,
-                             int nplan);
+TPDP_API tpdp_status tpdp_parallelize(struct tpdp_module *root,
+                                      const tpdp_mesh *mesh, const char *tp_dim,
+                                      const tpdp_tp_plan_entry *plan,
+                                      int nplan);
 
 /* The style of a parallelized module (TPDP_ERR_NOT_FOUND if it is none). */
-tpdp_status tpdp_tp_module_style(const struct tpdp_module *m,
-                                 tpdp_tp_style *out);
+TPDP_API tpdp_status tpdp_tp_module_style(const struct tpdp_module *m,
+                                          tpdp_tp_style *out);
 
 /* The TP communicator of a parallelized module (owned by the mesh). */
-tpdp_status tpdp_tp_module_comm(const struct tpdp_module *m, tpdp_comm **out);
+TPDP_API tpdp_status tpdp_tp_module_comm(const struct tpdp_module *m,
+                                         tpdp_comm **out);
 
 /* ---- functional collectives of the styles (activations, host memory) ----
  * Each takes the parallelized module whose input/output it transforms. */
 
 /* colwise input, backward: allreduce (sum) the input gradient in place.
  * (Its forward is the identity.) */
-tpdp_status tpdp_tp_colwise_input_backward(const struct tpdp_module *m,
-                                           tpdp_tensor *grad_input);
+TPDP_API tpdp_status tpdp_tp_colwise_input_backward(const struct tpdp_module *m,
+                                                    tpdp_tensor *grad_input);
 /* rowwise output, forward: allreduce (sum) the partial output in place.
  * (Its backward is the identity.) */
-tpdp_status tpdp_tp_rowwise_output_forward(const struct tpdp_module *m,
-                                           tpdp_tensor *partial_output);
+TPDP_API tpdp_status tpdp_tp_rowwise_output_forward(
+    const struct tpdp_module *m, tpdp_tensor *partial_output);
 /* rowwise output to a sequence shard, forward: reduce_scatter the partial
  * output (full sequence) along `seq_dim` into this rank's torch.chunk shard.
  * Its backward is tpdp_tp_sequence_gather of the gradient. */
-tpdp_status tpdp_tp_rowwise_output_reduce_scatter(const struct tpdp_module *m,
-                                                  const tpdp_tensor *partial,
-                                                  int seq_dim,
-                                                  tpdp_tensor *shard);
+TPDP_API tpdp_status tpdp_tp_rowwise_output_reduce_scatter(
+    const struct tpdp_module *m, const tpdp_tensor *partial, int seq_dim,
+    tpdp_tensor *shard);
 /* Sequence-parallel region exit, forward: allgather the sequence shards
  * along `seq_dim` into the full tensor (uneven shards allowed). Its
  * backward is tpdp_tp_sequence_scatter_grad. */
-tpdp_status tpdp_tp_sequence_gather(const struct tpdp_module *m,
-                                    const tpdp_tensor *shard, int seq_dim,
-                                    tpdp_tensor *full);
+TPDP_API tpdp_status tpdp_tp_sequence_gather(const struct tpdp_module *m,
+                                             const tpdp_tensor *shard,
+                                             int seq_dim, tpdp_tensor *full);
 /* Backward of tpdp_tp_sequence_gather: reduce_scatter (sum) the full
  * gradient along seq_dim into this rank's shard. */
-tpdp_status tpdp_tp_sequence_scatter_grad(const struct tpdp_module *m,
-                                          const tpdp_tensor *full_grad,
-                                          int seq_dim, tpdp_tensor *shard_grad);
+TPDP_API tpdp_status tpdp_tp_sequence_scatter_grad(const struct tpdp_module *m,
+                                                   const tpdp_tensor *full_grad,
+                                                   int seq_dim,
+                                                   tpdp_tensor *shard_grad);
 
 /* Allreduce (sum) over TP the gradients of every sequence-parallel module's
  * parameters under root (replicated parameters used on different sequence
  * shards). Call after backward, before the DP reduction finishes. */
-tpdp_status tpdp_tp_reduce_replicated_grads(struct tpdp_module *root);
+TPDP_API tpdp_status tpdp_tp_reduce_replicated_grads(struct tpdp_module *root);
 
 #ifdef __cplusplus
 }

@@ -51,54 +51,59 @@ struct tpdp_spec;                       /* tp/'s DTensor spec, opaque here */
 /* ------------------------------------------------------------- modules */
 
 /* Create a module with no parent. Errors: NULL/empty class name. */
-tpdp_status tpdp_module_create(const char *class_name, tpdp_module **out);
+TPDP_API tpdp_status tpdp_module_create(const char *class_name,
+                                        tpdp_module **out);
 
 /* Destroy a root module and its subtree (releasing every parameter
  * registration, running extension destructors). NULL is a no-op.
  * Errors: TPDP_ERR_STATE if `m` has a parent. */
-tpdp_status tpdp_module_destroy(tpdp_module *m);
+TPDP_API tpdp_status tpdp_module_destroy(tpdp_module *m);
 
 /* Append `child` (a parentless module) to `parent` under `name`; `parent`
  * takes ownership. Errors: TPDP_ERR_CYCLE if child is parent or one of its
  * ancestors; TPDP_ERR_DUPLICATE if `name` is taken in parent; TPDP_ERR_STATE
  * if child already has a parent; name errors as above. On failure nothing
  * changes and the caller keeps ownership of child. */
-tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
-                                  tpdp_module *child);
+TPDP_API tpdp_status tpdp_module_add_child(tpdp_module *parent,
+                                           const char *name,
+                                           tpdp_module *child);
 
 /* Register `p` under `name` (appended; one more reference to p). The same
  * parameter may be registered in several modules or under several names
  * (shared weights). Errors: TPDP_ERR_DUPLICATE, name errors. */
-tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
-                                  tpdp_param *p);
+TPDP_API tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
+                                           tpdp_param *p);
 
 /* Register a buffer (a borrowed tensor view, copied by value) under name.
  * Errors: TPDP_ERR_DUPLICATE, name errors. */
-tpdp_status tpdp_module_add_buffer(tpdp_module *m, const char *name,
-                                   const tpdp_tensor *buffer);
+TPDP_API tpdp_status tpdp_module_add_buffer(tpdp_module *m, const char *name,
+                                            const tpdp_tensor *buffer);
 
-const char *tpdp_module_class_name(const tpdp_module *m);
+TPDP_API const char *tpdp_module_class_name(const tpdp_module *m);
 /* Name under the parent; "" for a root. */
-const char *tpdp_module_name(const tpdp_module *m);
-tpdp_module *tpdp_module_parent(const tpdp_module *m); /* NULL for a root */
-tpdp_module *tpdp_module_root(tpdp_module *m);         /* top ancestor */
-int tpdp_module_num_children(const tpdp_module *m);
+TPDP_API const char *tpdp_module_name(const tpdp_module *m);
+TPDP_API tpdp_module *tpdp_module_parent(
+    const tpdp_module *m);                              /* NULL for a root */
+TPDP_API tpdp_module *tpdp_module_root(tpdp_module *m); /* top ancestor */
+TPDP_API int tpdp_module_num_children(const tpdp_module *m);
 /* i-th child in registration order (NULL out of range); name optional. */
-tpdp_module *tpdp_module_child(const tpdp_module *m, int i, const char **name);
-int tpdp_module_num_params(const tpdp_module *m);
-tpdp_param *tpdp_module_param(const tpdp_module *m, int i, const char **name);
-int tpdp_module_num_buffers(const tpdp_module *m);
-const tpdp_tensor *tpdp_module_buffer(const tpdp_module *m, int i,
-                                      const char **name);
+TPDP_API tpdp_module *tpdp_module_child(const tpdp_module *m, int i,
+                                        const char **name);
+TPDP_API int tpdp_module_num_params(const tpdp_module *m);
+TPDP_API tpdp_param *tpdp_module_param(const tpdp_module *m, int i,
+                                       const char **name);
+TPDP_API int tpdp_module_num_buffers(const tpdp_module *m);
+TPDP_API const tpdp_tensor *tpdp_module_buffer(const tpdp_module *m, int i,
+                                               const char **name);
 
 /* Resolve a dotted path ("u1.seq.1", "" = m itself) below m.
  * Errors: TPDP_ERR_NOT_FOUND naming the first missing component. */
-tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
-                                      tpdp_module **out);
+TPDP_API tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
+                                               tpdp_module **out);
 
 /* Writes the module's FQN from its root ("u1.seq"; "" for a root) into buf
  * (always NUL-terminated, truncated to len). Returns the full length. */
-size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len);
+TPDP_API size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len);
 
 /* ----------------------------------------------------------- parameters */
 
@@ -120,43 +125,47 @@ typedef enum {
 /* Create a plain parameter viewing `tensor` (copied by value; memory
  * borrowed), no gradient, state IDLE, one reference owned by the caller.
  * Errors: NULL pointers, ndim out of range. */
-tpdp_status tpdp_param_create(const tpdp_tensor *tensor, tpdp_param **out);
+TPDP_API tpdp_status tpdp_param_create(const tpdp_tensor *tensor,
+                                       tpdp_param **out);
 /* One more reference (for callers that keep a parameter beyond its tree). */
-void tpdp_param_retain(tpdp_param *p);
+TPDP_API void tpdp_param_retain(tpdp_param *p);
 /* Drop one reference; frees at zero. NULL is a no-op. */
-void tpdp_param_release(tpdp_param *p);
-int tpdp_param_refcount(const tpdp_param *p);
+TPDP_API void tpdp_param_release(tpdp_param *p);
+TPDP_API int tpdp_param_refcount(const tpdp_param *p);
 
 /* The current tensor view: the local tensor in every form (a DTensor's
  * local part is its `local` view, see tp/). Never NULL for a valid p. */
-const tpdp_tensor *tpdp_param_tensor(const tpdp_param *p);
+TPDP_API const tpdp_tensor *tpdp_param_tensor(const tpdp_param *p);
 /* Replace the view (e.g. after the framework reallocated). */
-tpdp_status tpdp_param_set_tensor(tpdp_param *p, const tpdp_tensor *t);
+TPDP_API tpdp_status tpdp_param_set_tensor(tpdp_param *p, const tpdp_tensor *t);
 /* Gradient view, NULL when none. Hooks and transforms never touch it. */
-const tpdp_tensor *tpdp_param_grad(const tpdp_param *p);
+TPDP_API const tpdp_tensor *tpdp_param_grad(const tpdp_param *p);
 /* Set (copied by value) or clear (NULL) the gradient view. */
-tpdp_status tpdp_param_set_grad(tpdp_param *p, const tpdp_tensor *grad);
+TPDP_API tpdp_status tpdp_param_set_grad(tpdp_param *p,
+                                         const tpdp_tensor *grad);
 
 /* The spec however the parameter is exposed (NULL for a plain one). */
-const struct tpdp_spec *tpdp_param_spec(const tpdp_param *p);
+TPDP_API const struct tpdp_spec *tpdp_param_spec(const tpdp_param *p);
 /* Attach a spec (borrowed): the parameter becomes a DTensor parameter in
  * form TPDP_PARAM_DTENSOR; NULL detaches it (form PLAIN). Core does not
  * check that the tensor matches the spec: tp/'s unflatten does. */
-tpdp_status tpdp_param_set_spec(tpdp_param *p, const struct tpdp_spec *spec);
-tpdp_param_form tpdp_param_get_form(const tpdp_param *p);
+TPDP_API tpdp_status tpdp_param_set_spec(tpdp_param *p,
+                                         const struct tpdp_spec *spec);
+TPDP_API tpdp_param_form tpdp_param_get_form(const tpdp_param *p);
 /* Switch between DTENSOR and LOCALIZED (used by tp/'s hooks).
  * Errors: TPDP_ERR_STATE for a parameter without spec or for PLAIN. */
-tpdp_status tpdp_param_set_form(tpdp_param *p, tpdp_param_form form);
+TPDP_API tpdp_status tpdp_param_set_form(tpdp_param *p, tpdp_param_form form);
 
-tpdp_handle_state tpdp_param_get_state(const tpdp_param *p);
-tpdp_status tpdp_param_set_state(tpdp_param *p, tpdp_handle_state state);
+TPDP_API tpdp_handle_state tpdp_param_get_state(const tpdp_param *p);
+TPDP_API tpdp_status tpdp_param_set_state(tpdp_param *p,
+                                          tpdp_handle_state state);
 /* TPDP_ERR_STATE unless p's state is one of allowed[0..n): the message names
  * `what` (e.g. the parameter's FQN), the expected and the actual states. */
-tpdp_status tpdp_param_check_state(const tpdp_param *p,
-                                   const tpdp_handle_state *allowed, int n,
-                                   const char *what);
+TPDP_API tpdp_status tpdp_param_check_state(const tpdp_param *p,
+                                            const tpdp_handle_state *allowed,
+                                            int n, const char *what);
 /* "IDLE", "FORWARD", ... ("?" if out of range). */
-const char *tpdp_handle_state_name(tpdp_handle_state s);
+TPDP_API const char *tpdp_handle_state_name(tpdp_handle_state s);
 
 /* ------------------------------------------------------------ traversal */
 
@@ -170,21 +179,21 @@ typedef tpdp_status (*tpdp_module_visit_fn)(tpdp_module *m, const char *prefix,
 /* Pre-order traversal of root's subtree (seed 001 _apply_to_modules); the
  * root's prefix is "" even if it has a parent. Errors: NULL pointers,
  * TPDP_ERR_OUT_OF_MEMORY, or the visitor's status. */
-tpdp_status tpdp_module_apply(tpdp_module *root, tpdp_module_visit_fn fn,
-                              void *ctx);
+TPDP_API tpdp_status tpdp_module_apply(tpdp_module *root,
+                                       tpdp_module_visit_fn fn, void *ctx);
 
 /* Modules of set[0..n) that have no proper ancestor in the set (seed 001
  * _get_root_modules), in input order, duplicates once. `out` has room for n.
  * Errors: NULL pointers, n < 0, a NULL entry. */
-tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
-                                     tpdp_module **out, int *nout);
+TPDP_API tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
+                                              tpdp_module **out, int *nout);
 
 /* ----------------------------------------------------------------- FQNs */
 
 /* The default wrapper prefixes stripped by FQN cleaning:
  * "_fsdp_wrapped_module." and "_checkpoint_wrapped_module." (seed 001);
  * *n receives the count. */
-const char *const *tpdp_fqn_default_prefixes(int *n);
+TPDP_API const char *const *tpdp_fqn_default_prefixes(int *n);
 
 /* Clean an FQN (seed 001 clean_tensor_name): for each prefix in order,
  * remove every occurrence of it anywhere in the name (str.replace
@@ -192,8 +201,8 @@ const char *const *tpdp_fqn_default_prefixes(int *n);
  * defaults; pass a non-NULL list with n = 0 to disable. Writes into buf
  * (NUL-terminated) and returns the cleaned length; if that is >= len the
  * result was truncated. Empty prefixes are skipped. */
-size_t tpdp_fqn_clean(const char *name, const char *const *prefixes, int n,
-                      char *buf, size_t len);
+TPDP_API size_t tpdp_fqn_clean(const char *name, const char *const *prefixes,
+                               int n, char *buf, size_t len);
 
 /* Parameter -> FQNs map (seed 001 _get_param_to_fqns). Parameters appear in
  * order of first encounter in the pre-order traversal (a module's own
@@ -204,17 +213,19 @@ size_t tpdp_fqn_clean(const char *name, const char *const *prefixes, int n,
  * `prefixes` (as tpdp_fqn_clean). The map holds borrowed param pointers and
  * must not outlive the tree. */
 typedef struct tpdp_param_fqns tpdp_param_fqns;
-tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
-                                   const char *const *prefixes, int nprefixes,
-                                   tpdp_param_fqns **out);
-void tpdp_param_fqns_destroy(tpdp_param_fqns *map);
-int tpdp_param_fqns_count(const tpdp_param_fqns *map);
-tpdp_param *tpdp_param_fqns_param(const tpdp_param_fqns *map, int i);
-int tpdp_param_fqns_num(const tpdp_param_fqns *map, int i);
-const char *tpdp_param_fqns_get(const tpdp_param_fqns *map, int i, int j);
+TPDP_API tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
+                                            const char *const *prefixes,
+                                            int nprefixes,
+                                            tpdp_param_fqns **out);
+TPDP_API void tpdp_param_fqns_destroy(tpdp_param_fqns *map);
+TPDP_API int tpdp_param_fqns_count(const tpdp_param_fqns *map);
+TPDP_API tpdp_param *tpdp_param_fqns_param(const tpdp_param_fqns *map, int i);
+TPDP_API int tpdp_param_fqns_num(const tpdp_param_fqns *map, int i);
+TPDP_API const char *tpdp_param_fqns_get(const tpdp_param_fqns *map, int i,
+                                         int j);
 /* Index of p in the map; TPDP_ERR_NOT_FOUND if absent. */
-tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
-                                 const tpdp_param *p, int *index);
+TPDP_API tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
+                                          const tpdp_param *p, int *index);
 
 /* ------------------------------------------------------ training states */
 
@@ -225,13 +236,15 @@ typedef enum {
   TPDP_STATE_SUMMON_FULL_PARAMS = 2
 } tpdp_training_state;
 
-const char *tpdp_training_state_name(tpdp_training_state s);
-tpdp_training_state tpdp_module_get_state(const tpdp_module *m);
-tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s);
+TPDP_API const char *tpdp_training_state_name(tpdp_training_state s);
+TPDP_API tpdp_training_state tpdp_module_get_state(const tpdp_module *m);
+TPDP_API tpdp_status tpdp_module_set_state(tpdp_module *m,
+                                           tpdp_training_state s);
 /* TPDP_ERR_STATE unless m's state is one of allowed[0..n); the message names
  * the module, the expected states and the actual one. */
-tpdp_status tpdp_module_check_state(const tpdp_module *m,
-                                    const tpdp_training_state *allowed, int n);
+TPDP_API tpdp_status tpdp_module_check_state(const tpdp_module *m,
+                                             const tpdp_training_state *allowed,
+                                             int n);
 
 /* ------------------------------------------------------------ management */
 
@@ -240,24 +253,24 @@ tpdp_status tpdp_module_check_state(const tpdp_module *m,
  * _is_fsdp_managed_module + _fsdp_use_orig_params). Only the listed modules
  * themselves are skipped, not their subtrees. Marks already present are
  * overwritten. */
-tpdp_status tpdp_module_mark_managed(tpdp_module *root,
-                                     tpdp_module *const *ignored, int nignored,
-                                     int setting);
-int tpdp_module_is_managed(const tpdp_module *m);
+TPDP_API tpdp_status tpdp_module_mark_managed(tpdp_module *root,
+                                              tpdp_module *const *ignored,
+                                              int nignored, int setting);
+TPDP_API int tpdp_module_is_managed(const tpdp_module *m);
 /* The stored setting (0 when not managed). */
-int tpdp_module_managed_setting(const tpdp_module *m);
+TPDP_API int tpdp_module_managed_setting(const tpdp_module *m);
 
 /* Make m a managed unit: `kind` labels the management ("TP", "DP", ...),
  * `suffix` is printed after its name in the tree report (e.g.
  * " FULLY SHARDED"; NULL = " " + kind). Both are copied. A unit manages the
  * parameters of its subtree except those under a nested unit.
  * Errors: TPDP_ERR_ALREADY if m is a unit already (naming its kind). */
-tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
-                                 const char *suffix);
+TPDP_API tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
+                                          const char *suffix);
 /* Errors: TPDP_ERR_NOT_FOUND if m is not a unit. */
-tpdp_status tpdp_module_clear_unit(tpdp_module *m);
+TPDP_API tpdp_status tpdp_module_clear_unit(tpdp_module *m);
 /* The unit's kind, NULL if m is not a unit. */
-const char *tpdp_module_unit_kind(const tpdp_module *m);
+TPDP_API const char *tpdp_module_unit_kind(const tpdp_module *m);
 
 /* ---------------------------------------------------------- tree report */
 
@@ -271,18 +284,20 @@ const char *tpdp_module_unit_kind(const tpdp_module *m);
  * report (its first encounter in pre-order wins; as seed 000 and seed 001,
  * a unit with no parameter has no key and no suffix). */
 typedef struct tpdp_tree_report tpdp_tree_report;
-tpdp_status tpdp_tree_report_create(tpdp_module *root,
-                                    const char *const *prefixes, int nprefixes,
-                                    tpdp_tree_report **out);
-void tpdp_tree_report_destroy(tpdp_tree_report *r);
-const char *tpdp_tree_report_text(const tpdp_tree_report *r);
-int tpdp_tree_report_num_units(const tpdp_tree_report *r);
-const char *tpdp_tree_report_unit(const tpdp_tree_report *r, int i);
-int tpdp_tree_report_num_fqns(const tpdp_tree_report *r, int i);
-const char *tpdp_tree_report_fqn(const tpdp_tree_report *r, int i, int j);
+TPDP_API tpdp_status tpdp_tree_report_create(tpdp_module *root,
+                                             const char *const *prefixes,
+                                             int nprefixes,
+                                             tpdp_tree_report **out);
+TPDP_API void tpdp_tree_report_destroy(tpdp_tree_report *r);
+TPDP_API const char *tpdp_tree_report_text(const tpdp_tree_report *r);
+TPDP_API int tpdp_tree_report_num_units(const tpdp_tree_report *r);
+TPDP_API const char *tpdp_tree_report_unit(const tpdp_tree_report *r, int i);
+TPDP_API int tpdp_tree_report_num_fqns(const tpdp_tree_report *r, int i);
+TPDP_API const char *tpdp_tree_report_fqn(const tpdp_tree_report *r, int i,
+                                          int j);
 /* The map as JSON: {"[CompositeModel]":["l1.weight",...],...} in unit
  * order, no whitespace, strings escaped. Owned by the report. */
-const char *tpdp_tree_report_json(const tpdp_tree_report *r);
+TPDP_API const char *tpdp_tree_report_json(const tpdp_tree_report *r);
 
 /* ----------------------------------------------------------- hooks */
 
@@ -299,24 +314,24 @@ typedef struct {
 /* Register hooks run by forward_begin (pre-hooks) / forward_end (forward
  * hooks), each list in registration order. Registering during a run is
  * allowed; the new hook runs from the next run on. */
-tpdp_status tpdp_module_register_forward_pre_hook(tpdp_module *m,
-                                                  tpdp_forward_hook_fn fn,
-                                                  void *ctx,
-                                                  tpdp_hook_handle *out);
-tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
-                                              tpdp_forward_hook_fn fn,
-                                              void *ctx, tpdp_hook_handle *out);
+TPDP_API tpdp_status tpdp_module_register_forward_pre_hook(
+    tpdp_module *m, tpdp_forward_hook_fn fn, void *ctx, tpdp_hook_handle *out);
+TPDP_API tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
+                                                       tpdp_forward_hook_fn fn,
+                                                       void *ctx,
+                                                       tpdp_hook_handle *out);
 /* Remove a registration (also allowed from inside a hook: a removed hook
  * that has not run yet in the current run is skipped). Errors:
  * TPDP_ERR_ALREADY if it was removed before, TPDP_ERR_NOT_FOUND for an id
  * this module never issued; both name the module. */
-tpdp_status tpdp_hook_remove(tpdp_hook_handle h);
-int tpdp_module_num_hooks(const tpdp_module *m); /* pre + forward, live */
+TPDP_API tpdp_status tpdp_hook_remove(tpdp_hook_handle h);
+TPDP_API int tpdp_module_num_hooks(
+    const tpdp_module *m); /* pre + forward, live */
 
 /* Run m's pre-hooks / forward hooks in order (the framework calls these
  * around m's forward). Allocation-free. */
-tpdp_status tpdp_module_forward_begin(tpdp_module *m);
-tpdp_status tpdp_module_forward_end(tpdp_module *m);
+TPDP_API tpdp_status tpdp_module_forward_begin(tpdp_module *m);
+TPDP_API tpdp_status tpdp_module_forward_end(tpdp_module *m);
 
 /* ----------------------------------------------------------- extensions */
 
@@ -324,10 +339,10 @@ tpdp_status tpdp_module_forward_end(tpdp_module *m);
  * transform here). `key` is copied; `free_fn` (may be NULL) is called on
  * `ptr` when the extension is replaced or removed (ptr NULL) or when the
  * module is destroyed. */
-tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key, void *ptr,
-                                void (*free_fn)(void *));
+TPDP_API tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key,
+                                         void *ptr, void (*free_fn)(void *));
 /* The attached pointer, NULL if none. */
-void *tpdp_module_get_ext(const tpdp_module *m, const char *key);
+TPDP_API void *tpdp_module_get_ext(const tpdp_module *m, const char *key);
 
 #ifdef __cplusplus
 }

@@ -74,13 +74,13 @@ typedef struct {
  * ("empty tensor list"), nlimits == 0 ("empty limit list"), a limit of 0
  * (naming its index), or an `order` that is not a permutation;
  * TPDP_ERR_DTYPE_MISMATCH for a bad dtype; TPDP_ERR_OUT_OF_MEMORY. */
-tpdp_status tpdp_bucket_assign(const tpdp_tensor *tensors, int64_t ntensors,
-                               const size_t *limits, int64_t nlimits,
-                               const int64_t *order,
-                               tpdp_bucket_assignment *out);
+TPDP_API tpdp_status tpdp_bucket_assign(const tpdp_tensor *tensors,
+                                        int64_t ntensors, const size_t *limits,
+                                        int64_t nlimits, const int64_t *order,
+                                        tpdp_bucket_assignment *out);
 
 /* Free the arrays of an assignment and zero it. NULL is a no-op. */
-void tpdp_bucket_assignment_free(tpdp_bucket_assignment *a);
+TPDP_API void tpdp_bucket_assignment_free(tpdp_bucket_assignment *a);
 
 /* ---------------------------------------------------------------- reducer */
 
@@ -171,7 +171,7 @@ typedef struct {
 } tpdp_reducer_options;
 
 /* The defaults listed above. */
-tpdp_reducer_options tpdp_reducer_options_default(void);
+TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
 
 /*
  * Create a reducer over `nparams` local parameters and a communicator
@@ -202,15 +202,16 @@ tpdp_reducer_options tpdp_reducer_options_default(void);
  * TPDP_ERR_DTYPE_MISMATCH (grad unlike its param, non-float dtype, or ranks
  * disagreeing); communicator errors.
  */
-tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
-                                int64_t nparams,
-                                const tpdp_reducer_options *options,
-                                tpdp_reducer **out);
+TPDP_API tpdp_status tpdp_reducer_create(tpdp_comm *comm,
+                                         tpdp_reducer_param *params,
+                                         int64_t nparams,
+                                         const tpdp_reducer_options *options,
+                                         tpdp_reducer **out);
 
 /* Wait for reductions still in flight (this blocks if other ranks never
  * launched them), free the buffers and the reducer. In view mode the
  * caller's grad views point into freed memory afterwards. NULL is a no-op. */
-tpdp_status tpdp_reducer_destroy(tpdp_reducer *r);
+TPDP_API tpdp_status tpdp_reducer_destroy(tpdp_reducer *r);
 
 /* Start an iteration (call before backward). After the first synchronised
  * iteration, the first prepare rebuilds the buckets once in the observed
@@ -220,7 +221,7 @@ tpdp_status tpdp_reducer_destroy(tpdp_reducer *r);
  * grad views again (tpdp_reducer_rebuilt tells whether it happened).
  * Errors: TPDP_ERR_STATE when the previous iteration's reduction has not
  * finished (naming the parameters never marked ready). */
-tpdp_status tpdp_reducer_prepare(tpdp_reducer *r);
+TPDP_API tpdp_status tpdp_reducer_prepare(tpdp_reducer *r);
 
 /* Mark parameter `index`'s gradient ready (call from the gradient hook once
  * the gradient is written). When every gradient of the next bucket in
@@ -232,11 +233,12 @@ tpdp_status tpdp_reducer_prepare(tpdp_reducer *r);
  * (no prepare; in view mode a grad view that no longer aliases its bucket);
  * TPDP_ERR_ALREADY (marked twice in one iteration: the message names the
  * parameter and the likely causes); launch errors. */
-tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index);
+TPDP_API tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index);
 
 /* Same, finding the parameter by its data pointer (params[i].param.data),
  * in O(log n). Errors: TPDP_ERR_NOT_FOUND for an unknown pointer. */
-tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data);
+TPDP_API tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r,
+                                                 const void *data);
 
 /* End the iteration: in find_unused / static-graph mode treat unmarked
  * parameters as unused, launch the remaining buckets, wait for all, and
@@ -248,36 +250,37 @@ tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data);
  * find_unused_parameters, named; the reducer stays in the iteration so
  * they can still be marked; a grad view no longer aliasing its bucket);
  * communicator and hook errors. */
-tpdp_status tpdp_reducer_finalize(tpdp_reducer *r);
+TPDP_API tpdp_status tpdp_reducer_finalize(tpdp_reducer *r);
 
 /* no_sync: sync = 0 makes the following iterations accumulate gradients
  * locally (nothing is communicated); sync = 1 (default) makes the next
  * iteration reduce the accumulated sum. Errors: TPDP_ERR_STATE inside an
  * iteration (between prepare and finalize). */
-tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync);
+TPDP_API tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync);
 
 /* The current gradient view of parameter `index` (in view mode a slice of
  * its bucket buffer). Errors: TPDP_ERR_NOT_FOUND, NULL pointers. */
-tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r, int64_t index,
-                                   tpdp_tensor *out);
+TPDP_API tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r,
+                                            int64_t index, tpdp_tensor *out);
 
 /* Number of buckets (0 for NULL). */
-int64_t tpdp_reducer_num_buckets(const tpdp_reducer *r);
+TPDP_API int64_t tpdp_reducer_num_buckets(const tpdp_reducer *r);
 
 /* Bucket `bucket` in launch order: its parameter indices (owned by the
  * reducer, valid until the next rebuild or destroy), their count, bytes and
  * size limit. Any out pointer may be NULL. Errors: TPDP_ERR_NOT_FOUND. */
-tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
-                                const int64_t **params, int64_t *count,
-                                size_t *bytes, size_t *limit);
+TPDP_API tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
+                                         const int64_t **params, int64_t *count,
+                                         size_t *bytes, size_t *limit);
 
 /* Parameters treated as unused by the last synchronised finalize (in
  * ascending order; owned by the reducer, valid until the next finalize). */
-tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
-                                       const int64_t **params, int64_t *count);
+TPDP_API tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
+                                                const int64_t **params,
+                                                int64_t *count);
 
 /* 1 once the buckets have been rebuilt in gradient-ready order. */
-int tpdp_reducer_rebuilt(const tpdp_reducer *r);
+TPDP_API int tpdp_reducer_rebuilt(const tpdp_reducer *r);
 
 /* Where the reducer's time went, accumulated since creation. total covers
  * everything inside prepare, mark_ready(_ptr) and finalize; comm and data
@@ -293,8 +296,8 @@ typedef struct {
   int64_t iterations; /* successful finalize calls */
 } tpdp_reducer_stats;
 
-tpdp_status tpdp_reducer_get_stats(const tpdp_reducer *r,
-                                   tpdp_reducer_stats *out);
+TPDP_API tpdp_status tpdp_reducer_get_stats(const tpdp_reducer *r,
+                                            tpdp_reducer_stats *out);
 
 #ifdef __cplusplus
 }

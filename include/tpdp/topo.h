@@ -41,9 +41,9 @@ typedef struct tpdp_topo tpdp_topo; /* opaque */
  * *out is owned by the caller: free with tpdp_topo_destroy.
  * Errors: TPDP_ERR_NULL_POINTER, TPDP_ERR_IO (XML missing or unreadable,
  * naming the file), TPDP_ERR_INTERNAL (hwloc failed, with errno text). */
-tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out);
+TPDP_API tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out);
 /* NULL is a no-op. */
-void tpdp_topo_destroy(tpdp_topo *topo);
+TPDP_API void tpdp_topo_destroy(tpdp_topo *topo);
 
 typedef struct {
   int packages;
@@ -54,10 +54,11 @@ typedef struct {
 } tpdp_topo_counts;
 
 /* Fill *out. Errors: NULL pointers. */
-tpdp_status tpdp_topo_get_counts(const tpdp_topo *topo, tpdp_topo_counts *out);
+TPDP_API tpdp_status tpdp_topo_get_counts(const tpdp_topo *topo,
+                                          tpdp_topo_counts *out);
 
 /* "this machine" or the XML path. */
-const char *tpdp_topo_source(const tpdp_topo *topo);
+TPDP_API const char *tpdp_topo_source(const tpdp_topo *topo);
 
 typedef struct {
   int index;           /* 0.. in PCI bus id order */
@@ -75,11 +76,12 @@ typedef struct {
 
 /* Information on GPU `index`. Errors: NULL pointers, index out of range
  * (TPDP_ERR_INVALID_ARGUMENT naming the count). */
-tpdp_status tpdp_topo_gpu(const tpdp_topo *topo, int index, tpdp_gpu_info *out);
+TPDP_API tpdp_status tpdp_topo_gpu(const tpdp_topo *topo, int index,
+                                   tpdp_gpu_info *out);
 
 /* 1 if at least two GPUs share a PCIe switch (so switch domains say
  * something), else 0. */
-int tpdp_topo_shows_switches(const tpdp_topo *topo);
+TPDP_API int tpdp_topo_shows_switches(const tpdp_topo *topo);
 
 typedef struct {
   int gpu;     /* GPU of the rank (local_rank mod gpus), -1 without GPUs */
@@ -100,8 +102,9 @@ typedef struct {
  * The set holds every PU of the chosen cores.
  * Errors: NULL pointers, nlocal < 1 or local_rank outside [0, nlocal)
  * (TPDP_ERR_INVALID_ARGUMENT). */
-tpdp_status tpdp_topo_binding_for(const tpdp_topo *topo, int local_rank,
-                                  int nlocal, tpdp_binding *out);
+TPDP_API tpdp_status tpdp_topo_binding_for(const tpdp_topo *topo,
+                                           int local_rank, int nlocal,
+                                           tpdp_binding *out);
 
 /* Compute the binding and bind this process to it (hwloc_set_cpubind),
  * logging it at INFO. With TPDP_BIND=0 in the environment nothing is bound
@@ -109,8 +112,8 @@ tpdp_status tpdp_topo_binding_for(const tpdp_topo *topo, int local_rank,
  * Errors: those of tpdp_topo_binding_for, TPDP_ERR_STATE (topology loaded
  * from XML: not this machine), TPDP_ERR_UNSUPPORTED (the OS refused the
  * binding, with errno text). */
-tpdp_status tpdp_topo_bind_self(const tpdp_topo *topo, int local_rank,
-                                int nlocal, tpdp_binding *out);
+TPDP_API tpdp_status tpdp_topo_bind_self(const tpdp_topo *topo, int local_rank,
+                                         int nlocal, tpdp_binding *out);
 
 /* The usual call after tpdp_init: load this machine's topology, find this
  * rank's host-local rank among the ranks of `comm` on the same host
@@ -118,13 +121,13 @@ tpdp_status tpdp_topo_bind_self(const tpdp_topo *topo, int local_rank,
  * (TPDP_BIND=0 opts out). Collective over `comm` (a host communicator,
  * e.g. the world). out may be NULL. Errors: those of tpdp_topo_load,
  * tpdp_comm_local_rank and tpdp_topo_bind_self. */
-tpdp_status tpdp_topo_bind_rank(tpdp_comm *comm, tpdp_binding *out);
+TPDP_API tpdp_status tpdp_topo_bind_rank(tpdp_comm *comm, tpdp_binding *out);
 
 /* Machine tree (packages, NUMA nodes, cores, GPUs) and the GPU affinity
  * table as text, snprintf-style: writes at most len bytes (NUL-terminated
  * when len > 0) and returns the length the full text needs. On a machine
  * without GPUs the text says "no GPUs found". */
-size_t tpdp_topo_format(const tpdp_topo *topo, char *buf, size_t len);
+TPDP_API size_t tpdp_topo_format(const tpdp_topo *topo, char *buf, size_t len);
 
 /* ---------------------------------------------------------- mesh advice
  *
@@ -159,12 +162,13 @@ typedef struct {
 
 /* Advice for mesh `mesh_spec` ("dp=4,tp=8", see tpdp_mesh_parse) on hosts
  * like `topo`. Errors: NULL pointers, the parse errors of tpdp_mesh_parse. */
-tpdp_status tpdp_topo_advise(const tpdp_topo *topo, const char *mesh_spec,
-                             tpdp_placement_advice *out);
+TPDP_API tpdp_status tpdp_topo_advise(const tpdp_topo *topo,
+                                      const char *mesh_spec,
+                                      tpdp_placement_advice *out);
 
 /* The advice as a few lines of text, snprintf-style (see tpdp_topo_format). */
-size_t tpdp_topo_advice_format(const tpdp_placement_advice *advice, char *buf,
-                               size_t len);
+TPDP_API size_t tpdp_topo_advice_format(const tpdp_placement_advice *advice,
+                                        char *buf, size_t len);
 
 #ifdef __cplusplus
 }

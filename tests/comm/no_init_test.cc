@@ -167,7 +167,7 @@ TEST(MeshParse, Errors) {
     SCOPED_TRACE(c.text);
     tpdp_mesh *m = reinterpret_cast<tpdp_mesh *>(0x1);
     EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(nullptr, c.text, &m),
-                      c.status, "tpdp_mesh_parse", c.needle);
+                      c.status, "tpdp_mesh_create_from_string: ", c.needle);
     EXPECT_EQ(m, reinterpret_cast<tpdp_mesh *>(0x1));  // parse fails first
   }
 }

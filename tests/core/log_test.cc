@@ -85,7 +85,10 @@ TEST_F(Log, TraceShowsFailedCalls) {
   tpdp_dtype d;
   EXPECT_EQ(tpdp_dtype_parse("f7", &d), TPDP_ERR_PARSE);
   std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_NE(err.find("[rank 0] tpdp TRACE: error TPDP_ERR_PARSE"),
+  // Where the error was recorded: file:line, status, message.
+  EXPECT_NE(err.find("[rank 0] tpdp TRACE: core/tensor.c:"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find(": TPDP_ERR_PARSE: tpdp_dtype_parse: unknown dtype"),
             std::string::npos)
       << err;
   EXPECT_NE(err.find("'f7'"), std::string::npos) << err;

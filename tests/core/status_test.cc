@@ -47,24 +47,77 @@ TEST(Status, LastErrorNamesFunctionAndIsThreadLocal) {
 
 TEST(Version, RuntimeMatchesHeader) { EXPECT_EQ(tpdp_version(), TPDP_VERSION); }
 
-extern "C" {
 #include "core/check.h"
+
+// Stand-ins for library functions, built with the library's own macros: two
+// "public" functions (TPDP_API_ENTRY) and a static helper below them.
+static tpdp_status helper_that_fails(int x) {
+  return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "x = %d is odd", x);
+}
+static tpdp_status tpdp_fake_inner(int x) {
+  TPDP_API_ENTRY;
+  CHECK(helper_that_fails(x));
+  return TPDP_SUCCESS;
+}
+static const int kCheckLine = __LINE__ - 3;  // the CHECK above
+static tpdp_status tpdp_fake_outer(int x) {
+  TPDP_API_ENTRY;
+  tpdp_status st = tpdp_fake_inner(x);
+  if (st != TPDP_SUCCESS)
+    return TPDP_ERR(st, "while doing the outer thing: %s", core_error_detail());
+  return TPDP_SUCCESS;
+}
+
+TEST(Status, ThePublicFunctionCalledNamesTheErrorOnce) {
+  // A helper's error carries the name of the public function it left
+  // through, not the helper's.
+  EXPECT_EQ(tpdp_fake_inner(3), TPDP_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(tpdp_last_error(), "tpdp_fake_inner: x = 3 is odd");
+  EXPECT_STREQ(core_error_detail(), "x = 3 is odd");
+  // Nested public calls: the outermost (the one the caller called) names
+  // it, once.
+  EXPECT_EQ(tpdp_fake_outer(5), TPDP_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(tpdp_last_error(),
+               "tpdp_fake_outer: while doing the outer thing: x = 5 is odd");
+  // The frame is left on every return path: a later error outside any
+  // public function is named "tpdp".
+  EXPECT_EQ(core_api.depth, 0);
+  TPDP_ERR(TPDP_ERR_IO, "no public function");
+  EXPECT_STREQ(tpdp_last_error(), "tpdp: no public function");
 }
 
 TEST(Status, WrappingTheLastErrorInANewOneIsSafe) {
-  // A caller may pass tpdp_last_error() as an argument of its own message.
-  tpdp_set_error(TPDP_ERR_PARSE, "inner_fn", "bad token '%s'", "x");
-  tpdp_status st = tpdp_set_error(TPDP_ERR_IO, "outer_fn", "reading cfg: %s",
-                                  tpdp_last_error());
+  // A message may take tpdp_last_error() as an argument of its own.
+  TPDP_ERR(TPDP_ERR_PARSE, "bad token '%s'", "x");
+  tpdp_status st = TPDP_ERR(TPDP_ERR_IO, "reading cfg: %s", tpdp_last_error());
   EXPECT_EQ(st, TPDP_ERR_IO);
-  EXPECT_STREQ(tpdp_last_error(),
-               "outer_fn: reading cfg: inner_fn: bad token 'x'");
+  EXPECT_STREQ(tpdp_last_error(), "tpdp: reading cfg: tpdp: bad token 'x'");
 }
 
 TEST(Status, LongMessagesAreTruncatedNotOverflowed) {
   std::string big(5000, 'z');
-  tpdp_set_error(TPDP_ERR_INTERNAL, "f", "%s", big.c_str());
+  TPDP_ERR(TPDP_ERR_INTERNAL, "%s", big.c_str());
   std::string msg = tpdp_last_error();
   EXPECT_LT(msg.size(), 1024u);
-  EXPECT_EQ(msg.rfind("f: zzz", 0), 0u);
+  EXPECT_EQ(msg.rfind("tpdp: zzz", 0), 0u);
+}
+
+TEST(Status, TraceLogsWhereAnErrorWasRecordedAndEachPropagation) {
+  tpdp_log_level saved = tpdp_log_get_level();
+  tpdp_log_set_level(TPDP_LOG_TRACE);
+  testing::internal::CaptureStderr();
+  tpdp_fake_inner(7);
+  std::string log = testing::internal::GetCapturedStderr();
+  tpdp_log_set_level(saved);
+  // The origin, with file:line, status and message ...
+  EXPECT_NE(log.find("status_test.cc:"), std::string::npos) << log;
+  EXPECT_NE(
+      log.find("TPDP_ERR_INVALID_ARGUMENT: tpdp_fake_inner: x = 7 is odd"),
+      std::string::npos)
+      << log;
+  // ... and the CHECK that propagated it, as "file:line -> STATUS".
+  EXPECT_NE(log.find("status_test.cc:" + std::to_string(kCheckLine) +
+                     " -> TPDP_ERR_INVALID_ARGUMENT"),
+            std::string::npos)
+      << log;
 }

@@ -1,0 +1,63 @@
+/*
+ * Internal: small helpers shared by the library and by tools/ (one copy of
+ * each): string duplication, a monotonic clock, integer environment
+ * variables, a growable string with JSON escaping, a pointer map. Not
+ * installed. Nothing here records errors: allocation failures come back as
+ * NULL / -1 / a `failed` flag, and the caller reports them in its own way.
+ */
+#ifndef TPDP_CORE_UTIL_H
+#define TPDP_CORE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* malloc'ed copy of s; NULL if s is NULL or memory is short. */
+char *core_strdup(const char *s);
+
+/* Seconds on CLOCK_MONOTONIC. */
+double core_now_s(void);
+
+/* An integer environment variable; `dflt` when unset, or (with a WARN log
+ * naming the variable) when it is not an integer. */
+long core_env_long(const char *name, long dflt);
+
+/* Growable NUL-terminated string. Zero-initialise; `failed` is set (and
+ * further appends ignored) once an allocation fails. */
+typedef struct {
+  char *s;
+  size_t len, cap;
+  int failed;
+} core_strbuf;
+void core_sb_append(core_strbuf *b, const char *s, size_t n);
+void core_sb_puts(core_strbuf *b, const char *s);
+void core_sb_printf(core_strbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void core_sb_free(core_strbuf *b);
+/* Append s as a JSON string literal: quotes, backslash, control characters
+ * escaped; valid UTF-8 copied as is; each byte of invalid UTF-8 written as
+ * \u00XX (its Latin-1 reading), so the output is always valid JSON. */
+void core_sb_json_string(core_strbuf *b, const char *s);
+
+/* Open-addressing map from non-NULL pointers to ints. */
+typedef struct {
+  const void **keys;
+  int *vals;
+  size_t cap; /* power of two */
+  size_t n;
+} core_ptrmap;
+/* 0, or -1 when memory is short (the map is then empty). */
+int core_ptrmap_init(core_ptrmap *m, size_t expected);
+void core_ptrmap_free(core_ptrmap *m);
+/* Value of key, or -1 if absent. */
+int core_ptrmap_get(const core_ptrmap *m, const void *key);
+/* 0, or -1 when memory is short or key is NULL (the map is unchanged). */
+int core_ptrmap_put(core_ptrmap *m, const void *key, int val);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPDP_CORE_UTIL_H */
