@@ -352,7 +352,7 @@ tpdp_status tpdp_tree_report_create(tpdp_module *root,
   CHECK_GOTO(tpdp_module_apply(root, rep_visit, &c), st, fail);
   CHECK_GOTO(TPDP_CALLOC(r, 1), st, fail);
 
-  /* Text: a unit's suffix only when it manages a parameter (seed 000). */
+  /* Text: a unit's suffix only when it manages a parameter (as PyTorch FSDP's debug report). */
   core_sb_append(&text, "", 0);
   for (int i = 0; i < c.nlines; i++) {
     const line_entry *ln = &c.lines[i];

@@ -1,4 +1,4 @@
-/* TP+DP composition (seed 004): localize DTensor parameters for DP and
+/* TP+DP composition (PyTorch's TP-inside-DDP): localize DTensor parameters for DP and
  * reconstruct them around forward with hooks on the root module.
  *
  * Unlike the seed, which walks named_parameters() and rebuilds parameter

@@ -228,7 +228,7 @@ TPDP_API tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
 
 /* ------------------------------------------ TP+DP hooks (tp/hooks.c)
  *
- * The seed-004 composition: DP sees plain local tensors, forward sees
+ * PyTorch's TP-inside-DDP composition (DTensor parameters localized before DDP wraps the model): DP sees plain local tensors, forward sees
  * DTensors. The module tree is core's (tpdp/module.h); a parameter with a
  * spec is a DTensor parameter.
  *

@@ -113,7 +113,7 @@ typedef enum {
   TPDP_PARAM_LOCALIZED = 2 /* spec set but stashed: exposed as local tensor */
 } tpdp_param_form;
 
-/* Parameter handle training state (seed 001 HandleTrainingState). */
+/* Parameter handle training state (PyTorch FSDP's HandleTrainingState). */
 typedef enum {
   TPDP_HANDLE_IDLE = 0,
   TPDP_HANDLE_FORWARD = 1,
@@ -176,13 +176,13 @@ TPDP_API const char *tpdp_handle_state_name(tpdp_handle_state s);
 typedef tpdp_status (*tpdp_module_visit_fn)(tpdp_module *m, const char *prefix,
                                             int level, void *ctx);
 
-/* Pre-order traversal of root's subtree (seed 001 _apply_to_modules); the
+/* Pre-order traversal of root's subtree (PyTorch FSDP's _apply_to_modules); the
  * root's prefix is "" even if it has a parent. Errors: NULL pointers,
  * TPDP_ERR_OUT_OF_MEMORY, or the visitor's status. */
 TPDP_API tpdp_status tpdp_module_apply(tpdp_module *root,
                                        tpdp_module_visit_fn fn, void *ctx);
 
-/* Modules of set[0..n) that have no proper ancestor in the set (seed 001
+/* Modules of set[0..n) that have no proper ancestor in the set (PyTorch FSDP's
  * _get_root_modules), in input order, duplicates once. `out` has room for n.
  * Errors: NULL pointers, n < 0, a NULL entry. */
 TPDP_API tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
@@ -191,11 +191,11 @@ TPDP_API tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
 /* ----------------------------------------------------------------- FQNs */
 
 /* The default wrapper prefixes stripped by FQN cleaning:
- * "_fsdp_wrapped_module." and "_checkpoint_wrapped_module." (seed 001);
+ * "_fsdp_wrapped_module." and "_checkpoint_wrapped_module." (PyTorch FSDP's defaults);
  * *n receives the count. */
 TPDP_API const char *const *tpdp_fqn_default_prefixes(int *n);
 
-/* Clean an FQN (seed 001 clean_tensor_name): for each prefix in order,
+/* Clean an FQN (PyTorch FSDP's clean_tensor_name): for each prefix in order,
  * remove every occurrence of it anywhere in the name (str.replace
  * semantics, left to right, non-overlapping). prefixes == NULL uses the
  * defaults; pass a non-NULL list with n = 0 to disable. Writes into buf
@@ -204,7 +204,7 @@ TPDP_API const char *const *tpdp_fqn_default_prefixes(int *n);
 TPDP_API size_t tpdp_fqn_clean(const char *name, const char *const *prefixes,
                                int n, char *buf, size_t len);
 
-/* Parameter -> FQNs map (seed 001 _get_param_to_fqns). Parameters appear in
+/* Parameter -> FQNs map (PyTorch FSDP's _get_param_to_fqns). Parameters appear in
  * order of first encounter in the pre-order traversal (a module's own
  * parameters in registration order, then its children), each parameter
  * object once. With dedup_shared != 0 a parameter's list holds only the FQN
@@ -229,7 +229,7 @@ TPDP_API tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
 
 /* ------------------------------------------------------ training states */
 
-/* Training state of a module / managed unit (seed 001 TrainingState). */
+/* Training state of a module / managed unit (PyTorch FSDP's TrainingState). */
 typedef enum {
   TPDP_STATE_IDLE = 0,
   TPDP_STATE_FORWARD_BACKWARD = 1,
@@ -249,7 +249,7 @@ TPDP_API tpdp_status tpdp_module_check_state(const tpdp_module *m,
 /* ------------------------------------------------------------ management */
 
 /* Mark every module of root's subtree (root included) except those in
- * ignored[0..nignored) as managed, storing `setting` with each (seed 002:
+ * ignored[0..nignored) as managed, storing `setting` with each (as PyTorch FSDP's dynamo utils:
  * _is_fsdp_managed_module + _fsdp_use_orig_params). Only the listed modules
  * themselves are skipped, not their subtrees. Marks already present are
  * overwritten. */
@@ -274,14 +274,14 @@ TPDP_API const char *tpdp_module_unit_kind(const tpdp_module *m);
 
 /* ---------------------------------------------------------- tree report */
 
-/* Sharded tree report (seed 000). text: one line per module in pre-order,
+/* Sharded tree report (as PyTorch FSDP's debug utils print it). text: one line per module in pre-order,
  * "fqn[Class]" (root "[Class]"), 4 spaces per level, each line ending with
  * '\n'; a unit that manages at least one parameter gets its suffix after
  * the name. map: for each such unit in pre-order, key "fqn[Class]" ->
  * FQNs (from root, cleaned with prefixes as tpdp_fqn_clean) of the
  * parameters it manages: the registrations in its subtree outside nested
  * units, in traversal order, each parameter object once across the whole
- * report (its first encounter in pre-order wins; as seed 000 and seed 001,
+ * report (its first encounter in pre-order wins; as PyTorch FSDP's report and _get_param_to_fqns,
  * a unit with no parameter has no key and no suffix). */
 typedef struct tpdp_tree_report tpdp_tree_report;
 TPDP_API tpdp_status tpdp_tree_report_create(tpdp_module *root,

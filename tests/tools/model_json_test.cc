@@ -1,7 +1,7 @@
 // Model descriptions (tools/model_json.h): the tree, FQNs, leaf list and
 // parameter counts (shared parameters once), and every parse error naming
 // the JSON path at fault. Expected values are worked by hand from the
-// fixtures (tests/data/seed000_model.json, tests/data/tied_model.json).
+// fixtures (tests/data/composite_model.json, tests/data/tied_model.json).
 #include "tools/model_json.h"
 
 #include <cstdio>
@@ -36,7 +36,7 @@ std::vector<int64_t> LeafCounts(const tpdp_model_desc *d) {
 TEST(ModelJson, Seed000Tree) {
   Desc m;
   ASSERT_TPDP_OK(
-      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   const tpdp_model_desc *d = m.d;
   // Seed 000's tree, line by line: FQN[class] in pre-order.
   std::vector<std::string> want = {

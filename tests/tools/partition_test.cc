@@ -228,7 +228,7 @@ struct Loaded {
 TEST(Partition, Seed000HandWorked) {
   Loaded m;
   ASSERT_TPDP_OK(
-      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   auto w = m.Weights();
   std::vector<int> b(5);
   int64_t mx = 0;
@@ -266,9 +266,9 @@ TEST(Partition, Seed000HandWorked) {
 TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
   Loaded m;
   ASSERT_TPDP_OK(
-      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   ASSERT_TPDP_OK(tpdp_partition_edges_load(
-      m.d, DataPath("seed000_edges_two.json").c_str(), &m.e, &m.ne));
+      m.d, DataPath("composite_edges_two.json").c_str(), &m.e, &m.ne));
   ASSERT_EQ(m.ne, 2);
   EXPECT_EQ(m.e[0].src, 0);  // l1
   EXPECT_EQ(m.e[0].dst, 5);  // u1.l2
@@ -288,7 +288,7 @@ TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
 TEST(Partition, EdgesParseErrors) {
   Loaded m;
   ASSERT_TPDP_OK(
-      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   tpdp_partition_edge *e = nullptr;
   int n = -1;
   // A non-leaf destination means its first leaf.

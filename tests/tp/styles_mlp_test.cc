@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/styles/styles_test_util.h"
+#include "tests/tp/styles_test_util.h"
 
 namespace {
 

@@ -46,7 +46,7 @@ std::vector<std::string> Bucket(const tpdp_plan *p, int t, int b) {
 TEST(Plan, Seed000TreeAndMap) {
   Desc m;
   ASSERT_TPDP_OK(
-      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   Plan p;
   ASSERT_TPDP_OK(tpdp_plan_compute(
       m.d, R"({"mesh": {"dp": 2}, "units": ["", "u1", "u2"]})", nullptr, 0,
@@ -88,7 +88,7 @@ TEST(Plan, Seed000TreeAndMap) {
 TEST(Plan, TensorParallelShapesBytesBuckets) {
   Desc m;
   ASSERT_TPDP_OK(
-      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   Plan p;
   size_t limits[2] = {256, 512};
   ASSERT_TPDP_OK(
@@ -175,7 +175,7 @@ TEST(Plan, SharedParameterCountedOnce) {
 TEST(Plan, Errors) {
   Desc m;
   ASSERT_TPDP_OK(
-      tpdp_model_desc_load(DataPath("seed000_model.json").c_str(), &m.d));
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   tpdp_plan *p = nullptr;
   EXPECT_TPDP_ERROR(
       tpdp_plan_compute(m.d,

@@ -2,7 +2,7 @@
 // names the culprit and leaves the tree unchanged.
 #include <string>
 
-#include "tests/styles/styles_test_util.h"
+#include "tests/tp/styles_test_util.h"
 
 namespace {
 
