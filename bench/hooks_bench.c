@@ -136,7 +136,7 @@ static void seed_style(tpdp_module *root, tpdp_param_form form) {
     }
     TRY(tpdp_param_set_form(p, form));
   }
-  tpdp_param_fqns_destroy(map);
+  TRY(tpdp_param_fqns_destroy(map));
 }
 
 int main(int argc, char **argv) {
@@ -241,7 +241,7 @@ int main(int argc, char **argv) {
   printf("hooks: %.1f ns/param, %g allocations per step\n", ns, allocs);
 
   TRY(tpdp_module_destroy(root));
-  for (int i = 0; i < NPARAMS; i++) tpdp_spec_destroy(specs[i]);
+  for (int i = 0; i < NPARAMS; i++) TRY(tpdp_spec_destroy(specs[i]));
   tpdp_mesh_destroy(mesh);
   return 0;
 }

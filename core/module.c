@@ -1,5 +1,6 @@
 /* Module tree: modules, parameters, buffers, traversal, training states,
  * management marks, forward hook registry, extensions. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,8 @@ size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len) {
   return total;
 }
 
-void core_module_label(const tpdp_module *m, char *buf, size_t len) {
-  if (len == 0) return;
+void tpdp_module_label(const tpdp_module *m, char *buf, size_t len) {
+  if (buf == NULL || len == 0) return;
   size_t n = tpdp_module_fqn(m, buf, len);
   if (n >= len) n = strlen(buf);
   snprintf(buf + n, len - n, "[%s]", m ? m->class_name : "?");
@@ -45,7 +46,19 @@ void core_module_label(const tpdp_module *m, char *buf, size_t len) {
 
 #define LABEL(m, var) \
   char var[256];      \
-  core_module_label((m), var, sizeof var)
+  tpdp_module_label((m), var, sizeof var)
+
+/* See tpdp_module_tree_generation: bumped by every change that can bring a
+ * DTensor parameter into a tree. Relaxed: readers only compare it. */
+static _Atomic uint64_t tree_generation = 1;
+
+static void tree_changed(void) {
+  atomic_fetch_add_explicit(&tree_generation, 1, memory_order_relaxed);
+}
+
+uint64_t tpdp_module_tree_generation(void) {
+  return atomic_load_explicit(&tree_generation, memory_order_relaxed);
+}
 
 static tpdp_status check_name(const tpdp_module *m, const char *name,
                               const char *what) {
@@ -175,6 +188,7 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
     free(nm);
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   }
+  tree_changed();
   return TPDP_SUCCESS;
 }
 
@@ -192,6 +206,7 @@ tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
   m->params[m->nparams].param = p;
   m->nparams++;
   p->refcount++;
+  tree_changed();
   return TPDP_SUCCESS;
 }
 
@@ -356,6 +371,7 @@ tpdp_status tpdp_param_set_spec(tpdp_param *p, const struct tpdp_spec *spec) {
   CHECK_PTR(p);
   p->spec = spec;
   p->form = spec ? TPDP_PARAM_DTENSOR : TPDP_PARAM_PLAIN;
+  tree_changed();
   return TPDP_SUCCESS;
 }
 
@@ -407,6 +423,34 @@ tpdp_status tpdp_param_set_state(tpdp_param *p, tpdp_handle_state state) {
                     "handle state %d outside [0, %d]", (int)state,
                     (int)TPDP_HANDLE_SUMMON_FULL_PARAMS);
   p->state = state;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_params_set_form_state(tpdp_param *const *params, int n,
+                                       tpdp_param_form form,
+                                       tpdp_handle_state state) {
+  TPDP_API_ENTRY;
+  if (n < 0) return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "n = %d < 0", n);
+  if (n > 0) CHECK_PTR(params);
+  if (form != TPDP_PARAM_DTENSOR && form != TPDP_PARAM_LOCALIZED)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "form %d is not DTENSOR (1) or LOCALIZED (2)", (int)form);
+  if ((int)state < 0 || state > TPDP_HANDLE_SUMMON_FULL_PARAMS)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "handle state %d outside [0, %d]", (int)state,
+                    (int)TPDP_HANDLE_SUMMON_FULL_PARAMS);
+  for (int i = 0; i < n; i++) {
+    if (params[i] == NULL)
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER, "params[%d] is NULL", i);
+    if (params[i]->spec == NULL)
+      return TPDP_ERR(TPDP_ERR_STATE,
+                      "params[%d] has no spec: it cannot become %s", i,
+                      form == TPDP_PARAM_DTENSOR ? "DTENSOR" : "LOCALIZED");
+  }
+  for (int i = 0; i < n; i++) {
+    params[i]->form = form;
+    params[i]->state = state;
+  }
   return TPDP_SUCCESS;
 }
 
@@ -687,15 +731,11 @@ const char *tpdp_module_unit_kind(const tpdp_module *m) {
 static tpdp_status register_hook(tpdp_module *m, tpdp_hook_list *l,
                                  tpdp_forward_hook_fn fn, void *ctx,
                                  tpdp_hook_handle *out) {
-  if (out) {
-    out->module = NULL;
-    out->id = 0;
-  }
-  if (m == NULL || fn == NULL || out == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL",
-                    m == NULL    ? "m"
-                    : fn == NULL ? "fn"
-                                 : "out");
+  CHECK_PTR(out);
+  out->module = NULL;
+  out->id = 0;
+  CHECK_PTR(m);
+  CHECK_PTR(fn);
   CHECK(core_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items));
   tpdp_hook_entry *e = &l->items[l->n++];
   e->id = m->next_hook_id++;
@@ -787,13 +827,22 @@ static tpdp_status run_hooks(tpdp_module *m, tpdp_hook_list *l) {
 tpdp_status tpdp_module_forward_begin(tpdp_module *m) {
   TPDP_API_ENTRY;
   CHECK_PTR(m);
-  return run_hooks(m, &m->pre_hooks);
+  m->forward_depth++;
+  tpdp_status st = run_hooks(m, &m->pre_hooks);
+  if (st != TPDP_SUCCESS) m->forward_depth--; /* the forward did not start */
+  return st;
 }
 
 tpdp_status tpdp_module_forward_end(tpdp_module *m) {
   TPDP_API_ENTRY;
   CHECK_PTR(m);
-  return run_hooks(m, &m->post_hooks);
+  tpdp_status st = run_hooks(m, &m->post_hooks);
+  if (m->forward_depth > 0) m->forward_depth--;
+  return st;
+}
+
+int tpdp_module_in_forward(const tpdp_module *m) {
+  return (m && m->forward_depth > 0) ? 1 : 0;
 }
 
 /* ----------------------------------------------------------- extensions */

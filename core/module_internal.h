@@ -1,6 +1,6 @@
 /*
- * Internal to core/module*.c: the module tree's structs and small helpers
- * (a growable string, a pointer hash set). Not installed, not used by tp/.
+ * Internal to core/module*.c: the module tree's structs. Not installed, not
+ * used by tp/ (which goes through tpdp/module.h).
  */
 #ifndef TPDP_CORE_MODULE_INTERNAL_H
 #define TPDP_CORE_MODULE_INTERNAL_H
@@ -73,14 +73,12 @@ struct tpdp_module {
   /* hooks */
   tpdp_hook_list pre_hooks, post_hooks;
   uint64_t next_hook_id;
-  int running;       /* nesting depth of forward_begin/end runs */
+  int running;       /* nesting depth of hook runs */
+  int forward_depth; /* forwards begun and not ended (in_forward) */
   int needs_compact; /* hooks removed while running */
   /* extensions */
   tpdp_ext_entry *exts;
   int nexts;
 };
-
-/* "fqn[Class]" (root "[Class]") of m into buf; always NUL-terminated. */
-void core_module_label(const tpdp_module *m, char *buf, size_t len);
 
 #endif /* TPDP_CORE_MODULE_INTERNAL_H */

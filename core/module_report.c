@@ -119,6 +119,7 @@ static void str_list_free(str_list *l) {
 typedef struct {
   tpdp_param *param;
   str_list fqns;
+  const tpdp_module *last; /* the module of the last FQN added */
 } pf_entry;
 
 struct tpdp_param_fqns {
@@ -143,6 +144,12 @@ static tpdp_status pf_visit(tpdp_module *m, const char *prefix, int level,
     tpdp_param *p = m->params[i].param;
     int at = core_ptrmap_get(&map->index, p);
     if (at >= 0 && c->dedup) continue;
+    /* One FQN per module even without dedup: a module lists a parameter
+     * it registers under two names once, under the first (PyTorch's
+     * named_parameters(recurse=False) skips the same object). A module's
+     * registrations are consecutive in the traversal, so comparing with
+     * the last module that added an FQN finds them. */
+    if (at >= 0 && map->entries[at].last == m) continue;
     char *fqn = make_fqn(prefix, m->params[i].name, c->prefixes, c->nprefixes);
     if (at < 0) {
       tpdp_status st = core_grow((void **)&map->entries, &map->cap, map->n + 1,
@@ -161,16 +168,23 @@ static tpdp_status pf_visit(tpdp_module *m, const char *prefix, int level,
       }
     }
     CHECK(str_list_push(&map->entries[at].fqns, fqn));
+    map->entries[at].last = m;
   }
   return TPDP_SUCCESS;
 }
 
-void tpdp_param_fqns_destroy(tpdp_param_fqns *map) {
+static void fqns_free(tpdp_param_fqns *map) {
   if (map == NULL) return;
   for (int i = 0; i < map->n; i++) str_list_free(&map->entries[i].fqns);
   free(map->entries);
   core_ptrmap_free(&map->index);
   free(map);
+}
+
+tpdp_status tpdp_param_fqns_destroy(tpdp_param_fqns *map) {
+  TPDP_API_ENTRY;
+  fqns_free(map);
+  return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
@@ -193,7 +207,7 @@ tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
   pf_ctx c = {map, dedup_shared, prefixes, nprefixes};
   st = tpdp_module_apply(root, pf_visit, &c);
   if (st != TPDP_SUCCESS) {
-    tpdp_param_fqns_destroy(map);
+    fqns_free(map);
     return st;
   }
   *out = map;
@@ -317,7 +331,7 @@ static tpdp_status rep_visit(tpdp_module *m, const char *prefix, int level,
   return TPDP_SUCCESS;
 }
 
-void tpdp_tree_report_destroy(tpdp_tree_report *r) {
+static void report_free(tpdp_tree_report *r) {
   if (r == NULL) return;
   for (int i = 0; i < r->nunits; i++) {
     free(r->units[i].key);
@@ -327,6 +341,12 @@ void tpdp_tree_report_destroy(tpdp_tree_report *r) {
   free(r->text);
   free(r->json);
   free(r);
+}
+
+tpdp_status tpdp_tree_report_destroy(tpdp_tree_report *r) {
+  TPDP_API_ENTRY;
+  report_free(r);
+  return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_tree_report_create(tpdp_module *root,
@@ -352,7 +372,8 @@ tpdp_status tpdp_tree_report_create(tpdp_module *root,
   CHECK_GOTO(tpdp_module_apply(root, rep_visit, &c), st, fail);
   CHECK_GOTO(TPDP_CALLOC(r, 1), st, fail);
 
-  /* Text: a unit's suffix only when it manages a parameter (as PyTorch FSDP's debug report). */
+  /* Text: a unit's suffix only when it manages a parameter (as PyTorch
+   * FSDP's debug report). */
   core_sb_append(&text, "", 0);
   for (int i = 0; i < c.nlines; i++) {
     const line_entry *ln = &c.lines[i];
@@ -407,7 +428,7 @@ fail:
   core_ptrmap_free(&c.seen);
   core_sb_free(&text);
   core_sb_free(&json);
-  tpdp_tree_report_destroy(r);
+  report_free(r);
   return st;
 }
 

@@ -89,7 +89,6 @@ typedef struct {
   int *hits; /* per plan entry */
   tp_match *matches;
   int nmatches, cap;
-  tpdp_status oom;
 } match_ctx;
 
 static tpdp_status collect_matches(tpdp_module *m, const char *prefix,
@@ -157,11 +156,9 @@ static tpdp_status style_placement(const tp_match *mt, const char *pname,
                                    tpdp_placement *out) {
   char fqn[320];
   snprintf(fqn, sizeof fqn, "%s%s%s", mt->fqn, mt->fqn[0] ? "." : "", pname);
-  tpdp_status st = tpdp_tp_style_placement(
-      mt->style, fqn, pname, t->ndim, t->ndim ? t->shape[0] : 0, out_size, out);
-  if (st != TPDP_SUCCESS) /* report the public entry point */
-    return TPDP_ERR(st, "%s", strchr(tpdp_last_error(), ':') + 2);
-  return st;
+  /* Its error is named after tpdp_parallelize, the outermost public call. */
+  return tpdp_tp_style_placement(mt->style, fqn, pname, t->ndim,
+                                 t->ndim ? t->shape[0] : 0, out_size, out);
 }
 
 /* Prepare one module: build specs and slice local shards into new storage.
@@ -301,7 +298,7 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
                       "plan entry '%s' has invalid style %d", plan[i].pattern,
                       (int)plan[i].style);
   }
-  match_ctx ctx = {plan, nplan, NULL, NULL, 0, 0, TPDP_SUCCESS};
+  match_ctx ctx = {plan, nplan, NULL, NULL, 0, 0};
   tp_module_state **states = NULL;
   tpdp_status res = TPDP_SUCCESS;
   CHECK(TPDP_CALLOC(ctx.hits, (size_t)(nplan > 0 ? nplan : 1)));
@@ -315,16 +312,18 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
     }
   }
   for (int i = 0; i < ctx.nmatches; i++) {
+    char lbl[256];
+    tpdp_module_label(ctx.matches[i].module, lbl, sizeof lbl);
     if (tpdp_module_get_ext(ctx.matches[i].module, TP_EXT_KEY) != NULL) {
       res = TPDP_ERR(TPDP_ERR_ALREADY, "module '%s' is already parallelized",
-                     ctx.matches[i].fqn);
+                     lbl);
       goto done;
     }
     const char *kind = tpdp_module_unit_kind(ctx.matches[i].module);
     if (kind != NULL) {
       res = TPDP_ERR(TPDP_ERR_ALREADY,
-                     "module '%s' is already a managed unit of kind '%s'",
-                     ctx.matches[i].fqn, kind);
+                     "module '%s' is already a managed unit of kind '%s'", lbl,
+                     kind);
       goto done;
     }
   }
@@ -397,11 +396,10 @@ static tpdp_status module_state(const tpdp_module *m, tp_module_state **out) {
   CHECK_PTR(m);
   tp_module_state *st = tpdp_module_get_ext(m, TP_EXT_KEY);
   if (st == NULL) {
-    char fqn[256];
-    tpdp_module_fqn(m, fqn, sizeof fqn);
+    char lbl[256];
+    tpdp_module_label(m, lbl, sizeof lbl);
     return TPDP_ERR(TPDP_ERR_NOT_FOUND,
-                    "module '%s' [%s] was not parallelized by a TP plan", fqn,
-                    tpdp_module_class_name(m));
+                    "module '%s' was not parallelized by a TP plan", lbl);
   }
   *out = st;
   return TPDP_SUCCESS;
@@ -517,10 +515,6 @@ tpdp_status tpdp_tp_sequence_gather(const tpdp_module *m,
   return move_activation(st, shard, tpdp_shard(seq_dim), tpdp_replicate(),
                          full->shape, full);
 }
-
-typedef struct {
-  tpdp_status status;
-} reduce_ctx;
 
 static tpdp_status reduce_sp_grads(tpdp_module *m, const char *prefix,
                                    int level, void *vctx) {

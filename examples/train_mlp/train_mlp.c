@@ -563,7 +563,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
     TRY(tpdp_tree_report_create(t->tree.root, NULL, 0, &report));
     printf("model (mesh dp=%d, tp=%d%s):\n%s", o->dp, o->tp, t->model_note,
            tpdp_tree_report_text(report));
-    tpdp_tree_report_destroy(report);
+    TRY(tpdp_tree_report_destroy(report));
   }
   /* DP sees plain local tensors from here on. */
   TRY(tpdp_pre_dp_transform(t->tree.root));

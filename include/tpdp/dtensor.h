@@ -97,8 +97,9 @@ TPDP_API tpdp_status tpdp_spec_with_placements(const tpdp_spec *spec,
                                                const tpdp_placement *placements,
                                                int nplacements,
                                                tpdp_spec **out);
-/* NULL is a no-op. */
-TPDP_API void tpdp_spec_destroy(tpdp_spec *spec);
+/* Free a spec made by tpdp_spec_create / _with_placements / _from_json.
+ * NULL is a no-op; always TPDP_SUCCESS (a status, as every destroy). */
+TPDP_API tpdp_status tpdp_spec_destroy(tpdp_spec *spec);
 
 /* Accessors; the returned pointers live as long as the spec. NULL spec:
  * NULL / 0 / -1 / TPDP_F32 / cpu. */
@@ -228,34 +229,82 @@ TPDP_API tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
 
 /* ------------------------------------------ TP+DP hooks (tp/hooks.c)
  *
- * PyTorch's TP-inside-DDP composition (DTensor parameters localized before DDP wraps the model): DP sees plain local tensors, forward sees
- * DTensors. The module tree is core's (tpdp/module.h); a parameter with a
- * spec is a DTensor parameter.
+ * PyTorch's TP-inside-DDP composition (DTensor parameters localized before
+ * DDP wraps the model): DP sees plain local tensors, forward sees DTensors.
+ * The module tree is core's (tpdp/module.h); a parameter with a spec is a
+ * DTensor parameter.
  *
  * tpdp_pre_dp_transform(root): resolves once the DTensor parameters of
- * root's whole subtree (nested modules included; a shared parameter once,
- * under the FQN of its first pre-order encounter) into a flat array with
+ * root's whole subtree (nested modules included; a parameter registered
+ * several times once, under its first pre-order FQN) into a flat array with
  * their specs and FQNs; checks each (as tpdp_dtensor_unflatten: local shape,
  * dtype, device for this rank); localizes them (form LOCALIZED, the local
  * view kept, gradients untouched); and registers on root a forward pre-hook
  * that reconstructs them (validated unflatten -> form DTENSOR) and a
  * forward hook that localizes them again (form LOCALIZED: the parameter
  * stores its local view in both forms, so flattening changes only the
- * form). The hooks touch each DTensor parameter once per call, allocate
- * nothing and do no string work. Specs are captured here: do not change a
- * parameter's spec while the transform is applied (undo first).
- * Errors (nothing changed on failure): NULL root; TPDP_ERR_ALREADY if root
- * already has the transform; a parameter whose local tensor does not match
- * its spec: the unflatten status, naming the parameter FQN; out of memory.
- * A reconstruct failure inside the pre-hook (the framework changed a local
- * tensor's shape) returns the unflatten status from
- * tpdp_module_forward_begin, naming the parameter FQN; the parameters
- * reconstructed before it are localized again.
+ * form). Specs are captured here: do not change a parameter's spec while
+ * the transform is applied (undo first). Messages name parameters by their
+ * FQN from the tree's root, modules as "fqn[Class]".
+ *
+ * Training states (PyTorch FSDP's, seed 001), kept live by the hooks:
+ *   - pre-forward: root's training state must be IDLE or FORWARD_BACKWARD
+ *     (else TPDP_ERR_STATE from tpdp_module_check_state, naming expected
+ *     and actual, e.g. SUMMON_FULL_PARAMS) and becomes FORWARD_BACKWARD;
+ *     each DTensor parameter's handle state must be IDLE or BACKWARD_PRE
+ *     (else TPDP_ERR_STATE naming its FQN, expected and actual) and becomes
+ *     FORWARD.
+ *   - post-forward: each handle state must be FORWARD (a forward_end
+ *     without its forward_begin is TPDP_ERR_STATE) and becomes
+ *     BACKWARD_PRE.
+ *   - The DP side (the reducer) sets root back to IDLE when it finalizes
+ *     the gradients. Until then further forwards are allowed: evaluation
+ *     forwards without backward, and activation checkpointing (a forward
+ *     recomputed during backward) both find FORWARD_BACKWARD / BACKWARD_PRE.
+ * Each hook checks every parameter before it changes any, so a failing
+ * hook leaves forms and states as they were. The hooks touch each DTensor
+ * parameter twice per call, allocate nothing and do no string work.
+ *
+ * Tied parameters. A DTensor parameter registered both inside root's
+ * subtree and outside it is refused (TPDP_ERR_STATE naming both FQNs and
+ * the closest module whose subtree holds every registration): no form
+ * would be right for it. DP over the subtree needs it local between
+ * forwards, while the modules outside use it in their own forward as a
+ * DTensor (PyTorch's transform silently unties it: its setattr replaces the
+ * parameter inside the subtree only, so the two copies drift apart). A
+ * framework expects a tied weight to stay one parameter, so the transform
+ * refuses rather than pick a form for the outside users; apply it to the
+ * module named in the message. Parameters tied within the subtree are
+ * handled once. Transforms may not nest either (TPDP_ERR_ALREADY when root,
+ * an ancestor or a descendant already has one): the inner hooks would find
+ * the outer forward's handle states.
+ *
+ * The tree after the transform. A DTensor parameter that joins root's
+ * subtree later (tpdp_module_add_param / _add_child / tpdp_param_set_spec),
+ * a registration of one of its parameters added outside the subtree, or a
+ * parameter whose spec changed, is refused at the next forward:
+ * tpdp_module_forward_begin returns TPDP_ERR_STATE naming the parameter's
+ * FQN, and keeps refusing until the transform is undone and applied again
+ * (the DP reducer, built over the localized parameters, does not know the
+ * new one either: rebuild it too). The pre-hook notices such changes by
+ * comparing tpdp_module_tree_generation() and then resolves the subtree
+ * once more (allocating, once per change; never in the steady state).
+ *
+ * Errors of tpdp_pre_dp_transform (nothing changed on failure): NULL root;
+ * TPDP_ERR_ALREADY (transform on root, an ancestor or a descendant);
+ * TPDP_ERR_STATE (a DTensor parameter tied outside the subtree); a
+ * parameter whose local tensor does not match its spec: the unflatten
+ * status, naming the parameter FQN; out of memory. A reconstruct failure
+ * inside the pre-hook (the framework changed a local tensor's shape)
+ * returns the unflatten status from tpdp_module_forward_begin, naming the
+ * parameter FQN, with no parameter changed.
  *
  * tpdp_pre_dp_transform_undo(root): removes both hooks and returns every
- * parameter of the transform to DTENSOR form (validated first; on failure
- * nothing changes). Errors: TPDP_ERR_NOT_FOUND if root has no transform.
- * Destroying root also releases the transform's state.
+ * parameter of the transform to DTENSOR form and handle state IDLE
+ * (validated first; on failure nothing changes). Errors: TPDP_ERR_NOT_FOUND
+ * if root has no transform; TPDP_ERR_STATE while root is in forward
+ * (tpdp_module_in_forward). Destroying root also releases the transform's
+ * state.
  *
  * tpdp_pre_dp_transform_count(root): the number of DTensor parameters the
  * transform handles, -1 if root has none.

@@ -105,6 +105,19 @@ TPDP_API tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
  * (always NUL-terminated, truncated to len). Returns the full length. */
 TPDP_API size_t tpdp_module_fqn(const tpdp_module *m, char *buf, size_t len);
 
+/* Writes the module as every tpdp message names it, "fqn[Class]" (the root
+ * "[Class]"), into buf (always NUL-terminated, truncated to len). Upper
+ * layers use it so that a module reads the same in all messages. */
+TPDP_API void tpdp_module_label(const tpdp_module *m, char *buf, size_t len);
+
+/* A process-wide counter that changes whenever any tree may have gained a
+ * DTensor parameter: a child added (tpdp_module_add_child), a parameter
+ * registered (tpdp_module_add_param) or a spec set or cleared
+ * (tpdp_param_set_spec). Layers that resolve a tree once and cache the
+ * result (tp/'s DP transform) compare it on each use, one relaxed atomic
+ * load, to know when to check the tree again. Thread-safe. */
+TPDP_API uint64_t tpdp_module_tree_generation(void);
+
 /* ----------------------------------------------------------- parameters */
 
 typedef enum {
@@ -159,6 +172,15 @@ TPDP_API tpdp_status tpdp_param_set_form(tpdp_param *p, tpdp_param_form form);
 TPDP_API tpdp_handle_state tpdp_param_get_state(const tpdp_param *p);
 TPDP_API tpdp_status tpdp_param_set_state(tpdp_param *p,
                                           tpdp_handle_state state);
+/* Set the form (DTENSOR or LOCALIZED) and the handle state of params[0..n)
+ * in one call: what tp/'s DP transform does to all its parameters on every
+ * forward, at the cost of one call instead of two per parameter.
+ * Allocation-free. Errors (nothing changed): NULL params with n > 0 or a
+ * NULL entry (naming its index), a bad form or state, TPDP_ERR_STATE for a
+ * parameter without spec (naming its index). */
+TPDP_API tpdp_status tpdp_params_set_form_state(tpdp_param *const *params,
+                                                int n, tpdp_param_form form,
+                                                tpdp_handle_state state);
 /* TPDP_ERR_STATE unless p's state is one of allowed[0..n): the message names
  * `what` (e.g. the parameter's FQN), the expected and the actual states. */
 TPDP_API tpdp_status tpdp_param_check_state(const tpdp_param *p,
@@ -191,8 +213,8 @@ TPDP_API tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
 /* ----------------------------------------------------------------- FQNs */
 
 /* The default wrapper prefixes stripped by FQN cleaning:
- * "_fsdp_wrapped_module." and "_checkpoint_wrapped_module." (PyTorch FSDP's defaults);
- * *n receives the count. */
+ * "_fsdp_wrapped_module." and "_checkpoint_wrapped_module." (PyTorch
+ * FSDP's defaults); *n receives the count. */
 TPDP_API const char *const *tpdp_fqn_default_prefixes(int *n);
 
 /* Clean an FQN (PyTorch FSDP's clean_tensor_name): for each prefix in order,
@@ -204,20 +226,25 @@ TPDP_API const char *const *tpdp_fqn_default_prefixes(int *n);
 TPDP_API size_t tpdp_fqn_clean(const char *name, const char *const *prefixes,
                                int n, char *buf, size_t len);
 
-/* Parameter -> FQNs map (PyTorch FSDP's _get_param_to_fqns). Parameters appear in
- * order of first encounter in the pre-order traversal (a module's own
- * parameters in registration order, then its children), each parameter
+/* Parameter -> FQNs map (PyTorch FSDP's _get_param_to_fqns). Parameters
+ * appear in order of first encounter in the pre-order traversal (a module's
+ * own parameters in registration order, then its children), each parameter
  * object once. With dedup_shared != 0 a parameter's list holds only the FQN
- * of its first encounter; with dedup_shared == 0 it holds the FQNs of every
- * registration, in traversal order. FQNs are from `root` and cleaned with
- * `prefixes` (as tpdp_fqn_clean). The map holds borrowed param pointers and
- * must not outlive the tree. */
+ * of its first encounter; with dedup_shared == 0 it holds the FQNs of its
+ * registrations in traversal order, one per module that registers it: a
+ * parameter registered under two names in ONE module is listed once for
+ * that module, under its first name (as PyTorch's
+ * named_parameters(recurse=False) yields it), and under each distinct FQN
+ * across modules. FQNs are from `root` and cleaned with `prefixes` (as
+ * tpdp_fqn_clean). The map holds borrowed param pointers and must not
+ * outlive the tree. */
 typedef struct tpdp_param_fqns tpdp_param_fqns;
 TPDP_API tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
                                             const char *const *prefixes,
                                             int nprefixes,
                                             tpdp_param_fqns **out);
-TPDP_API void tpdp_param_fqns_destroy(tpdp_param_fqns *map);
+/* NULL is a no-op; always TPDP_SUCCESS. */
+TPDP_API tpdp_status tpdp_param_fqns_destroy(tpdp_param_fqns *map);
 TPDP_API int tpdp_param_fqns_count(const tpdp_param_fqns *map);
 TPDP_API tpdp_param *tpdp_param_fqns_param(const tpdp_param_fqns *map, int i);
 TPDP_API int tpdp_param_fqns_num(const tpdp_param_fqns *map, int i);
@@ -229,7 +256,10 @@ TPDP_API tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
 
 /* ------------------------------------------------------ training states */
 
-/* Training state of a module / managed unit (PyTorch FSDP's TrainingState). */
+/* Training state of a module / managed unit (PyTorch FSDP's TrainingState).
+ * Kept live around forward by tp/'s DP transform (tpdp/dtensor.h: its
+ * pre-forward hook requires IDLE or FORWARD_BACKWARD and sets
+ * FORWARD_BACKWARD; the DP reducer sets IDLE again when it finalizes). */
 typedef enum {
   TPDP_STATE_IDLE = 0,
   TPDP_STATE_FORWARD_BACKWARD = 1,
@@ -249,10 +279,10 @@ TPDP_API tpdp_status tpdp_module_check_state(const tpdp_module *m,
 /* ------------------------------------------------------------ management */
 
 /* Mark every module of root's subtree (root included) except those in
- * ignored[0..nignored) as managed, storing `setting` with each (as PyTorch FSDP's dynamo utils:
- * _is_fsdp_managed_module + _fsdp_use_orig_params). Only the listed modules
- * themselves are skipped, not their subtrees. Marks already present are
- * overwritten. */
+ * ignored[0..nignored) as managed, storing `setting` with each (as PyTorch
+ * FSDP's dynamo utils: _is_fsdp_managed_module + _fsdp_use_orig_params).
+ * Only the listed modules themselves are skipped, not their subtrees.
+ * Marks already present are overwritten. */
 TPDP_API tpdp_status tpdp_module_mark_managed(tpdp_module *root,
                                               tpdp_module *const *ignored,
                                               int nignored, int setting);
@@ -274,21 +304,23 @@ TPDP_API const char *tpdp_module_unit_kind(const tpdp_module *m);
 
 /* ---------------------------------------------------------- tree report */
 
-/* Sharded tree report (as PyTorch FSDP's debug utils print it). text: one line per module in pre-order,
- * "fqn[Class]" (root "[Class]"), 4 spaces per level, each line ending with
- * '\n'; a unit that manages at least one parameter gets its suffix after
- * the name. map: for each such unit in pre-order, key "fqn[Class]" ->
- * FQNs (from root, cleaned with prefixes as tpdp_fqn_clean) of the
- * parameters it manages: the registrations in its subtree outside nested
- * units, in traversal order, each parameter object once across the whole
- * report (its first encounter in pre-order wins; as PyTorch FSDP's report and _get_param_to_fqns,
- * a unit with no parameter has no key and no suffix). */
+/* Sharded tree report (as PyTorch FSDP's debug utils print it). text: one
+ * line per module in pre-order, "fqn[Class]" (root "[Class]"), 4 spaces per
+ * level, each line ending with '\n'; a unit that manages at least one
+ * parameter gets its suffix after the name. map: for each such unit in
+ * pre-order, key "fqn[Class]" -> FQNs (from root, cleaned with prefixes as
+ * tpdp_fqn_clean) of the parameters it manages: the registrations in its
+ * subtree outside nested units, in traversal order, each parameter object
+ * once across the whole report (its first encounter in pre-order wins; as
+ * PyTorch FSDP's report and _get_param_to_fqns, a unit with no parameter
+ * has no key and no suffix). */
 typedef struct tpdp_tree_report tpdp_tree_report;
 TPDP_API tpdp_status tpdp_tree_report_create(tpdp_module *root,
                                              const char *const *prefixes,
                                              int nprefixes,
                                              tpdp_tree_report **out);
-TPDP_API void tpdp_tree_report_destroy(tpdp_tree_report *r);
+/* NULL is a no-op; always TPDP_SUCCESS. */
+TPDP_API tpdp_status tpdp_tree_report_destroy(tpdp_tree_report *r);
 TPDP_API const char *tpdp_tree_report_text(const tpdp_tree_report *r);
 TPDP_API int tpdp_tree_report_num_units(const tpdp_tree_report *r);
 TPDP_API const char *tpdp_tree_report_unit(const tpdp_tree_report *r, int i);
@@ -329,9 +361,20 @@ TPDP_API int tpdp_module_num_hooks(
     const tpdp_module *m); /* pre + forward, live */
 
 /* Run m's pre-hooks / forward hooks in order (the framework calls these
- * around m's forward). Allocation-free. */
+ * around m's forward). Allocation-free.
+ * forward_begin marks m as in forward (tpdp_module_in_forward) before its
+ * pre-hooks run; if a pre-hook fails the mark is taken back (the forward
+ * did not start) and its status returned. forward_end runs the forward
+ * hooks with m still in forward, then ends the forward whatever they
+ * return. Forwards of one module may nest (a module called again inside
+ * its own forward); each forward_end ends the innermost one. */
 TPDP_API tpdp_status tpdp_module_forward_begin(tpdp_module *m);
 TPDP_API tpdp_status tpdp_module_forward_end(tpdp_module *m);
+/* 1 while m is between a successful tpdp_module_forward_begin(m) and the
+ * matching tpdp_module_forward_end(m) (pre-hooks and forward hooks of m
+ * included); 0 otherwise and for NULL. Only m's own calls count: a child
+ * is not in forward because its parent is. */
+TPDP_API int tpdp_module_in_forward(const tpdp_module *m);
 
 /* ----------------------------------------------------------- extensions */
 

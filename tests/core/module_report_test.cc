@@ -105,7 +105,7 @@ TEST(TreeReport, MatchesSeed000LineByLine) {
   for (size_t i = 0; i < want.size(); i++)
     EXPECT_EQ(got[i], want[i]) << "line " << i;
   EXPECT_EQ(text, kSeedTree);  // including the final newline
-  tpdp_tree_report_destroy(r);
+  EXPECT_TPDP_OK(tpdp_tree_report_destroy(r));
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
@@ -142,7 +142,7 @@ TEST(TreeReport, UnitMapMatchesSeed000Dict) {
   }
   json += "}";
   EXPECT_EQ(std::string(tpdp_tree_report_json(r)), json);
-  tpdp_tree_report_destroy(r);
+  EXPECT_TPDP_OK(tpdp_tree_report_destroy(r));
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
@@ -156,7 +156,7 @@ TEST(TreeReport, NoUnitsMeansNoSuffixAndEmptyMap) {
   EXPECT_EQ(got[2], "    u1[UnitModule]");
   EXPECT_EQ(tpdp_tree_report_num_units(r), 0);
   EXPECT_STREQ(tpdp_tree_report_json(r), "{}");
-  tpdp_tree_report_destroy(r);
+  EXPECT_TPDP_OK(tpdp_tree_report_destroy(r));
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
@@ -190,7 +190,7 @@ TEST(TreeReport, SuffixFromKindSharedParamsAndEmptyUnits) {
   // w is managed by a (first encounter); the root keeps only c.z.
   EXPECT_STREQ(tpdp_tree_report_json(r),
                "{\"[Net]\":[\"c.z\"],\"a[Block]\":[\"a.w\",\"a.b\"]}");
-  tpdp_tree_report_destroy(r);
+  EXPECT_TPDP_OK(tpdp_tree_report_destroy(r));
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
@@ -205,7 +205,16 @@ TEST(TreeReport, WrapperPrefixesCleanedAndJsonEscaped) {
   EXPECT_EQ(std::string(tpdp_tree_report_text(r)),
             "[Q\"uote] DP\n    _fsdp_wrapped_module[Inner]\n");
   EXPECT_STREQ(tpdp_tree_report_json(r), "{\"[Q\\\"uote]\":[\"weight\"]}");
-  tpdp_tree_report_destroy(r);
+  EXPECT_TPDP_OK(tpdp_tree_report_destroy(r));
+  ASSERT_TPDP_OK(tpdp_module_destroy(root));
+}
+
+TEST(TreeReport, DestroyReturnsAStatusAndNullIsANoOp) {
+  tpdp_module *root = CompositeModel(true);
+  tpdp_tree_report *r = nullptr;
+  ASSERT_TPDP_OK(tpdp_tree_report_create(root, nullptr, 0, &r));
+  EXPECT_EQ(tpdp_tree_report_destroy(r), TPDP_SUCCESS);
+  EXPECT_EQ(tpdp_tree_report_destroy(nullptr), TPDP_SUCCESS);
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 

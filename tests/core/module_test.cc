@@ -108,6 +108,47 @@ TEST(ModuleTree, SubmoduleLookupAndFqn) {
   EXPECT_EQ(tpdp_module_fqn(l, small, sizeof small), 8u);
   EXPECT_EQ(strlen(small), 4u);
   EXPECT_EQ(tpdp_module_root(l), root);
+  // The label every message uses: "fqn[Class]", the root "[Class]".
+  char lbl[64];
+  tpdp_module_label(l, lbl, sizeof lbl);
+  EXPECT_STREQ(lbl, "u1.seq.1[Linear]");
+  tpdp_module_label(root, lbl, sizeof lbl);
+  EXPECT_STREQ(lbl, "[Net]");
+  char tiny[6];
+  tpdp_module_label(l, tiny, sizeof tiny);
+  EXPECT_STREQ(tiny, "u1.se");  // truncated, NUL-terminated
+  ASSERT_TPDP_OK(tpdp_module_destroy(root));
+}
+
+TEST(ModuleTree, GenerationChangesWhenADTensorParameterCanAppear) {
+  tpdp_module *root = Make("Net");
+  tpdp_module *loose = Make("Loose");
+  uint64_t g0 = tpdp_module_tree_generation();
+  EXPECT_EQ(tpdp_module_tree_generation(), g0);  // reading changes nothing
+  tpdp_param *p = NewParam();
+  EXPECT_EQ(tpdp_module_tree_generation(), g0);  // not in a tree yet
+  ASSERT_TPDP_OK(tpdp_module_add_param(loose, "w", p));
+  uint64_t g1 = tpdp_module_tree_generation();
+  EXPECT_NE(g1, g0);
+  ASSERT_TPDP_OK(tpdp_module_add_child(root, "loose", loose));
+  uint64_t g2 = tpdp_module_tree_generation();
+  EXPECT_NE(g2, g1);
+  const struct tpdp_spec *fake =
+      reinterpret_cast<const struct tpdp_spec *>(g_storage);
+  ASSERT_TPDP_OK(tpdp_param_set_spec(p, fake));
+  uint64_t g3 = tpdp_module_tree_generation();
+  EXPECT_NE(g3, g2);
+  // Changes that cannot bring a DTensor parameter do not count.
+  tpdp_tensor t = Vec(2);
+  ASSERT_TPDP_OK(tpdp_param_set_tensor(p, &t));
+  ASSERT_TPDP_OK(tpdp_param_set_form(p, TPDP_PARAM_LOCALIZED));
+  ASSERT_TPDP_OK(tpdp_module_add_buffer(root, "buf", &t));
+  EXPECT_EQ(tpdp_module_tree_generation(), g3);
+  // Failed registrations do not count either.
+  EXPECT_TPDP_ERROR(tpdp_module_add_param(loose, "w", p), TPDP_ERR_DUPLICATE,
+                    "'w'");
+  EXPECT_EQ(tpdp_module_tree_generation(), g3);
+  tpdp_param_release(p);
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
@@ -308,7 +349,7 @@ TEST(Traversal, ParamToFqnsWithAndWithoutDedup) {
   EXPECT_TPDP_ERROR(tpdp_param_fqns_find(map, stranger, &idx),
                     TPDP_ERR_NOT_FOUND, "not registered");
   tpdp_param_release(stranger);
-  tpdp_param_fqns_destroy(map);
+  EXPECT_TPDP_OK(tpdp_param_fqns_destroy(map));
   // No dedup: every registration, in traversal order.
   ASSERT_TPDP_OK(tpdp_param_fqns_create(root, 0, nullptr, 0, &map));
   ASSERT_EQ(tpdp_param_fqns_count(map), 4);
@@ -317,7 +358,47 @@ TEST(Traversal, ParamToFqnsWithAndWithoutDedup) {
   EXPECT_STREQ(tpdp_param_fqns_get(map, 0, 1), "b.w");
   EXPECT_EQ(tpdp_param_fqns_get(map, 0, 2), nullptr);
   EXPECT_STREQ(tpdp_param_fqns_get(map, 3, 0), "b.r");
-  tpdp_param_fqns_destroy(map);
+  EXPECT_TPDP_OK(tpdp_param_fqns_destroy(map));
+  ASSERT_TPDP_OK(tpdp_module_destroy(root));
+}
+
+// Seed 001's _get_param_to_fqns iterates named_parameters(recurse=False),
+// which yields a parameter object once per module even when the module
+// registers it under two names. Tree:
+//   Root: emb (E), tied_again (E)    -- E twice in one module
+//     dec: weight (E), bias (B), out (E)
+//     enc: weight (E)
+TEST(Traversal, ParamToFqnsListsAParameterOncePerModule) {
+  tpdp_module *root = Make("Root");
+  tpdp_module *dec = AddChild(root, "dec", "Linear");
+  tpdp_module *enc = AddChild(root, "enc", "Embedding");
+  tpdp_param *e = NewParam();
+  ASSERT_TPDP_OK(tpdp_module_add_param(root, "emb", e));
+  ASSERT_TPDP_OK(tpdp_module_add_param(root, "tied_again", e));
+  ASSERT_TPDP_OK(tpdp_module_add_param(dec, "weight", e));
+  AddParam(dec, "bias");
+  ASSERT_TPDP_OK(tpdp_module_add_param(dec, "out", e));
+  ASSERT_TPDP_OK(tpdp_module_add_param(enc, "weight", e));
+  tpdp_param_release(e);
+  tpdp_param_fqns *map = nullptr;
+  ASSERT_TPDP_OK(tpdp_param_fqns_create(root, 0, nullptr, 0, &map));
+  ASSERT_EQ(tpdp_param_fqns_count(map), 2);  // E, then dec.bias
+  EXPECT_EQ(tpdp_param_fqns_param(map, 0), e);
+  // Once per module, under the module's first name for it; each module in
+  // traversal order.
+  std::vector<std::string> got;
+  for (int j = 0; j < tpdp_param_fqns_num(map, 0); j++)
+    got.push_back(tpdp_param_fqns_get(map, 0, j));
+  EXPECT_EQ(got, (std::vector<std::string>{"emb", "dec.weight", "enc.weight"}));
+  ASSERT_EQ(tpdp_param_fqns_num(map, 1), 1);
+  EXPECT_STREQ(tpdp_param_fqns_get(map, 1, 0), "dec.bias");
+  EXPECT_TPDP_OK(tpdp_param_fqns_destroy(map));
+  // With dedup: only the first encounter.
+  ASSERT_TPDP_OK(tpdp_param_fqns_create(root, 1, nullptr, 0, &map));
+  ASSERT_EQ(tpdp_param_fqns_num(map, 0), 1);
+  EXPECT_STREQ(tpdp_param_fqns_get(map, 0, 0), "emb");
+  EXPECT_EQ(tpdp_param_fqns_destroy(map), TPDP_SUCCESS);
+  EXPECT_EQ(tpdp_param_fqns_destroy(nullptr), TPDP_SUCCESS);
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
@@ -363,11 +444,11 @@ TEST(Fqn, ParamFqnsAreCleaned) {
   tpdp_param_fqns *map = nullptr;
   ASSERT_TPDP_OK(tpdp_param_fqns_create(root, 1, nullptr, 0, &map));
   EXPECT_STREQ(tpdp_param_fqns_get(map, 0, 0), "l.weight");
-  tpdp_param_fqns_destroy(map);
+  EXPECT_TPDP_OK(tpdp_param_fqns_destroy(map));
   const char *none[] = {""};
   ASSERT_TPDP_OK(tpdp_param_fqns_create(root, 1, none, 0, &map));
   EXPECT_STREQ(tpdp_param_fqns_get(map, 0, 0), "_fsdp_wrapped_module.l.weight");
-  tpdp_param_fqns_destroy(map);
+  EXPECT_TPDP_OK(tpdp_param_fqns_destroy(map));
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
@@ -422,6 +503,47 @@ TEST(States, ModuleStateCheckNamesModuleExpectedActual) {
   EXPECT_STREQ(tpdp_training_state_name(TPDP_STATE_FORWARD_BACKWARD),
                "FORWARD_BACKWARD");
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
+}
+
+TEST(States, SetFormAndStateOfAGroup) {
+  const struct tpdp_spec *fake =
+      reinterpret_cast<const struct tpdp_spec *>(g_storage);
+  tpdp_param *a = NewParam(), *b = NewParam(), *plain = NewParam();
+  ASSERT_TPDP_OK(tpdp_param_set_spec(a, fake));
+  ASSERT_TPDP_OK(tpdp_param_set_spec(b, fake));
+  tpdp_param *both[] = {a, b};
+  ASSERT_TPDP_OK(tpdp_params_set_form_state(both, 2, TPDP_PARAM_LOCALIZED,
+                                            TPDP_HANDLE_BACKWARD_PRE));
+  for (tpdp_param *p : both) {
+    EXPECT_EQ(tpdp_param_get_form(p), TPDP_PARAM_LOCALIZED);
+    EXPECT_EQ(tpdp_param_get_state(p), TPDP_HANDLE_BACKWARD_PRE);
+  }
+  // A parameter without spec in the group: refused, naming its index, and
+  // the others before it are not changed.
+  tpdp_param *mixed[] = {a, plain, b};
+  EXPECT_TPDP_ERROR(tpdp_params_set_form_state(mixed, 3, TPDP_PARAM_DTENSOR,
+                                               TPDP_HANDLE_FORWARD),
+                    TPDP_ERR_STATE, "params[1]", "no spec");
+  EXPECT_EQ(tpdp_param_get_form(a), TPDP_PARAM_LOCALIZED);
+  EXPECT_EQ(tpdp_param_get_state(a), TPDP_HANDLE_BACKWARD_PRE);
+  EXPECT_EQ(tpdp_param_get_form(plain), TPDP_PARAM_PLAIN);
+  tpdp_param *holes[] = {a, nullptr};
+  EXPECT_TPDP_ERROR(tpdp_params_set_form_state(holes, 2, TPDP_PARAM_DTENSOR,
+                                               TPDP_HANDLE_FORWARD),
+                    TPDP_ERR_NULL_POINTER, "params[1]");
+  EXPECT_TPDP_ERROR(tpdp_params_set_form_state(both, 2, TPDP_PARAM_PLAIN,
+                                               TPDP_HANDLE_FORWARD),
+                    TPDP_ERR_INVALID_ARGUMENT, "form 0");
+  EXPECT_TPDP_ERROR(
+      tpdp_params_set_form_state(both, 2, TPDP_PARAM_DTENSOR,
+                                 static_cast<tpdp_handle_state>(9)),
+      TPDP_ERR_INVALID_ARGUMENT, "handle state 9");
+  EXPECT_EQ(tpdp_param_get_state(b), TPDP_HANDLE_BACKWARD_PRE);
+  ASSERT_TPDP_OK(tpdp_params_set_form_state(nullptr, 0, TPDP_PARAM_DTENSOR,
+                                            TPDP_HANDLE_IDLE));
+  tpdp_param_release(a);
+  tpdp_param_release(b);
+  tpdp_param_release(plain);
 }
 
 TEST(States, HandleStateCheck) {
@@ -607,6 +729,57 @@ TEST(Hooks, RegisteredDuringARunWaitsForTheNextRun) {
   EXPECT_EQ(c.added_runs, 1);
   ASSERT_TPDP_OK(tpdp_hook_remove(c.added));
   ASSERT_TPDP_OK(tpdp_module_destroy(m));
+}
+
+struct InForwardSeen {
+  tpdp_module *m;
+  std::vector<int> seen;
+  tpdp_status ret = TPDP_SUCCESS;
+};
+
+tpdp_status SeeInForward(tpdp_module *, void *ctx) {
+  auto *c = static_cast<InForwardSeen *>(ctx);
+  c->seen.push_back(tpdp_module_in_forward(c->m));
+  return c->ret;
+}
+
+TEST(Hooks, InForwardBetweenBeginAndEnd) {
+  tpdp_module *root = Make("Net");
+  tpdp_module *child = AddChild(root, "c", "Child");
+  EXPECT_EQ(tpdp_module_in_forward(nullptr), 0);
+  EXPECT_EQ(tpdp_module_in_forward(root), 0);
+  InForwardSeen pre{root}, post{root};
+  tpdp_hook_handle h1, h2;
+  ASSERT_TPDP_OK(
+      tpdp_module_register_forward_pre_hook(root, SeeInForward, &pre, &h1));
+  ASSERT_TPDP_OK(
+      tpdp_module_register_forward_hook(root, SeeInForward, &post, &h2));
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(root));
+  EXPECT_EQ(tpdp_module_in_forward(root), 1);
+  EXPECT_EQ(tpdp_module_in_forward(child), 0);  // only m's own calls count
+  // A nested forward of the same module (called again inside its forward).
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(root));
+  ASSERT_TPDP_OK(tpdp_module_forward_end(root));
+  EXPECT_EQ(tpdp_module_in_forward(root), 1);  // the outer one goes on
+  ASSERT_TPDP_OK(tpdp_module_forward_end(root));
+  EXPECT_EQ(tpdp_module_in_forward(root), 0);
+  // Hooks of both kinds run inside the forward.
+  EXPECT_EQ(pre.seen, (std::vector<int>{1, 1}));
+  EXPECT_EQ(post.seen, (std::vector<int>{1, 1}));
+  // forward_end without forward_begin runs the hooks and stays at 0.
+  ASSERT_TPDP_OK(tpdp_module_forward_end(root));
+  EXPECT_EQ(tpdp_module_in_forward(root), 0);
+  // A failing pre-hook: the forward did not start.
+  pre.ret = TPDP_ERR_STATE;
+  EXPECT_EQ(tpdp_module_forward_begin(root), TPDP_ERR_STATE);
+  EXPECT_EQ(tpdp_module_in_forward(root), 0);
+  pre.ret = TPDP_SUCCESS;
+  // A failing forward hook: the forward ends anyway.
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(root));
+  post.ret = TPDP_ERR_STATE;
+  EXPECT_EQ(tpdp_module_forward_end(root), TPDP_ERR_STATE);
+  EXPECT_EQ(tpdp_module_in_forward(root), 0);
+  ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
 TEST(Hooks, BadArguments) {

@@ -210,8 +210,8 @@ void RunCase(const World &w, const char *src_text, const char *dst_text, V g,
               0);
     tpdp_dtensor_free_local(&out);
   }
-  tpdp_spec_destroy(ss);
-  tpdp_spec_destroy(ds);
+  EXPECT_TPDP_OK(tpdp_spec_destroy(ss));
+  EXPECT_TPDP_OK(tpdp_spec_destroy(ds));
 }
 
 struct Case {
@@ -314,7 +314,7 @@ TEST(Redistribute, FullTensor) {
         EXPECT_EQ(memcmp(fa.data, full.data(), 35 * sizeof(float)), 0);
         free(fa.data);
       }
-      tpdp_spec_destroy(ss);
+      EXPECT_TPDP_OK(tpdp_spec_destroy(ss));
     }
   }
 }
@@ -376,7 +376,7 @@ TEST(Redistribute, BadInput) {
   EXPECT_TPDP_ERROR(tpdp_redistribute(nullptr, b, &ly), TPDP_ERR_NULL_POINTER,
                     "src");
   for (tpdp_spec *s : {a, b, c, gpu, gpu_r, other_shape, f64})
-    tpdp_spec_destroy(s);
+    EXPECT_TPDP_OK(tpdp_spec_destroy(s));
 }
 
 TEST(Redistribute, UnflattenUsesThisRank) {
@@ -401,7 +401,7 @@ TEST(Redistribute, UnflattenUsesThisRank) {
   const std::string who = "rank " + std::to_string(r);
   EXPECT_TPDP_ERROR(tpdp_dtensor_unflatten(&t, s, &dt), TPDP_ERR_SHAPE_MISMATCH,
                     who.c_str());
-  tpdp_spec_destroy(s);
+  EXPECT_TPDP_OK(tpdp_spec_destroy(s));
 }
 
 }  // namespace

@@ -71,6 +71,11 @@ TEST_F(StylesErrors, ColwiseOnOneDimWeightNamesParameter) {
   tpdp_tp_plan_entry plan[] = {{"norm", TPDP_STYLE_COLWISE}};
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, "tp", plan, 1),
                     TPDP_ERR_SHAPE_MISMATCH, "norm.weight");
+  // Named once, after the function the caller called (the inner
+  // tpdp_tp_style_placement's message is not re-parsed or re-prefixed).
+  EXPECT_EQ(std::string(tpdp_last_error()),
+            "tpdp_parallelize: colwise style: parameter 'norm.weight' must be "
+            "a 2-D Linear weight [out, in], got 1 dims");
   ExpectUntouched();
   tpdp_tp_plan_entry row[] = {{"norm", TPDP_STYLE_ROWWISE}};
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, "tp", row, 1),
@@ -109,13 +114,13 @@ TEST_F(StylesErrors, ParallelizeTwice) {
   ASSERT_TPDP_OK(tpdp_parallelize(tree_->root, mesh_, "tp", plan, 2));
   const tpdp_tensor before = *tpdp_param_tensor(tree_->Param("fc1.weight"));
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, "tp", plan, 2),
-                    TPDP_ERR_ALREADY, "fc1");
+                    TPDP_ERR_ALREADY, "'fc1[Linear]'", "already parallelized");
   // Twice on one module under another style too, and with a fresh module
   // in the same plan: the fresh one is left alone.
   tpdp_tp_plan_entry again[] = {{"proj", TPDP_STYLE_REPLICATE},
                                 {"fc2", TPDP_STYLE_COLWISE}};
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, mesh_, "tp", again, 2),
-                    TPDP_ERR_ALREADY, "fc2");
+                    TPDP_ERR_ALREADY, "'fc2[Linear]'");
   EXPECT_EQ(tpdp_param_spec(tree_->Param("proj.weight")), nullptr);
   const tpdp_tensor *after = tpdp_param_tensor(tree_->Param("fc1.weight"));
   EXPECT_EQ(after->data, before.data);
@@ -177,12 +182,12 @@ TEST_F(StylesErrors, CollectivesNeedAParallelizedModule) {
   tpdp_tensor t = tpdp_tensor_1d(buf, TPDP_F32, 4);
   // Checked before any communication: no rank enters a collective.
   EXPECT_TPDP_ERROR(tpdp_tp_rowwise_output_forward(tree_->Module("fc2"), &t),
-                    TPDP_ERR_NOT_FOUND, "fc2");
+                    TPDP_ERR_NOT_FOUND, "'fc2[Linear]'");
   EXPECT_TPDP_ERROR(tpdp_tp_colwise_input_backward(tree_->root, &t),
-                    TPDP_ERR_NOT_FOUND, "Model");
+                    TPDP_ERR_NOT_FOUND, "'[Model]'");
   tpdp_comm *c = nullptr;
   EXPECT_TPDP_ERROR(tpdp_tp_module_comm(tree_->Module("proj"), &c),
-                    TPDP_ERR_NOT_FOUND, "proj");
+                    TPDP_ERR_NOT_FOUND, "'proj[Linear]'");
   float out[4];
   tpdp_tensor o = tpdp_tensor_1d(out, TPDP_F32, 4);
   EXPECT_TPDP_ERROR(tpdp_tp_sequence_gather(tree_->Module("fc1"), &t, 1, &o),

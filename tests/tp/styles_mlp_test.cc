@@ -269,7 +269,8 @@ void CheckParam(Tree &t, const Place &pl, const std::string &fqn,
     for (int64_t i = 0; i < len[0]; i++)
       ASSERT_EQ(At1(loc, i), full[start[0] + i]) << i;
   }
-  // Spec: Shard(shard_dim) / Replicate on tp, Replicate elsewhere; global shape.
+  // Spec: Shard(shard_dim) / Replicate on tp, Replicate elsewhere; global
+  // shape.
   EXPECT_EQ(tpdp_param_get_form(p), TPDP_PARAM_DTENSOR);
   const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
   ASSERT_NE(spec, nullptr);
@@ -626,10 +627,11 @@ TEST(StylesSequence, ReduceReplicatedGradsOverTpOnly) {
         float got = ((const float *)gn->data)[h * gn->strides[0]];
         EXPECT_TRUE(Near(got, want, "norm.grad", h));
         // On a mesh with DP peers, summing over them too would be caught.
-        if (pl.ngroups > 1 && std::fabs(world - want) > 1e-3)
+        if (pl.ngroups > 1 && std::fabs(world - want) > 1e-3) {
           EXPECT_FALSE(std::fabs(got - world) <=
                        1e-5 * std::max(1.0, std::fabs(world)))
               << "norm grad summed over DP peers too, h=" << h;
+        }
       }
       for (const std::string &f : others) {
         const tpdp_tensor *g = tpdp_param_grad(t->Param(f));
