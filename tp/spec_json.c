@@ -105,8 +105,10 @@ static tpdp_status json_i64_array(const cJSON *arr, const char *field, int max,
   const cJSON *item;
   cJSON_ArrayForEach(item, arr) {
     double v = cJSON_IsNumber(item) ? item->valuedouble : -1.0;
-    if (!cJSON_IsNumber(item) || v != (double)(int64_t)v || v < 0 ||
-        v > 9007199254740992.0)
+    /* Range first: converting a double outside int64's range is undefined
+     * behaviour (found by tests/fuzz/spec_json_fuzz). */
+    if (!cJSON_IsNumber(item) || !(v >= 0 && v <= 9007199254740992.0) ||
+        v != (double)(int64_t)v)
       return TPDP_ERR(TPDP_ERR_PARSE,
                       "spec JSON: '%s'[%d] is not a non-negative integer",
                       field, i);
