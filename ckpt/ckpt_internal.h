@@ -91,8 +91,7 @@ int ckpt_names_find(const ckpt_name_ix *names, int n, const char *name);
 /* "dir/name" (malloc'd) into *out. */
 tpdp_status ckpt_join(const char *dir, const char *name, char **out);
 /* Write all n bytes (TPDP_ERR_IO naming path and errno). */
-tpdp_status ckpt_write_all(int fd, const void *buf, size_t n,
-                           const char *path);
+tpdp_status ckpt_write_all(int fd, const void *buf, size_t n, const char *path);
 /* Read exactly n bytes at off; a short read is TPDP_ERR_IO ("ends at"). */
 tpdp_status ckpt_pread_all(int fd, void *buf, size_t n, uint64_t off,
                            const char *path);
@@ -226,8 +225,8 @@ tpdp_status ckpt_check_same_entries(const ckpt_group *g,
 /* Intersection of boxes a and b (offset, shape) into out; returns its
  * element count (0: disjoint). */
 int64_t ckpt_box_intersect(int nd, const int64_t *ao, const int64_t *as,
-                           const int64_t *bo, const int64_t *bs,
-                           int64_t *oo, int64_t *os);
+                           const int64_t *bo, const int64_t *bs, int64_t *oo,
+                           int64_t *os);
 
 /* ---------------------------------------------------------- safetensors */
 

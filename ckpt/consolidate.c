@@ -17,8 +17,7 @@ static char *dir_of(const char *path) {
   return d;
 }
 
-tpdp_status tpdp_checkpoint_consolidate(const char *dir,
-                                        const char *out_path) {
+tpdp_status tpdp_checkpoint_consolidate(const char *dir, const char *out_path) {
   TPDP_API_ENTRY;
   CHECK_PTR(dir);
   CHECK_PTR(out_path);
@@ -71,8 +70,8 @@ tpdp_status tpdp_checkpoint_consolidate(const char *dir,
     CHECK_GOTO(tpdp_tensor_init(&whole, buf, t->dtype, cpu, t->ndim, t->shape),
                st, done);
     CHECK_GOTO(tpdp_checkpoint_read_tensor(ck, i, &whole), st, done);
-    CHECK_GOTO(ckpt_write_all(out.fd, buf, (size_t)outs[i].nbytes, out.tmp),
-               st, done);
+    CHECK_GOTO(ckpt_write_all(out.fd, buf, (size_t)outs[i].nbytes, out.tmp), st,
+               done);
   }
   st = ckpt_atomic_commit(&out, parent);
 done:

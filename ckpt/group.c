@@ -33,8 +33,7 @@ tpdp_status ckpt_allgather_i64(const ckpt_group *g, const int64_t *mine,
   return tpdp_allgather(g->comm, &s, &r);
 }
 
-tpdp_status ckpt_allreduce_sum_i64(const ckpt_group *g, int64_t *v,
-                                   int64_t n) {
+tpdp_status ckpt_allreduce_sum_i64(const ckpt_group *g, int64_t *v, int64_t n) {
   if (g->size == 1 || n == 0) return TPDP_SUCCESS;
   tpdp_tensor t = tpdp_tensor_1d(v, TPDP_I64, n);
   return tpdp_allreduce(g->comm, &t, &t, TPDP_OP_SUM);

@@ -124,8 +124,8 @@ static tpdp_status file_index(const parser *p, const char *name,
   return TPDP_SUCCESS;
 }
 
-static tpdp_status parse_slice(const parser *p, const cJSON *js,
-                               ckpt_tensor *t, int j, ckpt_slice *s) {
+static tpdp_status parse_slice(const parser *p, const cJSON *js, ckpt_tensor *t,
+                               int j, ckpt_slice *s) {
   char what[320];
   snprintf(what, sizeof what, "tensor '%s': slices[%d]: ", t->name, j);
   if (!cJSON_IsObject(js))
@@ -242,8 +242,8 @@ static tpdp_status parse_tensor(const parser *p, const cJSON *jt, int i,
   const cJSON *sl = cJSON_GetObjectItemCaseSensitive(jt, "slices");
   if (!cJSON_IsArray(sl))
     return TPDP_ERR(TPDP_ERR_PARSE,
-                    "index '%s': %s\"slices\" missing or not an array",
-                    p->path, twhat);
+                    "index '%s': %s\"slices\" missing or not an array", p->path,
+                    twhat);
   int ns = cJSON_GetArraySize(sl);
   CHECK(TPDP_CALLOC(t->slices, (size_t)ns));
   const cJSON *js;
@@ -257,8 +257,7 @@ static tpdp_status parse_tensor(const parser *p, const cJSON *jt, int i,
 static tpdp_status parse_root(const parser *p, const cJSON *root) {
   tpdp_checkpoint *ck = p->ck;
   if (!cJSON_IsObject(root))
-    return TPDP_ERR(TPDP_ERR_PARSE, "index '%s' is not a JSON object",
-                    p->path);
+    return TPDP_ERR(TPDP_ERR_PARSE, "index '%s' is not a JSON object", p->path);
   const cJSON *tp = cJSON_GetObjectItemCaseSensitive(root, "tpdp");
   if (!cJSON_IsObject(tp))
     return TPDP_ERR(TPDP_ERR_PARSE,
@@ -437,8 +436,8 @@ tpdp_status ckpt_index_format(const tpdp_checkpoint *ck, core_strbuf *b) {
     const ckpt_tensor *t = &ck->t[i];
     core_sb_puts(b, i ? ",\n      {\"name\": " : "\n      {\"name\": ");
     core_sb_json_string(b, t->name);
-    core_sb_printf(b, ", \"dtype\": \"%s\", \"shape\": ",
-                   ckpt_st_dtype_name(t->dtype));
+    core_sb_printf(
+        b, ", \"dtype\": \"%s\", \"shape\": ", ckpt_st_dtype_name(t->dtype));
     put_dims(b, t->ndim, t->shape);
     core_sb_puts(b, ", \"spec\": ");
     core_sb_puts(b, t->spec_json ? t->spec_json : "null");

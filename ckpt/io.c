@@ -19,8 +19,8 @@ tpdp_status ckpt_join(const char *dir, const char *name, char **out) {
   size_t a = strlen(dir), b = strlen(name);
   char *p = malloc(a + b + 2);
   if (p == NULL)
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory naming '%s/%s'",
-                    dir, name);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory naming '%s/%s'", dir,
+                    name);
   memcpy(p, dir, a);
   size_t at = a;
   if (a == 0 || dir[a - 1] != '/') p[at++] = '/';
@@ -52,8 +52,8 @@ tpdp_status ckpt_pread_all(int fd, void *buf, size_t n, uint64_t off,
     ssize_t r = pread(fd, p, n < IO_MAX ? n : IO_MAX, (off_t)at);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0)
-      return TPDP_ERR(TPDP_ERR_IO, "read of '%s' at byte %llu failed: %s",
-                      path, (unsigned long long)at, strerror(errno));
+      return TPDP_ERR(TPDP_ERR_IO, "read of '%s' at byte %llu failed: %s", path,
+                      (unsigned long long)at, strerror(errno));
     if (r == 0)
       return TPDP_ERR(TPDP_ERR_IO,
                       "'%s' ends at byte %llu but %zu more bytes were "
@@ -107,8 +107,7 @@ tpdp_status ckpt_mkdirs(const char *dir) {
 tpdp_status ckpt_read_file(const char *path, char **out, size_t *len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return TPDP_ERR(TPDP_ERR_IO, "cannot open '%s': %s", path,
-                    strerror(errno));
+    return TPDP_ERR(TPDP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
   struct stat sb;
   tpdp_status st = TPDP_SUCCESS;
   char *buf = NULL;
@@ -187,8 +186,8 @@ void ckpt_test_kill_point(int rank, const char *point) {
   long r = strtol(v, &end, 10);
   if (end == v || *end != ':' || r != rank || strcmp(end + 1, point) != 0)
     return;
-  fprintf(stderr, "[rank %d] tpdp: TPDP_CKPT_TEST_KILL=%s: SIGKILL now\n",
-          rank, v);
+  fprintf(stderr, "[rank %d] tpdp: TPDP_CKPT_TEST_KILL=%s: SIGKILL now\n", rank,
+          v);
   fflush(stderr);
   raise(SIGKILL);
 }

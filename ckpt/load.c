@@ -79,8 +79,7 @@ static const int64_t *box_of(const int64_t *table, int n, int rank, int i) {
  * the rank that needs most of it (the least burdened on ties). */
 static tpdp_status plan_jobs(const ckpt_group *g, const tpdp_state_dict *sd,
                              const tpdp_checkpoint *ck, const int *tensor_of,
-                             const int64_t *table, int verify,
-                             job_list *out) {
+                             const int64_t *table, int verify, job_list *out) {
   uint64_t *extra = NULL;
   CHECK(TPDP_CALLOC(extra, (size_t)g->size));
   tpdp_status st = TPDP_SUCCESS;
@@ -95,9 +94,8 @@ static tpdp_status plan_jobs(const ckpt_group *g, const tpdp_state_dict *sd,
       int64_t best_n = 0;
       for (int r = 0; r < g->size; r++) {
         const int64_t *b = box_of(table, sd->n, r, i);
-        int64_t n =
-            ckpt_box_intersect(nd, b, b + TPDP_MAX_DIMS, s->off, s->shape, o,
-                               sh);
+        int64_t n = ckpt_box_intersect(nd, b, b + TPDP_MAX_DIMS, s->off,
+                                       s->shape, o, sh);
         if (r == g->rank) mine = n;
         whole |= n > 0 && n == snumel;
         if (n > best_n || (n == best_n && n > 0 && extra[r] < extra[best])) {
@@ -110,9 +108,9 @@ static tpdp_status plan_jobs(const ckpt_group *g, const tpdp_state_dict *sd,
         continue;
       }
       const int64_t *b = box_of(table, sd->n, g->rank, i);
-      CHECK_GOTO(core_grow((void **)&out->j, &out->cap, out->n + 1,
-                           sizeof *out->j),
-                 st, done);
+      CHECK_GOTO(
+          core_grow((void **)&out->j, &out->cap, out->n + 1, sizeof *out->j),
+          st, done);
       job *jb = &out->j[out->n++];
       memset(jb, 0, sizeof *jb);
       jb->entry = i;
@@ -186,8 +184,7 @@ static tpdp_status run_entry(tpdp_state_dict *sd, int i, const ckpt_tensor *t,
       bd[d] = jb->off[d] - mybox[d];
     }
     ckpt_src src = {f, k, jb->verify, s->xxh64};
-    CHECK_GOTO(ckpt_copy_box(&src, bs, jb->shape, &dst, bd, scratch), st,
-               done);
+    CHECK_GOTO(ckpt_copy_box(&src, bs, jb->shape, &dst, bd, scratch), st, done);
   }
 done:;
   tpdp_status st2 = ckpt_stage_end(&e->local, stage, owned, st == TPDP_SUCCESS);

@@ -36,8 +36,7 @@ tpdp_status ckpt_gather_boxes(const ckpt_group *g, const tpdp_state_dict *sd,
   tpdp_status st = TPDP_CALLOC(table, (size_t)(n * CKPT_BOX * g->size));
   for (int64_t i = 0; i < n && st == TPDP_SUCCESS; i++)
     ckpt_local_box(&sd->e[i], mine + i * CKPT_BOX);
-  if (st == TPDP_SUCCESS)
-    st = ckpt_allgather_i64(g, mine, n * CKPT_BOX, table);
+  if (st == TPDP_SUCCESS) st = ckpt_allgather_i64(g, mine, n * CKPT_BOX, table);
   free(mine);
   if (st != TPDP_SUCCESS) {
     free(table);

@@ -203,9 +203,8 @@ static tpdp_status check_layout(tpdp_safetensors *f, uint64_t data_len) {
     st = TPDP_ERR(TPDP_ERR_PARSE,
                   "file '%s': the data area has %llu bytes but its tensors "
                   "end at byte %llu%s%s%s (trailing bytes)",
-                  f->path, (unsigned long long)data_len,
-                  (unsigned long long)at, prev ? " (tensor '" : "",
-                  prev ? prev : "", prev ? "')" : "");
+                  f->path, (unsigned long long)data_len, (unsigned long long)at,
+                  prev ? " (tensor '" : "", prev ? prev : "", prev ? "')" : "");
 done:
   free(order);
   return st;
@@ -364,8 +363,8 @@ tpdp_status tpdp_safetensors_find(const tpdp_safetensors *f, const char *name,
   CHECK_PTR(index);
   int i = ckpt_st_find(f, name);
   if (i < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "file '%s' has no tensor '%s'",
-                    f->path, name);
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "file '%s' has no tensor '%s'", f->path,
+                    name);
   *index = i;
   return TPDP_SUCCESS;
 }
@@ -474,8 +473,8 @@ static void row_major(int nd, const int64_t *shape, int64_t *strides) {
  * maximal runs contiguous in the slice (and, for `both`, in the
  * destination), enumerated by an odometer over the dims before the run. */
 typedef struct {
-  int nd, k;      /* dims 0..k-1 are stepped; the run spans k..nd-1 */
-  int64_t len;    /* elements per run */
+  int nd, k;   /* dims 0..k-1 are stepped; the run spans k..nd-1 */
+  int64_t len; /* elements per run */
   int64_t idx[TPDP_MAX_DIMS];
   int64_t s_lin, d_lin; /* linear element index of the run's start */
   int done;             /* every run enumerated */
@@ -610,8 +609,15 @@ tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
     snumel *= t->shape[d];
   }
   if (bnumel == 0 && !src->verify) return TPDP_SUCCESS;
-  box_copy c = {src, t, dst, tpdp_dtype_size(t->dtype),
-                tpdp_dtype_size(dst->dtype), scratch, NULL, {0}, 0};
+  box_copy c = {src,
+                t,
+                dst,
+                tpdp_dtype_size(t->dtype),
+                tpdp_dtype_size(dst->dtype),
+                scratch,
+                NULL,
+                {0},
+                0};
   XXH64_state_t hs;
   if (src->verify) {
     XXH64_reset(&hs, 0);

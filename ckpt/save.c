@@ -65,8 +65,7 @@ static int by_box(const void *a, const void *b) {
 }
 
 /* Distinct slices of entry i, each written by its least-loaded holder. */
-static tpdp_status plan_entry(plan *p, const ckpt_entry *e, int i,
-                              int *ranks) {
+static tpdp_status plan_entry(plan *p, const ckpt_entry *e, int i, int *ranks) {
   int nd = e->local.ndim, nr = 0;
   for (int r = 0; r < p->size; r++)
     if (box_numel(nd, box_of(p, r, i)) > 0) ranks[nr++] = r;
@@ -157,8 +156,8 @@ static tpdp_status slice_meta(const ckpt_entry *e, const plan_slice *s,
 /* This rank's slices (data in plan order) after their header. Each
  * slice's hash into hash[slice index]. */
 static tpdp_status write_data(int fd, const char *path,
-                              const tpdp_state_dict *sd, const plan *p,
-                              int me, int64_t *hash) {
+                              const tpdp_state_dict *sd, const plan *p, int me,
+                              int64_t *hash) {
   int killed_point = 0;
   for (int k = 0; k < p->ns; k++) {
     const plan_slice *s = &p->s[k];
@@ -173,9 +172,8 @@ static tpdp_status write_data(int fd, const char *path,
     /* Hash each chunk just before writing it, while it is in cache. */
     for (uint64_t at = 0; at < s->nbytes && st == TPDP_SUCCESS;
          at += CKPT_CHUNK_BYTES) {
-      size_t n = (size_t)(s->nbytes - at < CKPT_CHUNK_BYTES
-                              ? s->nbytes - at
-                              : CKPT_CHUNK_BYTES);
+      size_t n = (size_t)(s->nbytes - at < CKPT_CHUNK_BYTES ? s->nbytes - at
+                                                            : CKPT_CHUNK_BYTES);
       XXH64_update(&h, (const char *)data + at, n);
       st = ckpt_write_all(fd, (const char *)data + at, n, path);
       if (st == TPDP_SUCCESS && !killed_point++)
@@ -189,8 +187,8 @@ static tpdp_status write_data(int fd, const char *path,
 }
 
 static tpdp_status write_my_file(const char *dir, const tpdp_state_dict *sd,
-                                 const plan *p, int64_t gen, int me,
-                                 int size, int64_t *hash) {
+                                 const plan *p, int64_t gen, int me, int size,
+                                 int64_t *hash) {
   int count = 0;
   for (int k = 0; k < p->ns; k++) count += p->s[k].writer == me;
   if (count == 0) return TPDP_SUCCESS;
@@ -312,7 +310,8 @@ static tpdp_status write_index(const char *dir, const tpdp_state_dict *sd,
   if (st == TPDP_SUCCESS) st = ckpt_join(dir, "index.json", &path);
   ckpt_atomic_file out = {NULL, NULL, -1};
   if (st == TPDP_SUCCESS) st = ckpt_atomic_open(&out, path);
-  if (st == TPDP_SUCCESS) st = ckpt_write_all(out.fd, text.s, text.len, out.tmp);
+  if (st == TPDP_SUCCESS)
+    st = ckpt_write_all(out.fd, text.s, text.len, out.tmp);
   if (st == TPDP_SUCCESS) {
     ckpt_test_kill_point(0, "index");
     st = ckpt_atomic_commit(&out, dir);

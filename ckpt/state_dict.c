@@ -40,8 +40,8 @@ tpdp_status ckpt_check_entry(const char *fqn, const tpdp_tensor *local,
                     "and cannot name a tensor");
   if (local->ndim < 0 || local->ndim > TPDP_MAX_DIMS)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "tensor '%s' has ndim %d outside [0, %d]", fqn,
-                    local->ndim, TPDP_MAX_DIMS);
+                    "tensor '%s' has ndim %d outside [0, %d]", fqn, local->ndim,
+                    TPDP_MAX_DIMS);
   if (tpdp_dtype_size(local->dtype) == 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "tensor '%s' has dtype %d", fqn,
                     (int)local->dtype);
@@ -149,8 +149,7 @@ tpdp_status tpdp_state_dict_add(tpdp_state_dict *sd, const char *fqn,
   CHECK_PTR(local);
   CHECK(ckpt_check_entry(fqn, local, spec));
   if (find_entry(sd, fqn) >= 0)
-    return TPDP_ERR(TPDP_ERR_DUPLICATE, "the state dict already has '%s'",
-                    fqn);
+    return TPDP_ERR(TPDP_ERR_DUPLICATE, "the state dict already has '%s'", fqn);
   CHECK(core_grow((void **)&sd->e, &sd->cap, sd->n + 1, sizeof *sd->e));
   char *name = core_strdup(fqn);
   if (name == NULL)
@@ -189,10 +188,9 @@ static tpdp_status add_member(module_ctx *c, const char *prefix,
   core_strbuf raw = {0};
   core_sb_puts(&raw, prefix);
   core_sb_puts(&raw, name);
-  tpdp_status st =
-      raw.failed ? TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory naming '%s'",
-                            name)
-                 : add_named(c, raw.s, t, spec);
+  tpdp_status st = raw.failed ? TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
+                                         "out of memory naming '%s'", name)
+                              : add_named(c, raw.s, t, spec);
   core_sb_free(&raw);
   return st;
 }

@@ -7,14 +7,14 @@
 #include "ckpt/ckpt_internal.h"
 
 static const char *const st_names[TPDP_DTYPE_COUNT] = {
-    [TPDP_F32] = "F32", [TPDP_F64] = "F64", [TPDP_F16] = "F16",
+    [TPDP_F32] = "F32",   [TPDP_F64] = "F64", [TPDP_F16] = "F16",
     [TPDP_BF16] = "BF16", [TPDP_I32] = "I32", [TPDP_I64] = "I64",
     [TPDP_U8] = "U8"};
 
 /* Valid safetensors dtypes that tpdp has no dtype for. */
 static const char *const st_unsupported[] = {
-    "BOOL", "I8", "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2",
-    "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2", "C64"};
+    "BOOL",    "I8",      "I16", "U16",     "U32",     "U64", "F8_E4M3",
+    "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 const char *ckpt_st_dtype_name(tpdp_dtype dt) {
   return (unsigned)dt < TPDP_DTYPE_COUNT ? st_names[dt] : "?";

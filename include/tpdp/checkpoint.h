@@ -118,8 +118,7 @@ typedef struct {
   tpdp_tensor local;
   const tpdp_spec *spec; /* NULL: whole on every rank */
 } tpdp_state_dict_entry;
-TPDP_API tpdp_status tpdp_state_dict_entry_at(const tpdp_state_dict *sd,
-                                              int i,
+TPDP_API tpdp_status tpdp_state_dict_entry_at(const tpdp_state_dict *sd, int i,
                                               tpdp_state_dict_entry *out);
 /* Index of an FQN; TPDP_ERR_NOT_FOUND naming it if absent. */
 TPDP_API tpdp_status tpdp_state_dict_find(const tpdp_state_dict *sd,
@@ -158,11 +157,8 @@ typedef struct {
   int convert_dtype;
 } tpdp_checkpoint_options;
 
-#define TPDP_CHECKPOINT_OPTIONS_INIT                                  \
-  {                                                                   \
-    sizeof(tpdp_checkpoint_options), TPDP_CHECKPOINT_OPTIONS_VERSION, \
-        1, 0, 1                                                       \
-  }
+#define TPDP_CHECKPOINT_OPTIONS_INIT \
+  { sizeof(tpdp_checkpoint_options), TPDP_CHECKPOINT_OPTIONS_VERSION, 1, 0, 1 }
 
 /* ---------------------------------------------------------- save / load */
 
@@ -177,9 +173,9 @@ typedef struct {
  * cover it exactly once; TPDP_ERR_IO naming the file and the failed call;
  * TPDP_ERR_INVALID_ARGUMENT for options of an unknown size; communicator
  * errors. */
-TPDP_API tpdp_status tpdp_checkpoint_save(
-    const tpdp_state_dict *sd, const char *dir, tpdp_comm *comm,
-    const tpdp_checkpoint_options *options);
+TPDP_API tpdp_status
+tpdp_checkpoint_save(const tpdp_state_dict *sd, const char *dir,
+                     tpdp_comm *comm, const tpdp_checkpoint_options *options);
 
 /* Load the checkpoint in `dir` into sd's tensors (each rank's local part
  * of each entry) and replace sd's metadata with the checkpoint's.
@@ -192,9 +188,9 @@ TPDP_API tpdp_status tpdp_checkpoint_save(
  * TPDP_ERR_SHAPE_MISMATCH (global shapes differ); TPDP_ERR_DTYPE_MISMATCH
  * (dtypes differ and cannot or may not convert); the entry and agreement
  * errors of save; communicator errors. */
-TPDP_API tpdp_status tpdp_checkpoint_load(
-    tpdp_state_dict *sd, const char *dir, tpdp_comm *comm,
-    const tpdp_checkpoint_options *options);
+TPDP_API tpdp_status
+tpdp_checkpoint_load(tpdp_state_dict *sd, const char *dir, tpdp_comm *comm,
+                     const tpdp_checkpoint_options *options);
 
 /* ------------------------------------------------------ reading an index
  *

@@ -133,8 +133,8 @@ class Model {
       for (int64_t s : shape) n *= s;
       bufs_.emplace_back((size_t)n * tpdp_dtype_size(dtype) + 8, 0);
       for (int64_t k = 0; k < n; k++)
-        Store(bufs_.back().data(), dtype, k, fill ? Value((int)i, Flat(i, k))
-                                                  : 99.0);
+        Store(bufs_.back().data(), dtype, k,
+              fill ? Value((int)i, Flat(i, k)) : 99.0);
       tpdp_tensor t;
       EXPECT_TPDP_OK(tpdp_tensor_init(&t, bufs_.back().data(), dtype, kCpu,
                                       (int)shape.size(), shape.data()));

@@ -23,7 +23,7 @@ struct Layout {
   std::vector<std::string> pl; /* per tensor; "" = no spec */
 };
 
-const char *const kNames[] = {"layers.0.w", "layers.0.v", "b", "col",
+const char *const kNames[] = {"layers.0.w", "layers.0.v", "b",    "col",
                               "plain",      "scalar",     "empty"};
 const V kShapes[] = {{11, 7}, {5, 9}, {11}, {6, 10}, {3}, {}, {0, 4}};
 
@@ -34,13 +34,13 @@ std::vector<TensorDef> Defs(const Layout &l) {
   return d;
 }
 
-const Layout kDp2Tp2 = {"dp=2,tp=2", {"R,S0", "S0,S1", "R,S0", "R,S1", "", "",
-                                      "R,S0"}};
+const Layout kDp2Tp2 = {"dp=2,tp=2",
+                        {"R,S0", "S0,S1", "R,S0", "R,S1", "", "", "R,S0"}};
 const Layout kTp4 = {"tp=4", {"S0", "S1", "S0", "S1", "", "", "S1"}};
 const Layout kDp4 = {"dp=4", {"R", "R", "R", "R", "", "", "R"}};
 const Layout kTp3 = {"tp=3", {"S1", "S0", "S0", "S0", "", "", "S0"}};
-const Layout kDp1Tp2 = {"dp=1,tp=2", {"R,S1", "S1,S0", "R,S0", "S0,S0", "",
-                                      "", "R,S0"}};
+const Layout kDp1Tp2 = {"dp=1,tp=2",
+                        {"R,S1", "S1,S0", "R,S0", "S0,S0", "", "", "R,S0"}};
 const Layout kOne = {"d=1", {"R", "S0", "R", "S1", "", "", "R"}};
 
 // The first n world ranks as a communicator (NULL on the others).
@@ -68,8 +68,8 @@ void LoadAndCheck(const std::string &dir, int n, const Layout &l,
   if (c) {
     Model m(c, l.mesh, Defs(l), dt, false);
     EXPECT_TPDP_OK(tpdp_checkpoint_load(m.sd(), dir.c_str(), c, nullptr));
-    EXPECT_EQ(m.Mismatches(), 0) << "loaded on " << l.mesh << " as "
-                                 << tpdp_dtype_name(dt);
+    EXPECT_EQ(m.Mismatches(), 0)
+        << "loaded on " << l.mesh << " as " << tpdp_dtype_name(dt);
     const char *step = tpdp_state_dict_get_meta(m.sd(), "step");
     EXPECT_STREQ(step ? step : "(none)", "12");
     tpdp_comm_destroy(c);
@@ -140,8 +140,8 @@ TEST(CheckpointLoad, OneWriterPerDistinctSliceSpreadOverRanks) {
       ASSERT_TPDP_OK(tpdp_checkpoint_slice_at(ck, i, j, &si));
       V shape = defs[i].shape, off(shape.size(), 0);
       if (np)
-        RefLayout({2, 2}, {si.rank / 2, si.rank % 2}, pl, defs[i].shape,
-                  &shape, &off);
+        RefLayout({2, 2}, {si.rank / 2, si.rank % 2}, pl, defs[i].shape, &shape,
+                  &off);
       for (size_t d = 0; d < shape.size(); d++) {
         EXPECT_EQ(si.shape[d], shape[d]) << ti.name << " slice " << j;
         EXPECT_EQ(si.offsets[d], off[d]) << ti.name << " slice " << j;
