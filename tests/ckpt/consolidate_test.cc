@@ -12,17 +12,16 @@ using namespace ckpt_test;
 namespace {
 
 TEST(CheckpointConsolidate, WritesOneUnshardedFile) {
-  std::vector<TensorDef> defs = {{"transformer.h.0.attn.c_attn.weight",
-                                  {5, 3},
-                                  "S0"},
-                                 {"transformer.wte.weight", {4, 6}, "S1"},
-                                 {"lm_head.bias", {4}, ""}};
+  std::vector<TensorDef> defs = {
+      {"transformer.h.0.attn.c_attn.weight", {5, 3}, "S0"},
+      {"transformer.wte.weight", {4, 6}, "S1"},
+      {"lm_head.bias", {4}, ""}};
   std::string dir = TempDir(tpdp_test::World(), "consolidate");
   {
     Model m(tpdp_test::World(), "tp=2", defs, TPDP_F32, true);
     ASSERT_TPDP_OK(tpdp_state_dict_set_meta(m.sd(), "step", "9"));
-    ASSERT_TPDP_OK(tpdp_checkpoint_save(m.sd(), dir.c_str(),
-                                        tpdp_test::World(), nullptr));
+    ASSERT_TPDP_OK(
+        tpdp_checkpoint_save(m.sd(), dir.c_str(), tpdp_test::World(), nullptr));
   }
   if (tpdp_test::WorldRank() != 0) return;
   std::string out = dir + "/model.safetensors";

@@ -29,8 +29,8 @@ struct Parts {
 };
 
 std::string Json(const Parts &p) {
-  return R"({"metadata":{"total_size":32},"weight_map":{},"tpdp":{)" +
-         p.head + p.meta + R"("tensors":[{)" + p.name + p.dtype + p.shape +
+  return R"({"metadata":{"total_size":32},"weight_map":{},"tpdp":{)" + p.head +
+         p.meta + R"("tensors":[{)" + p.name + p.dtype + p.shape +
          R"("spec":null,"slices":[)" + p.s1 + "," + p.s2 + "]}" + p.extra +
          "]}}";
 }

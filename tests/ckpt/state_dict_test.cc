@@ -45,12 +45,12 @@ TEST_F(StateDict, AddChecksEntries) {
   tpdp_placement s0 = tpdp_shard(0), p = tpdp_partial(TPDP_OP_SUM);
   int64_t g[2] = {12, 7}, wrong[2] = {12, 7};
   ASSERT_TPDP_OK(tpdp_spec_create(mesh, &s0, 1, 2, g, TPDP_F32, kCpu, &spec));
-  ASSERT_TPDP_OK(
-      tpdp_spec_create(mesh, &p, 1, 2, g, TPDP_F32, kCpu, &partial));
+  ASSERT_TPDP_OK(tpdp_spec_create(mesh, &p, 1, 2, g, TPDP_F32, kCpu, &partial));
   ASSERT_TPDP_OK(tpdp_state_dict_add(sd, "sharded", &t, spec));
   tpdp_tensor whole;
   std::vector<float> big(84);
-  ASSERT_TPDP_OK(tpdp_tensor_init(&whole, big.data(), TPDP_F32, kCpu, 2, wrong));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&whole, big.data(), TPDP_F32, kCpu, 2, wrong));
   EXPECT_TPDP_ERROR(tpdp_state_dict_add(sd, "bad", &whole, spec),
                     TPDP_ERR_SHAPE_MISMATCH, "'bad'", "[12, 7]", "[6, 7]");
   EXPECT_TPDP_ERROR(tpdp_state_dict_add(sd, "part", &whole, partial),
