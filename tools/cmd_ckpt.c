@@ -20,9 +20,12 @@ void cmd_ckpt_usage(void) {
       "  --verify  re-read every slice and check its xxhash64 (and its\n"
       "            file's header against the index)\n"
       "  --json    one JSON object: {\"dir\",\"generation\",\"world_size\",\n"
-      "            \"metadata\":{..},\"bytes\",\"tensors\":[{\"name\",\"dtype\",\n"
-      "            \"shape\",\"mesh\":{\"names\",\"shape\"}|null,\"placements\":\n"
-      "            [..]|null,\"bytes\",\"slices\":[{\"file\",\"offsets\",\"shape\",\n"
+      "            "
+      "\"metadata\":{..},\"bytes\",\"tensors\":[{\"name\",\"dtype\",\n"
+      "            "
+      "\"shape\",\"mesh\":{\"names\",\"shape\"}|null,\"placements\":\n"
+      "            "
+      "[..]|null,\"bytes\",\"slices\":[{\"file\",\"offsets\",\"shape\",\n"
       "            \"bytes\",\"xxh64\",\"rank\",\"checksum\":\"ok\"|\"bad\"|\n"
       "            \"unchecked\"}]}],\"bad_slices\":N}\n"
       "consolidate: write every global tensor, under its saved name, into\n"
@@ -90,8 +93,7 @@ static int inspect(const char *dir, int json, int verify) {
   }
   if (!json) {
     printf("checkpoint %s: generation %" PRId64
-           ", saved by %d ranks, %d tensors in %d slices, %" PRIu64
-           " bytes\n",
+           ", saved by %d ranks, %d tensors in %d slices, %" PRIu64 " bytes\n",
            dir, tpdp_checkpoint_generation(ck), tpdp_checkpoint_world_size(ck),
            nt, nslices, total);
     for (int i = 0; i < tpdp_checkpoint_num_meta(ck); i++) {
@@ -113,8 +115,8 @@ static int inspect(const char *dir, int json, int verify) {
     cJSON_AddItemToObject(jt, "shape", dims_json(ti.ndim, ti.shape));
     const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(spec, "mesh");
     const cJSON *pl = cJSON_GetObjectItemCaseSensitive(spec, "placements");
-    cJSON_AddItemToObject(
-        jt, "mesh", mesh ? cJSON_Duplicate(mesh, 1) : cJSON_CreateNull());
+    cJSON_AddItemToObject(jt, "mesh",
+                          mesh ? cJSON_Duplicate(mesh, 1) : cJSON_CreateNull());
     cJSON_AddItemToObject(jt, "placements",
                           pl ? cJSON_Duplicate(pl, 1) : cJSON_CreateNull());
     cJSON_AddNumberToObject(jt, "bytes", (double)ti.nbytes);
