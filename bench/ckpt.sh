@@ -4,11 +4,14 @@
 # rank) saved with tpdp_checkpoint_save and loaded with
 # tpdp_checkpoint_load, against each rank writing (then reading) the same
 # bytes with write()/read() into one file of its own, in the same run.
-# Both sides fsync; before each read phase all files are dropped from the
+# Both sides fsync and write new files each round (the previous round's
+# removed after: a crash-safe save keeps the last checkpoint until the new
+# one commits); before every timed phase all files are dropped from the
 # page cache with posix_fadvise(DONTNEED) (dropping the whole cache needs
 # root and /proc/sys/vm/drop_caches, which this does not use). Prints the
 # rounds and last `ckpt: save_ratio <x> load_ratio <y>` (plain time / tpdp
-# time, medians; target >= 0.8 each).
+# time, medians; target >= 0.8 each). On a shared, loaded machine the
+# rounds vary a lot: look at them, not only the medians.
 # Usage: bench/ckpt.sh [--mib N] [--rounds R] [--tensors T]
 # The files go to a temporary directory under $TPDP_BENCH_DIR (default
 # $TMPDIR or /tmp), removed at the end; it needs about 3x the model size.
