@@ -222,6 +222,12 @@ tpdp_status ckpt_gather_boxes(const ckpt_group *g, const tpdp_state_dict *sd,
  * and what two ranks hold there. */
 tpdp_status ckpt_check_same_entries(const ckpt_group *g,
                                     const tpdp_state_dict *sd);
+/* What save and load start with: the group of comm, the options (NULL =
+ * defaults), every entry checked and the same on every rank; a failure
+ * anywhere fails every rank alike. */
+tpdp_status ckpt_prologue(const tpdp_state_dict *sd, tpdp_comm *comm,
+                          const tpdp_checkpoint_options *options, ckpt_group *g,
+                          tpdp_checkpoint_options *o);
 /* Intersection of boxes a and b (offset, shape) into out; returns its
  * element count (0: disjoint). */
 int64_t ckpt_box_intersect(int nd, const int64_t *ao, const int64_t *as,

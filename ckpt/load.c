@@ -198,13 +198,8 @@ tpdp_status tpdp_checkpoint_load(tpdp_state_dict *sd, const char *dir,
   CHECK_PTR(sd);
   CHECK_PTR(dir);
   ckpt_group g;
-  CHECK(ckpt_group_init(&g, comm));
   tpdp_checkpoint_options o;
-  tpdp_status st = ckpt_options(options, &o);
-  for (int i = 0; i < sd->n && st == TPDP_SUCCESS; i++)
-    st = ckpt_check_entry(sd->e[i].fqn, &sd->e[i].local, sd->e[i].spec);
-  CHECK(ckpt_agree(&g, st));
-  CHECK(ckpt_check_same_entries(&g, sd));
+  CHECK(ckpt_prologue(sd, comm, options, &g, &o));
   tpdp_checkpoint *ck = NULL;
   int *tensor_of = NULL;
   int64_t *table = NULL;
@@ -212,7 +207,7 @@ tpdp_status tpdp_checkpoint_load(tpdp_state_dict *sd, const char *dir,
   file_cache cache = {NULL, NULL, 0};
   void *scratch = NULL;
   CHECK(ckpt_index_read(&g, dir, &ck));
-  st = TPDP_CALLOC(tensor_of, (size_t)sd->n);
+  tpdp_status st = TPDP_CALLOC(tensor_of, (size_t)sd->n);
   if (st == TPDP_SUCCESS) st = match(sd, ck, &o, tensor_of);
   CHECK_GOTO(ckpt_agree(&g, st), st, done);
   CHECK_GOTO(ckpt_gather_boxes(&g, sd, &table), st, done);

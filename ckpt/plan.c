@@ -148,3 +148,14 @@ done:
   free(all);
   return st;
 }
+
+tpdp_status ckpt_prologue(const tpdp_state_dict *sd, tpdp_comm *comm,
+                          const tpdp_checkpoint_options *options, ckpt_group *g,
+                          tpdp_checkpoint_options *o) {
+  CHECK(ckpt_group_init(g, comm));
+  tpdp_status st = ckpt_options(options, o);
+  for (int i = 0; i < sd->n && st == TPDP_SUCCESS; i++)
+    st = ckpt_check_entry(sd->e[i].fqn, &sd->e[i].local, sd->e[i].spec);
+  CHECK(ckpt_agree(g, st));
+  return ckpt_check_same_entries(g, sd);
+}

@@ -365,16 +365,11 @@ tpdp_status tpdp_checkpoint_save(const tpdp_state_dict *sd, const char *dir,
   CHECK_PTR(sd);
   CHECK_PTR(dir);
   ckpt_group g;
-  CHECK(ckpt_group_init(&g, comm));
   tpdp_checkpoint_options o;
-  tpdp_status st = ckpt_options(options, &o);
-  for (int i = 0; i < sd->n && st == TPDP_SUCCESS; i++)
-    st = ckpt_check_entry(sd->e[i].fqn, &sd->e[i].local, sd->e[i].spec);
-  CHECK(ckpt_agree(&g, st));
-  CHECK(ckpt_check_same_entries(&g, sd));
+  CHECK(ckpt_prologue(sd, comm, options, &g, &o));
   plan p;
   int64_t *hash = NULL, gen = 0;
-  st = plan_build(&g, sd, &p);
+  tpdp_status st = plan_build(&g, sd, &p);
   if (st == TPDP_SUCCESS) st = TPDP_CALLOC(hash, (size_t)p.ns + 1);
   /* Rank 0 makes the directory and picks the generation. */
   if (st == TPDP_SUCCESS && g.rank == 0) {
