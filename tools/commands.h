@@ -24,6 +24,8 @@ int cmd_plan(int argc, char **argv);
 void cmd_plan_usage(void);
 int cmd_partition(int argc, char **argv);
 void cmd_partition_usage(void);
+int cmd_ckpt(int argc, char **argv);
+void cmd_ckpt_usage(void);
 
 /* 1 if any argv[i] (i >= 1) is -h or --help. */
 int tpdp_cli_wants_help(int argc, char **argv);

@@ -19,6 +19,8 @@ static const tpdp_command commands[] = {
      cmd_plan, cmd_plan_usage},
     {"partition", "split a model into balanced pipeline stages", cmd_partition,
      cmd_partition_usage},
+    {"ckpt", "inspect or consolidate a sharded checkpoint", cmd_ckpt,
+     cmd_ckpt_usage},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
 

@@ -24,7 +24,23 @@ typedef struct {
   double bucket_mib;
   int check;
   int quiet;
+  const char *save_dir; /* --save: checkpoint when the run ends */
+  int save_every;       /* --save-every: also every N steps (0: never) */
+  const char *load_dir; /* --load: resume from this checkpoint */
+  unsigned given;       /* OPT_* bits of the model flags given */
 } options;
+
+/* Model flags a checkpoint carries: given with --load, they must agree. */
+enum {
+  OPT_LAYERS = 1,
+  OPT_HIDDEN = 2,
+  OPT_WIDTH = 4,
+  OPT_INPUTS = 8,
+  OPT_CLASSES = 16,
+  OPT_BATCH = 32,
+  OPT_LR = 64,
+  OPT_SEED = 128
+};
 
 typedef struct {
   mlp_shape shape;
@@ -116,6 +132,9 @@ struct train_backend {
   /* The summary's "time..." line. */
   void (*print_time)(const trainer *t, const train_times *tm,
                      const tpdp_reducer_stats *rs);
+  /* Views of parameter i's AdamW moments (the local shape, where the
+   * backend keeps them), for checkpoints. */
+  int (*moment_views)(trainer *t, int i, tpdp_tensor *m1, tpdp_tensor *m2);
   /* Full value of parameter i (n floats) into host `out`; collective. */
   int (*gather_param)(trainer *t, int i, float *out, int64_t n);
   /* Frees the model, buffers and t->dev; safe after any failure. */

@@ -218,6 +218,18 @@ fail:
   return 1;
 }
 
+/* The moments live on the GPU beside the parameters: device views. */
+static int cuda_moment_views(trainer *t, int i, tpdp_tensor *m1,
+                             tpdp_tensor *m2) {
+  cuda_state *c = t->dev;
+  const tpdp_tensor *p = &t->rparams[i].param;
+  TRY(tpdp_tensor_init(m1, c->m1[i], TPDP_F32, c->dev, p->ndim, p->shape));
+  TRY(tpdp_tensor_init(m2, c->m2[i], TPDP_F32, c->dev, p->ndim, p->shape));
+  return 0;
+fail:
+  return 1;
+}
+
 static void cuda_print_time(const trainer *t, const train_times *tm,
                             const tpdp_reducer_stats *rs) {
   const cuda_state *c = t->dev;
@@ -309,6 +321,7 @@ const train_backend train_cuda_backend = {
     .sum_over_dp = cuda_sum_over_dp,
     .finish = cuda_finish,
     .print_time = cuda_print_time,
+    .moment_views = cuda_moment_views,
     .gather_param = cuda_gather_param,
     .release = cuda_release,
 };

@@ -49,11 +49,21 @@ static void usage(FILE *out) {
       "  --bucket-mib M  DP bucket cap in MiB (default 25)\n"
       "  --check         also train in one process on rank 0 and compare;\n"
       "                  exit 1 if loss or parameters differ by > 1e-4\n"
-      "  --quiet         print only the summary lines\n");
+      "  --quiet         print only the summary lines\n"
+      "  --save DIR      save a sharded checkpoint (model configuration,\n"
+      "                  weights, AdamW state, step) into DIR when the run\n"
+      "                  ends\n"
+      "  --save-every N  also save into DIR every N steps\n"
+      "  --load DIR      resume from the checkpoint in DIR, on any mesh: the\n"
+      "                  model flags come from it (given ones must agree);\n"
+      "                  --steps counts all steps, so the run goes on from "
+      "the\n"
+      "                  saved step to --steps\n");
 }
 
 static int parse_options(int argc, char **argv, options *o) {
-  *o = (options){1, 1, 2, 67, 32, 16, 10, 64, 40, 3e-3, 1, "cpu", 25.0, 0, 0};
+  *o = (options){1, 1,     2,    67, 32, 16,   10, 64,   40, 3e-3,
+                 1, "cpu", 25.0, 0,  0,  NULL, 0,  NULL, 0};
   static const struct option longopts[] = {
       {"dp", required_argument, 0, 'd'},
       {"tp", required_argument, 0, 't'},
@@ -70,6 +80,9 @@ static int parse_options(int argc, char **argv, options *o) {
       {"bucket-mib", required_argument, 0, 'm'},
       {"check", no_argument, 0, 'c'},
       {"quiet", no_argument, 0, 'q'},
+      {"save", required_argument, 0, 'o'},
+      {"save-every", required_argument, 0, 'e'},
+      {"load", required_argument, 0, 'l'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
@@ -83,30 +96,38 @@ static int parse_options(int argc, char **argv, options *o) {
         break;
       case 'L':
         o->layers = atoi(optarg);
+        o->given |= OPT_LAYERS;
         break;
       case 'H':
         o->hidden = atoi(optarg);
+        o->given |= OPT_HIDDEN;
         break;
       case 'W':
         o->width = atoi(optarg);
+        o->given |= OPT_WIDTH;
         break;
       case 'I':
         o->inputs = atoi(optarg);
+        o->given |= OPT_INPUTS;
         break;
       case 'C':
         o->classes = atoi(optarg);
+        o->given |= OPT_CLASSES;
         break;
       case 'B':
         o->batch = atoi(optarg);
+        o->given |= OPT_BATCH;
         break;
       case 'S':
         o->steps = atoi(optarg);
         break;
       case 'r':
         o->lr = atof(optarg);
+        o->given |= OPT_LR;
         break;
       case 's':
         o->seed = strtoull(optarg, NULL, 10);
+        o->given |= OPT_SEED;
         break;
       case 'v':
         o->device = optarg;
@@ -119,6 +140,15 @@ static int parse_options(int argc, char **argv, options *o) {
         break;
       case 'q':
         o->quiet = 1;
+        break;
+      case 'o':
+        o->save_dir = optarg;
+        break;
+      case 'e':
+        o->save_every = atoi(optarg);
+        break;
+      case 'l':
+        o->load_dir = optarg;
         break;
       case 'h':
         usage(stdout);
@@ -145,6 +175,8 @@ static int parse_options(int argc, char **argv, options *o) {
     bad = "--bucket-mib must be > 0";
   else if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
     bad = "--device must be cpu or cuda";
+  else if (o->save_every < 0 || (o->save_every > 0 && o->save_dir == NULL))
+    bad = "--save-every N needs N >= 1 and --save DIR";
   if (bad) {
     fprintf(stderr, "train_mlp: %s\n", bad);
     return 2;
@@ -437,6 +469,17 @@ static void cpu_print_time(const trainer *t, const train_times *tm,
       rs->comm_seconds, rs->data_seconds, tm->optim);
 }
 
+static int cpu_moment_views(trainer *t, int i, tpdp_tensor *m1,
+                            tpdp_tensor *m2) {
+  cpu_state *c = t->dev;
+  const tpdp_tensor *p = &t->rparams[i].param;
+  TRY(tpdp_tensor_init(m1, c->m1[i], TPDP_F32, p->device, p->ndim, p->shape));
+  TRY(tpdp_tensor_init(m2, c->m2[i], TPDP_F32, p->device, p->ndim, p->shape));
+  return 0;
+fail:
+  return 1;
+}
+
 /* full_tensor is collective: every rank gathers, rank 0 compares. */
 static int cpu_gather_param(trainer *t, int i, float *out, int64_t n) {
   const tpdp_tensor *lt = tpdp_param_tensor(t->tree.params[i]);
@@ -481,9 +524,145 @@ static const train_backend cpu_backend = {
     .sum_over_dp = cpu_sum_over_dp,
     .finish = NULL,
     .print_time = cpu_print_time,
+    .moment_views = cpu_moment_views,
     .gather_param = cpu_gather_param,
     .release = cpu_release,
 };
+
+/* ------------------------------------------------------------ checkpoints
+ *
+ * A checkpoint holds what a resume needs: the model configuration
+ * ("config", JSON), the weights under the tree's FQNs, the AdamW moments as
+ * optim.exp_avg.<fqn> and optim.exp_avg_sq.<fqn> (sharded as their
+ * weights: same specs), and the step the next run starts from ("step"; the
+ * synthetic batch of step s is drawn from (seed, s), so the step is also
+ * the data position, and AdamW's step count). */
+
+#define CONFIG_FORMAT                                                       \
+  "{\"layers\":%d,\"hidden\":%d,\"width\":%d,\"inputs\":%d,\"classes\":%d," \
+  "\"batch\":%d,\"lr\":%.17g,\"seed\":%llu}"
+#define CONFIG_SCAN                                                         \
+  "{\"layers\":%d,\"hidden\":%d,\"width\":%d,\"inputs\":%d,\"classes\":%d," \
+  "\"batch\":%d,\"lr\":%lf,\"seed\":%llu}"
+
+/* --load: the saved configuration replaces the model flags (given ones
+ * must agree) and *start receives the saved step. 0, or the exit code. */
+static int read_checkpoint_config(trainer *t, tpdp_comm *world, int *start) {
+  tpdp_checkpoint *ck = NULL;
+  options *o = &t->o, c = t->o;
+  int rc = 1;
+  TRY(tpdp_checkpoint_open(o->load_dir, world, &ck));
+  const char *cfg = tpdp_checkpoint_meta(ck, "config");
+  const char *step = tpdp_checkpoint_meta(ck, "step");
+  rc = 2;
+  if (cfg == NULL || step == NULL || sscanf(step, "%d", start) != 1 ||
+      sscanf(cfg, CONFIG_SCAN, &c.layers, &c.hidden, &c.width, &c.inputs,
+             &c.classes, &c.batch, &c.lr, &c.seed) != 8) {
+    if (t->rank == 0)
+      fprintf(stderr,
+              "train_mlp: --load %s: not a train_mlp checkpoint (no "
+              "\"config\" and \"step\" metadata)\n",
+              o->load_dir);
+    goto fail;
+  }
+  const struct {
+    unsigned bit;
+    const char *flag;
+    double given, saved;
+  } flags[] = {{OPT_LAYERS, "--layers", o->layers, c.layers},
+               {OPT_HIDDEN, "--hidden", o->hidden, c.hidden},
+               {OPT_WIDTH, "--width", o->width, c.width},
+               {OPT_INPUTS, "--inputs", o->inputs, c.inputs},
+               {OPT_CLASSES, "--classes", o->classes, c.classes},
+               {OPT_BATCH, "--batch", o->batch, c.batch},
+               {OPT_LR, "--lr", o->lr, c.lr},
+               {OPT_SEED, "--seed", (double)o->seed, (double)c.seed}};
+  for (size_t k = 0; k < sizeof flags / sizeof *flags; k++)
+    if ((o->given & flags[k].bit) && flags[k].given != flags[k].saved) {
+      if (t->rank == 0)
+        fprintf(stderr,
+                "train_mlp: %s %g conflicts with the checkpoint in %s, "
+                "trained with %g (leave the flag out)\n",
+                flags[k].flag, flags[k].given, o->load_dir, flags[k].saved);
+      goto fail;
+    }
+  if (*start >= o->steps || c.batch % o->dp != 0) {
+    if (t->rank == 0)
+      fprintf(stderr,
+              "train_mlp: the checkpoint in %s is at step %d with batch %d: "
+              "--steps must be above its step (it counts all steps) and "
+              "--dp must divide the batch\n",
+              o->load_dir, *start, c.batch);
+    goto fail;
+  }
+  *o = c;
+  rc = 0;
+fail:
+  tpdp_checkpoint_close(ck);
+  return rc;
+}
+
+/* Weights and AdamW moments of every parameter, as the backend holds them. */
+static int build_state(trainer *t, tpdp_state_dict *sd) {
+  for (int i = 0; i < t->tree.nparams; i++) {
+    const tpdp_spec *spec =
+        (const tpdp_spec *)tpdp_param_spec(t->tree.params[i]);
+    tpdp_tensor m1, m2;
+    char name[128];
+    if (t->b->moment_views(t, i, &m1, &m2) != 0) goto fail;
+    TRY(tpdp_state_dict_add(sd, t->tree.names[i], &t->rparams[i].param, spec));
+    snprintf(name, sizeof name, "optim.exp_avg.%s", t->tree.names[i]);
+    TRY(tpdp_state_dict_add(sd, name, &m1, spec));
+    snprintf(name, sizeof name, "optim.exp_avg_sq.%s", t->tree.names[i]);
+    TRY(tpdp_state_dict_add(sd, name, &m2, spec));
+  }
+  return 0;
+fail:
+  return 1;
+}
+
+/* Save after `step` steps (collective over world). */
+static int save_checkpoint(trainer *t, tpdp_comm *world, int step) {
+  const options *o = &t->o;
+  tpdp_state_dict *sd = NULL;
+  char cfg[512], steps[32];
+  snprintf(cfg, sizeof cfg, CONFIG_FORMAT, o->layers, o->hidden, o->width,
+           o->inputs, o->classes, o->batch, o->lr, o->seed);
+  snprintf(steps, sizeof steps, "%d", step);
+  double t0 = mlp_now();
+  /* The device's last optimizer step must be complete. */
+  if (t->b->finish && t->b->finish(t) != 0) goto fail;
+  TRY(tpdp_state_dict_create(&sd));
+  if (build_state(t, sd) != 0) goto fail;
+  TRY(tpdp_state_dict_set_meta(sd, "config", cfg));
+  TRY(tpdp_state_dict_set_meta(sd, "step", steps));
+  TRY(tpdp_checkpoint_save(sd, o->save_dir, world, NULL));
+  if (t->rank == 0 && !o->quiet)
+    printf("checkpoint: step %d saved to %s in %.3f s\n", step, o->save_dir,
+           mlp_now() - t0);
+  tpdp_state_dict_destroy(sd);
+  return 0;
+fail:
+  tpdp_state_dict_destroy(sd);
+  return 1;
+}
+
+/* --load: weights and moments into this run's (possibly other) layout. */
+static int load_checkpoint(trainer *t, tpdp_comm *world, int start) {
+  tpdp_state_dict *sd = NULL;
+  double t0 = mlp_now();
+  TRY(tpdp_state_dict_create(&sd));
+  if (build_state(t, sd) != 0) goto fail;
+  TRY(tpdp_checkpoint_load(sd, t->o.load_dir, world, NULL));
+  if (t->rank == 0 && !t->o.quiet)
+    printf("checkpoint: resumed at step %d from %s in %.3f s\n", start,
+           t->o.load_dir, mlp_now() - t0);
+  tpdp_state_dict_destroy(sd);
+  return 0;
+fail:
+  tpdp_state_dict_destroy(sd);
+  return 1;
+}
 
 /* ------------------------------------------------------------ training */
 
@@ -527,6 +706,14 @@ static int train(const options *opt, const train_backend *b, int *argc,
     return 1;
   } else {
     t->rank = 0; /* no MPI in this build; a single rank */
+  }
+  int start = 0; /* the first step: the checkpoint's with --load */
+  if (o->load_dir) {
+    int rc = read_checkpoint_config(t, world, &start);
+    if (rc != 0) {
+      exit_code = rc;
+      goto done;
+    }
   }
   int world_size = world ? tpdp_comm_size(world) : 1;
   if (world_size != o->dp * o->tp) {
@@ -581,6 +768,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
   if (!t->rparams || !t->param || !t->grad) goto fail;
   if (b->setup(t) != 0) goto fail;
   for (int i = 0; i < np; i++) t->rparams[i].fqn = t->tree.names[i];
+  /* Before the reducer, which broadcasts the parameters from dp rank 0. */
+  if (o->load_dir && load_checkpoint(t, world, start) != 0) goto fail;
 
   tpdp_reducer_options ropts = tpdp_reducer_options_default();
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
@@ -599,7 +788,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
   int bl = t->batch_local;
   train_times tm = {0, 0, 0, 0, 0};
   double t_start = mlp_now();
-  for (int step = 0; step < o->steps; step++) {
+  for (int step = start; step < o->steps; step++) {
     /* Every rank draws the global batch; each DP rank takes its rows. */
     double h0 = mlp_now();
     mlp_make_batch(&t->s, o->seed, step, o->batch, xg, labels_g);
@@ -645,7 +834,13 @@ static int train(const options *opt, const train_backend *b, int *argc,
     losses[step] = lsum / o->batch;
     if (t->rank == 0 && !o->quiet)
       printf("step %d loss %.6f\n", step, losses[step]);
+    if (o->save_every > 0 && (step + 1) % o->save_every == 0 &&
+        save_checkpoint(t, world, step + 1) != 0)
+      goto fail;
   }
+  if (o->save_dir && (o->save_every == 0 || o->steps % o->save_every != 0) &&
+      save_checkpoint(t, world, o->steps) != 0)
+    goto fail;
   if (b->finish && b->finish(t) != 0) goto fail;
   /* Step time: the loop without drawing the synthetic data. */
   double elapsed = mlp_now() - t_start - tm.data;
@@ -659,7 +854,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
     printf(
         "throughput: %.1f samples/s (%d steps of %d samples in %.3f s; "
         "drawing the synthetic batches took another %.3f s, excluded)\n",
-        o->batch * o->steps / elapsed, o->steps, o->batch, elapsed, tm.data);
+        o->batch * (o->steps - start) / elapsed, o->steps - start, o->batch,
+        elapsed, tm.data);
     b->print_time(t, &tm, &rs);
     printf(
         "tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "
@@ -686,7 +882,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
     if (t->rank == 0) ref_rc = train_reference(o, &t->s, ref_loss, ref_params);
     /* rel != rel, d != d: a NaN counts as a failure. */
     double max_rel = 0, max_abs = 0;
-    for (int step = 0; step < o->steps && t->rank == 0; step++) {
+    for (int step = start; step < o->steps && t->rank == 0; step++) {
       double rel = fabs(losses[step] - ref_loss[step]) /
                    fmax(fabs(ref_loss[step]), 1e-12);
       if (rel > max_rel || rel != rel) max_rel = rel;

@@ -1,0 +1,124 @@
+/* Small helpers of ckpt/: safetensors dtype names, element conversion
+ * between floating dtypes, overflow-checked shape arithmetic, and sorted
+ * name lookup. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/ckpt_internal.h"
+
+static const char *const st_names[TPDP_DTYPE_COUNT] = {
+    [TPDP_F32] = "F32",   [TPDP_F64] = "F64", [TPDP_F16] = "F16",
+    [TPDP_BF16] = "BF16", [TPDP_I32] = "I32", [TPDP_I64] = "I64",
+    [TPDP_U8] = "U8"};
+
+/* Valid safetensors dtypes that tpdp has no dtype for. */
+static const char *const st_unsupported[] = {
+    "BOOL",    "I8",      "I16", "U16",     "U32",     "U64", "F8_E4M3",
+    "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+
+const char *ckpt_st_dtype_name(tpdp_dtype dt) {
+  return (unsigned)dt < TPDP_DTYPE_COUNT ? st_names[dt] : "?";
+}
+
+int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out) {
+  for (int d = 0; d < TPDP_DTYPE_COUNT; d++)
+    if (strcmp(name, st_names[d]) == 0) {
+      *out = (tpdp_dtype)d;
+      return 0;
+    }
+  for (size_t i = 0; i < sizeof st_unsupported / sizeof *st_unsupported; i++)
+    if (strcmp(name, st_unsupported[i]) == 0) return -1;
+  return -2;
+}
+
+int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to) {
+  return from == to || (tpdp_dtype_is_float(from) && tpdp_dtype_is_float(to));
+}
+
+/* Element i of a floating array as a double. */
+static double load_f(const void *p, tpdp_dtype dt, int64_t i) {
+  switch (dt) {
+    case TPDP_F64:
+      return ((const double *)p)[i];
+    case TPDP_F16:
+      return tpdp_f16_to_f32(((const uint16_t *)p)[i]);
+    case TPDP_BF16:
+      return tpdp_bf16_to_f32(((const uint16_t *)p)[i]);
+    default:
+      return ((const float *)p)[i];
+  }
+}
+
+void ckpt_convert(void *dst, tpdp_dtype to, const void *src, tpdp_dtype from,
+                  int64_t n) {
+  if (to == from) {
+    memcpy(dst, src, (size_t)n * tpdp_dtype_size(to));
+    return;
+  }
+  /* Through double: f64 -> f32/f16/bf16 rounds once (f32 to nearest, then
+   * f16/bf16 from that f32, as PyTorch's .to() does). */
+  for (int64_t i = 0; i < n; i++) {
+    double v = load_f(src, from, i);
+    switch (to) {
+      case TPDP_F64:
+        ((double *)dst)[i] = v;
+        break;
+      case TPDP_F16:
+        ((uint16_t *)dst)[i] = tpdp_f32_to_f16((float)v);
+        break;
+      case TPDP_BF16:
+        ((uint16_t *)dst)[i] = tpdp_f32_to_bf16((float)v);
+        break;
+      default:
+        ((float *)dst)[i] = (float)v;
+        break;
+    }
+  }
+}
+
+int ckpt_shape_numel(int ndim, const int64_t *shape, int64_t *numel) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0 || __builtin_mul_overflow(n, shape[d], &n)) return -1;
+  }
+  *numel = n;
+  return 0;
+}
+
+int ckpt_shape_nbytes(int ndim, const int64_t *shape, tpdp_dtype dt,
+                      uint64_t *nbytes) {
+  int64_t n;
+  uint64_t b;
+  if (ckpt_shape_numel(ndim, shape, &n) != 0 ||
+      __builtin_mul_overflow((uint64_t)n, (uint64_t)tpdp_dtype_size(dt), &b) ||
+      b > (uint64_t)INT64_MAX)
+    return -1;
+  *nbytes = b;
+  return 0;
+}
+
+static int by_name(const void *a, const void *b) {
+  return strcmp(((const ckpt_name_ix *)a)->name,
+                ((const ckpt_name_ix *)b)->name);
+}
+
+int ckpt_names_sort(ckpt_name_ix *names, int n) {
+  qsort(names, (size_t)n, sizeof *names, by_name);
+  for (int i = 1; i < n; i++)
+    if (strcmp(names[i].name, names[i - 1].name) == 0) return i;
+  return -1;
+}
+
+int ckpt_names_find(const ckpt_name_ix *names, int n, const char *name) {
+  int lo = 0, hi = n - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2;
+    int c = strcmp(names[mid].name, name);
+    if (c == 0) return names[mid].index;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}

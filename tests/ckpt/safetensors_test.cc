@@ -1,0 +1,278 @@
+// The safetensors reader (ckpt/safetensors.c) on hand-crafted files: a
+// valid file read and converted, then every malformed header refused with
+// a message naming the file and the tensor, never a crash or a read
+// outside the file (run under ASan in CI).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+#include "tpdp/checkpoint.h"
+
+namespace {
+
+const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
+
+std::string Dir() {
+  const char *t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+// A file: 8-byte little-endian length (header's size unless len_override
+// >= 0), the header, then `data` bytes.
+std::string Craft(const std::string &name, const std::string &header,
+                  const std::vector<unsigned char> &data,
+                  long long len_override = -1) {
+  std::string path = Dir() + "/" + name + ".safetensors";
+  FILE *f = std::fopen(path.c_str(), "wb");
+  EXPECT_NE(f, nullptr);
+  unsigned long long n =
+      len_override >= 0 ? (unsigned long long)len_override : header.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
+  std::fwrite(len, 1, 8, f);
+  std::fwrite(header.data(), 1, header.size(), f);
+  if (!data.empty()) std::fwrite(data.data(), 1, data.size(), f);
+  std::fclose(f);
+  return path;
+}
+
+std::vector<unsigned char> Floats(std::vector<float> v) {
+  std::vector<unsigned char> b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+const char *kA = R"("a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})";
+
+TEST(Safetensors, ReadsAValidFileAndConverts) {
+  std::string p = Craft(
+      "valid",
+      std::string("{\"__metadata__\":{\"format\":\"pt\"},") + kA +
+          R"(,"b":{"dtype":"BF16","shape":[3],"data_offsets":[16,22]}}   )",
+      [] {
+        std::vector<unsigned char> d = Floats({1.5f, -2, 0.25f, 8});
+        for (uint16_t h : {0x3F80, 0xC000, 0x4040}) {  // 1, -2, 3 in bf16
+          d.push_back((unsigned char)(h & 0xFF));
+          d.push_back((unsigned char)(h >> 8));
+        }
+        return d;
+      }());
+  tpdp_safetensors *f = nullptr;
+  ASSERT_TPDP_OK(tpdp_safetensors_open(p.c_str(), &f));
+  EXPECT_EQ(tpdp_safetensors_count(f), 2);
+  EXPECT_STREQ(tpdp_safetensors_meta(f, "format"), "pt");
+  EXPECT_EQ(tpdp_safetensors_meta(f, "nope"), nullptr);
+  int i = -1;
+  ASSERT_TPDP_OK(tpdp_safetensors_find(f, "b", &i));
+  tpdp_safetensors_tensor t;
+  ASSERT_TPDP_OK(tpdp_safetensors_tensor_at(f, i, &t));
+  EXPECT_EQ(t.dtype, TPDP_BF16);
+  EXPECT_EQ(t.ndim, 1);
+  EXPECT_EQ(t.shape[0], 3);
+  EXPECT_EQ(t.nbytes, 6u);
+  // The data starts after the 8-byte length and the header.
+  size_t hl =
+      std::string("{\"__metadata__\":{\"format\":\"pt\"},").size() +
+      std::strlen(kA) +
+      std::string(
+          R"(,"b":{"dtype":"BF16","shape":[3],"data_offsets":[16,22]}}   )")
+          .size();
+  EXPECT_EQ(t.offset, 8 + hl + 16);
+  float b[3];
+  tpdp_tensor tb = tpdp_tensor_1d(b, TPDP_F32, 3);
+  ASSERT_TPDP_OK(tpdp_safetensors_read(f, i, &tb));
+  EXPECT_EQ(b[0], 1.0f);
+  EXPECT_EQ(b[1], -2.0f);
+  EXPECT_EQ(b[2], 3.0f);
+  // a (F32 [2, 2]) into a strided f64 view: every other element of 8.
+  double a[8] = {0};
+  tpdp_tensor ta;
+  int64_t shape[2] = {2, 2};
+  ASSERT_TPDP_OK(tpdp_tensor_init(&ta, a, TPDP_F64, kCpu, 2, shape));
+  ta.strides[0] = 4;
+  ta.strides[1] = 2;
+  ASSERT_TPDP_OK(tpdp_safetensors_find(f, "a", &i));
+  ASSERT_TPDP_OK(tpdp_safetensors_read(f, i, &ta));
+  EXPECT_EQ(a[0], 1.5);
+  EXPECT_EQ(a[2], -2.0);
+  EXPECT_EQ(a[4], 0.25);
+  EXPECT_EQ(a[6], 8.0);
+  EXPECT_EQ(a[1], 0.0);
+  int32_t ints[4];
+  tpdp_tensor ti;
+  ASSERT_TPDP_OK(tpdp_tensor_init(&ti, ints, TPDP_I32, kCpu, 2, shape));
+  EXPECT_TPDP_ERROR(tpdp_safetensors_read(f, i, &ti), TPDP_ERR_DTYPE_MISMATCH,
+                    "valid.safetensors", "'a'", "F32", "i32");
+  EXPECT_TPDP_ERROR(tpdp_safetensors_find(f, "c", &i), TPDP_ERR_NOT_FOUND,
+                    "'c'");
+  tpdp_safetensors_close(f);
+}
+
+struct Bad {
+  const char *name;
+  std::string header;
+  std::vector<unsigned char> data;
+  tpdp_status status;
+  std::vector<const char *> needles;
+  long long len = -1;
+};
+
+TEST(Safetensors, RefusesMalformedFilesNamingFileAndTensor) {
+  std::vector<unsigned char> d16(16, 0), d24(24, 0), d20(20, 0);
+  const std::string o = "{", c = "}";
+  std::vector<Bad> cases = {
+      {"pastend",
+       o + kA + c,
+       d16,
+       TPDP_ERR_IO,
+       {"pastend", "past the end"},
+       1000},
+      {"tinylen", "{", d16, TPDP_ERR_PARSE, {"tinylen", "outside [2,"}, 1},
+      {"notjson",
+       "{\"a\":",
+       d16,
+       TPDP_ERR_PARSE,
+       {"notjson", "not valid JSON"}},
+      {"array", "[1, 2]", {}, TPDP_ERR_PARSE, {"array", "not a JSON object"}},
+      {"trailing",
+       o + kA + c + " x",
+       d16,
+       TPDP_ERR_PARSE,
+       {"trailing", "not padding"}},
+      {"nodtype",
+       R"({"a":{"shape":[2],"data_offsets":[0,8]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"nodtype", "'a'", "\"dtype\" missing"}},
+      {"unknown",
+       R"({"a":{"dtype":"F33","shape":[4],"data_offsets":[0,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"unknown.safetensors", "'a'", "unknown dtype 'F33'"}},
+      {"unsupported",
+       R"({"q":{"dtype":"I8","shape":[16],"data_offsets":[0,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"unsupported.safetensors", "'q'", "unsupported dtype 'I8'"}},
+      {"ninedims",
+       R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,16],"data_offsets":[0,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"ninedims", "'a'", "9 dims"}},
+      {"negdim",
+       R"({"a":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"negdim", "'a'", "shape[0]"}},
+      {"fracdim",
+       R"({"a":{"dtype":"F32","shape":[1.5],"data_offsets":[0,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"fracdim", "'a'", "shape[0]"}},
+      {"overflow",
+       R"({"big":{"dtype":"F32","shape":[4294967296,4294967296,8],"data_offsets":[0,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"overflow", "'big'", "overflows"}},
+      {"hugedim",
+       R"({"big":{"dtype":"F32","shape":[1e300],"data_offsets":[0,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"hugedim", "'big'", "shape[0]"}},
+      {"liar",
+       R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[8,24]}})",
+       d16,
+       TPDP_ERR_IO,
+       {"liar", "'a'", "past the data area"}},
+      {"truncated",
+       o + kA + c,
+       {1, 2, 3, 4, 5, 6, 7, 8, 9, 10},
+       TPDP_ERR_IO,
+       {"truncated.safetensors", "'a'", "truncated"}},
+      {"wrongsize",
+       R"({"a":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"wrongsize", "'a'", "hold 12 bytes", "needs 16"}},
+      {"backwards",
+       R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[9,8]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"backwards", "'a'", "end before"}},
+      {"offsets3",
+       R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,8,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"offsets3", "'a'", "not a pair"}},
+      {"overlap",
+       std::string("{") + kA +
+           R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"overlap", "'b'", "overlaps tensor 'a'"}},
+      {"hole",
+       R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[16,24]}})",
+       d24,
+       TPDP_ERR_PARSE,
+       {"hole", "hole before tensor 'b'"}},
+      {"extra",
+       o + kA + c,
+       d20,
+       TPDP_ERR_PARSE,
+       {"extra", "'a'", "trailing bytes"}},
+      {"twice",
+       std::string("{") + kA + "," + kA + "}",
+       d16,
+       TPDP_ERR_PARSE,
+       {"twice", "'a' appears twice"}},
+      {"badmeta",
+       std::string("{\"__metadata__\":{\"k\":3},") + kA + "}",
+       d16,
+       TPDP_ERR_PARSE,
+       {"badmeta", "'k'", "not a string"}},
+      {"notensor",
+       R"({"a":[1,2]})",
+       d16,
+       TPDP_ERR_PARSE,
+       {"notensor", "'a'", "not an object"}},
+  };
+  for (const Bad &b : cases) {
+    SCOPED_TRACE(b.name);
+    std::string p = Craft(b.name, b.header, b.data, b.len);
+    tpdp_safetensors *f = reinterpret_cast<tpdp_safetensors *>(0x1);
+    tpdp_clear_error();
+    tpdp_status st = tpdp_safetensors_open(p.c_str(), &f);
+    EXPECT_STREQ(tpdp_status_string(st), tpdp_status_string(b.status))
+        << tpdp_last_error();
+    EXPECT_EQ(f, nullptr);
+    for (const char *n : b.needles)
+      EXPECT_NE(std::string(tpdp_last_error()).find(n), std::string::npos)
+          << "'" << tpdp_last_error() << "' lacks '" << n << "'";
+  }
+}
+
+// A file shorter than the length field; a header length above 100 MiB in
+// a (sparse) file long enough to hold it.
+TEST(Safetensors, RefusesShortFilesAndHeadersAboveTheLimit) {
+  std::string p = Craft("hugeheader", "{}", {}, (100LL << 20) + 1);
+  ASSERT_EQ(truncate(p.c_str(), (101LL << 20) + 64), 0);
+  tpdp_safetensors *f = nullptr;
+  EXPECT_TPDP_ERROR(tpdp_safetensors_open(p.c_str(), &f), TPDP_ERR_PARSE,
+                    "hugeheader", "outside [2, 104857600]");
+  EXPECT_TPDP_ERROR(tpdp_safetensors_open((Dir() + "/absent").c_str(), &f),
+                    TPDP_ERR_IO, "absent", "No such file");
+  std::string shorter = Dir() + "/short.safetensors";
+  FILE *s = std::fopen(shorter.c_str(), "wb");
+  ASSERT_NE(s, nullptr);
+  std::fwrite("\x02\0\0\0\0", 1, 5, s);
+  std::fclose(s);
+  EXPECT_TPDP_ERROR(tpdp_safetensors_open(shorter.c_str(), &f), TPDP_ERR_IO,
+                    "short.safetensors", "5 bytes", "too short");
+}
+
+}  // namespace
