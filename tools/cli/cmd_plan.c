@@ -7,9 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/commands.h"
-#include "tools/model_json.h"
-#include "tools/plan.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
+#include "tools/planning/model_json.h"
+#include "tools/planning/plan.h"
 #include "tpdp/dtensor.h"
 
 void cmd_plan_usage(void) {
@@ -40,40 +41,6 @@ void cmd_plan_usage(void) {
       "parameters, so\n"
       "ranks with the same tp coordinate hold the same local parameters.\n"
       "Exit status: 0 done, 1 bad model or plan, 2 usage error.\n");
-}
-
-/* "L1,L2,..." -> new array; 0 on success, else a usage error was printed. */
-static int parse_limits(const char *text, size_t **out, int64_t *n) {
-  size_t cap = 1;
-  for (const char *s = text; *s; s++)
-    if (*s == ',') cap++;
-  size_t *lim = calloc(cap, sizeof *lim);
-  if (lim == NULL) return tpdp_cli_usage_error("plan", "%s", "out of memory");
-  int64_t k = 0;
-  const char *s = text;
-  for (;;) {
-    const char *e = s;
-    unsigned long long v = 0;
-    while (*e >= '0' && *e <= '9') {
-      if (v > (~0ULL - 9) / 10) break;
-      v = v * 10 + (unsigned long long)(*e - '0');
-      e++;
-    }
-    if (e == s || (*e != ',' && *e != '\0') || v == 0) {
-      free(lim);
-      return tpdp_cli_usage_error(
-          "plan",
-          "bad --limits-bytes '%s': expected positive byte "
-          "counts separated by commas, e.g. 1048576,26214400",
-          text);
-    }
-    lim[k++] = (size_t)v;
-    if (*e == '\0') break;
-    s = e + 1;
-  }
-  *out = lim;
-  *n = k;
-  return 0;
 }
 
 /* ----------------------------------------------------------- text */
@@ -393,29 +360,28 @@ int cmd_plan(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     int missing = 0;
     const char *v;
-    if ((v = tpdp_cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
+    if ((v = cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
       model_path = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--plan", &missing)) !=
-             NULL)
+    else if ((v = cli_opt_value(argc, argv, &i, "--plan", &missing)) != NULL)
       plan_path = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--limits-bytes",
-                                     &missing)) != NULL)
+    else if ((v = cli_opt_value(argc, argv, &i, "--limits-bytes", &missing)) !=
+             NULL)
       limits_s = v;
     else if (missing)
-      return tpdp_cli_usage_error("plan", "option %s needs a value", argv[i]);
+      return cli_usage_error("plan", "option %s needs a value", argv[i]);
     else if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else
-      return tpdp_cli_usage_error("plan", "unknown argument '%s'", argv[i]);
+      return cli_usage_error("plan", "unknown argument '%s'", argv[i]);
   }
   if (model_path == NULL)
-    return tpdp_cli_usage_error("plan", "%s", "--model is required");
+    return cli_usage_error("plan", "%s", "--model is required");
   if (plan_path == NULL)
-    return tpdp_cli_usage_error("plan", "%s", "--plan is required");
+    return cli_usage_error("plan", "%s", "--plan is required");
   size_t *limits = NULL;
   int64_t nlimits = 0;
   if (limits_s != NULL) {
-    int urc = parse_limits(limits_s, &limits, &nlimits);
+    int urc = cli_parse_limits("plan", limits_s, &limits, &nlimits);
     if (urc != 0) return urc;
   }
 
@@ -424,7 +390,7 @@ int cmd_plan(int argc, char **argv) {
   tpdp_plan *plan = NULL;
   if (tpdp_model_desc_load(model_path, &m) != TPDP_SUCCESS ||
       tpdp_plan_load(m, plan_path, limits, nlimits, &plan) != TPDP_SUCCESS) {
-    fprintf(stderr, "tpdp plan: %s\n", tpdp_last_error());
+    fprintf(stderr, "tpdp plan: %s\n", planning_last_error());
     goto done;
   }
   if (as_json) {
