@@ -41,8 +41,8 @@ cli_int_result cli_parse_int(const char *text, int64_t min, int64_t max,
     if (*c < '0' || *c > '9') return CLI_INT_NOT_INT;
   errno = 0;
   long long v = strtoll(text, NULL, 10); /* saturates, with ERANGE */
-  if (errno == ERANGE) return text[0] == '-' ? CLI_INT_TOO_SMALL
-                                             : CLI_INT_TOO_LARGE;
+  if (errno == ERANGE)
+    return text[0] == '-' ? CLI_INT_TOO_SMALL : CLI_INT_TOO_LARGE;
   if (v < min) return CLI_INT_TOO_SMALL;
   if (v > max) return CLI_INT_TOO_LARGE;
   *out = v;
@@ -68,8 +68,8 @@ int cli_int_option(const char *cmd, const char *opt, const char *text,
     range_text(r, min, max, range, sizeof range);
     snprintf(why, sizeof why, "is %s", range);
   }
-  fprintf(stderr, "tpdp %s: %s '%s' %s\n(see tpdp %s --help)\n", cmd, opt,
-          text, why, cmd);
+  fprintf(stderr, "tpdp %s: %s '%s' %s\n(see tpdp %s --help)\n", cmd, opt, text,
+          why, cmd);
   return 2;
 }
 
@@ -123,8 +123,7 @@ int cli_parse_limits(const char *cmd, const char *text, size_t **out,
     cli_usage_error(cmd, "%s", "out of memory");
   else
     rc = cli_int_list_option(cmd, "--limits-bytes", text, "limits",
-                             "1048576,26214400", 1, INT64_MAX, 0, cap, v,
-                             &got);
+                             "1048576,26214400", 1, INT64_MAX, 0, cap, v, &got);
   for (int k = 0; rc == 0 && k < got; k++) lim[k] = (size_t)v[k];
   free(v);
   if (rc != 0) {

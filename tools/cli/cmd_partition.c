@@ -70,6 +70,22 @@ static const char *module_name(const tpdp_model_module *m) {
   return m->fqn[0] ? m->fqn : "(root)";
 }
 
+/* Both methods' JSON ends the same: "max_stage_params", printed on one
+ * line. `ok` is 0 when building `root` ran out of memory. Frees root. */
+static int print_stages_json(cJSON *root, int ok, int64_t max_stage) {
+  ok = ok && cJSON_AddNumberToObject(root, "max_stage_params",
+                                     (double)max_stage) != NULL;
+  char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+  cJSON_Delete(root);
+  if (text == NULL) {
+    fprintf(stderr, "tpdp partition: out of memory\n");
+    return 1;
+  }
+  printf("%s\n", text);
+  free(text);
+  return 0;
+}
+
 static int print_json(const tpdp_model_desc *m, const int *bounds, int k,
                       int64_t max_stage) {
   cJSON *root = cJSON_CreateObject();
@@ -89,17 +105,7 @@ static int print_json(const tpdp_model_desc *m, const int *bounds, int k,
     ok = ok && cJSON_AddNumberToObject(st, "params", (double)sum) != NULL;
     if (st != NULL) cJSON_AddItemToArray(stages, st);
   }
-  ok = ok && cJSON_AddNumberToObject(root, "max_stage_params",
-                                     (double)max_stage) != NULL;
-  char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
-  cJSON_Delete(root);
-  if (text == NULL) {
-    fprintf(stderr, "tpdp partition: out of memory\n");
-    return 1;
-  }
-  printf("%s\n", text);
-  free(text);
-  return 0;
+  return print_stages_json(root, ok, max_stage);
 }
 
 static void print_text(const char *model_path, const tpdp_model_desc *m,
@@ -154,17 +160,7 @@ static int print_greedy_json(const tpdp_model_desc *m,
                                        (double)g->stage_params[s]) != NULL;
     if (st != NULL) cJSON_AddItemToArray(stages, st);
   }
-  ok = ok && cJSON_AddNumberToObject(root, "max_stage_params",
-                                     (double)max_stage) != NULL;
-  char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
-  cJSON_Delete(root);
-  if (text == NULL) {
-    fprintf(stderr, "tpdp partition: out of memory\n");
-    return 1;
-  }
-  printf("%s\n", text);
-  free(text);
-  return 0;
+  return print_stages_json(root, ok, max_stage);
 }
 
 static void print_greedy_text(const char *model_path, const tpdp_model_desc *m,

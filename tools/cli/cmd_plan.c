@@ -62,26 +62,33 @@ static void placements_str(const tpdp_plan *plan, const tpdp_plan_param *pp,
   }
 }
 
-/* Mesh ranks whose tp coordinate is t: "0, 2" (shortened when many). */
+/* The i-th (0-based) mesh rank whose tp coordinate is t. Row-major: rank
+ * = outer * (tp_size * inner) + t * inner + j, increasing in (outer, j). */
+static int64_t rank_with_tp(const tpdp_plan *plan, int64_t t, int64_t i) {
+  if (plan->tp_dim < 0) return i;
+  int64_t inner = 1;
+  for (int d = plan->tp_dim + 1; d < plan->mesh_ndim; d++)
+    inner *= plan->mesh_sizes[d];
+  return (i / inner) * plan->tp_size * inner + t * inner + i % inner;
+}
+
+/* Mesh ranks whose tp coordinate is t: "0, 2" (shortened when many), in
+ * time independent of the mesh size. */
 static void ranks_str(const tpdp_plan *plan, int64_t t, char *buf, size_t len) {
-  int64_t count = 0, last = -1;
+  const int64_t count = plan->world / plan->tp_size;
   size_t used = 0;
   buf[0] = '\0';
-  for (int64_t r = 0; r < plan->world; r++) {
-    if (tpdp_plan_tp_rank(plan, r) != t) continue;
-    count++;
-    last = r;
-    if (count <= 4 && used < len) {
-      int w = snprintf(buf + used, len - used, "%s%lld", count > 1 ? ", " : "",
-                       (long long)r);
-      if (w > 0) used += (size_t)w;
-    }
+  for (int64_t i = 0; i < count && i < 4 && used < len; i++) {
+    int w = snprintf(buf + used, len - used, "%s%lld", i ? ", " : "",
+                     (long long)rank_with_tp(plan, t, i));
+    if (w > 0) used += (size_t)w;
   }
   if (count > 5 && used < len)
     snprintf(buf + used, len - used, ", ..., %lld (%lld ranks)",
-             (long long)last, (long long)count);
+             (long long)rank_with_tp(plan, t, count - 1), (long long)count);
   else if (count == 5 && used < len)
-    snprintf(buf + used, len - used, ", %lld", (long long)last);
+    snprintf(buf + used, len - used, ", %lld",
+             (long long)rank_with_tp(plan, t, 4));
 }
 
 /* Python repr of a str (single quotes), as seed 000's dict prints. */
@@ -154,7 +161,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
     placements_str(plan, pp, buf, sizeof buf);
     if ((int)strlen(buf) > wp) wp = (int)strlen(buf);
     for (int64_t t = 0; t < plan->tp_size; t++) {
-      shape_str(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS], buf,
+      shape_str(pp->param->ndim, &pp->local_shapes[t * pp->param->ndim], buf,
                 sizeof buf);
       if ((int)strlen(buf) > wl) wl = (int)strlen(buf);
     }
@@ -176,7 +183,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
     placements_str(plan, pp, buf, sizeof buf);
     printf("%-*s", wp, buf);
     for (int64_t t = 0; t < plan->tp_size; t++) {
-      shape_str(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS], buf,
+      shape_str(pp->param->ndim, &pp->local_shapes[t * pp->param->ndim], buf,
                 sizeof buf);
       printf("  %-*s", t + 1 < plan->tp_size || pp->nshared ? wl : 0, buf);
     }
@@ -227,6 +234,40 @@ static cJSON *shape_json(int ndim, const int64_t *shape) {
   for (int d = 0; a != NULL && d < ndim; d++)
     cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[d]));
   return a;
+}
+
+/* One entry of "ranks": its coordinates, tp rank, bytes and buckets. */
+static cJSON *rank_json(const tpdp_plan *plan, int64_t r) {
+  int64_t t = tpdp_plan_tp_rank(plan, r);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "rank", (double)r);
+  cJSON *coords = cJSON_AddObjectToObject(o, "coords");
+  int64_t rest = r;
+  int64_t c[TPDP_MAX_DIMS];
+  for (int d = plan->mesh_ndim - 1; d >= 0; d--) {
+    c[d] = rest % plan->mesh_sizes[d];
+    rest /= plan->mesh_sizes[d];
+  }
+  for (int d = 0; d < plan->mesh_ndim; d++)
+    cJSON_AddNumberToObject(coords, plan->mesh_names[d], (double)c[d]);
+  cJSON_AddNumberToObject(o, "tp_rank", (double)t);
+  cJSON_AddNumberToObject(o, "bytes", (double)plan->tp_bytes[t]);
+  cJSON *bs = cJSON_AddArrayToObject(o, "buckets");
+  const tpdp_bucket_assignment *a = &plan->buckets[t];
+  for (int64_t b = 0; b < a->nbuckets; b++) {
+    cJSON *bo = cJSON_CreateObject();
+    cJSON_AddItemToArray(bs, bo);
+    cJSON *names = cJSON_AddArrayToObject(bo, "params");
+    for (int64_t k = a->offsets[b]; k < a->offsets[b + 1]; k++)
+      cJSON_AddItemToArray(
+          names, cJSON_CreateString(plan->params[a->indices[k]].param->fqn));
+    cJSON_AddStringToObject(
+        bo, "dtype",
+        tpdp_dtype_name(plan->params[a->indices[a->offsets[b]]].param->dtype));
+    cJSON_AddNumberToObject(bo, "bytes", (double)a->bytes[b]);
+    cJSON_AddNumberToObject(bo, "limit", (double)a->limits[b]);
+  }
+  return o;
 }
 
 static int print_json(const tpdp_plan *plan) {
@@ -298,7 +339,7 @@ static int print_json(const tpdp_plan *plan) {
     for (int64_t t = 0; t < plan->tp_size; t++) {
       cJSON_AddItemToArray(
           ls,
-          shape_json(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS]));
+          shape_json(pp->param->ndim, &pp->local_shapes[t * pp->param->ndim]));
       cJSON_AddItemToArray(lb, cJSON_CreateNumber((double)pp->local_bytes[t]));
     }
   }
@@ -307,46 +348,24 @@ static int print_json(const tpdp_plan *plan) {
   for (int64_t k = 0; k < plan->nlimits; k++)
     cJSON_AddItemToArray(lim, cJSON_CreateNumber((double)plan->limits[k]));
 
-  cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
-  for (int64_t r = 0; r < plan->world; r++) {
-    int64_t t = tpdp_plan_tp_rank(plan, r);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToArray(ranks, o);
-    cJSON_AddNumberToObject(o, "rank", (double)r);
-    cJSON *coords = cJSON_AddObjectToObject(o, "coords");
-    int64_t rest = r;
-    int64_t c[TPDP_MAX_DIMS];
-    for (int d = plan->mesh_ndim - 1; d >= 0; d--) {
-      c[d] = rest % plan->mesh_sizes[d];
-      rest /= plan->mesh_sizes[d];
-    }
-    for (int d = 0; d < plan->mesh_ndim; d++)
-      cJSON_AddNumberToObject(coords, plan->mesh_names[d], (double)c[d]);
-    cJSON_AddNumberToObject(o, "tp_rank", (double)t);
-    cJSON_AddNumberToObject(o, "bytes", (double)plan->tp_bytes[t]);
-    cJSON *bs = cJSON_AddArrayToObject(o, "buckets");
-    const tpdp_bucket_assignment *a = &plan->buckets[t];
-    for (int64_t b = 0; b < a->nbuckets; b++) {
-      cJSON *bo = cJSON_CreateObject();
-      cJSON_AddItemToArray(bs, bo);
-      cJSON *names = cJSON_AddArrayToObject(bo, "params");
-      for (int64_t k = a->offsets[b]; k < a->offsets[b + 1]; k++)
-        cJSON_AddItemToArray(
-            names, cJSON_CreateString(plan->params[a->indices[k]].param->fqn));
-      cJSON_AddStringToObject(
-          bo, "dtype",
-          tpdp_dtype_name(
-              plan->params[a->indices[a->offsets[b]]].param->dtype));
-      cJSON_AddNumberToObject(bo, "bytes", (double)a->bytes[b]);
-      cJSON_AddNumberToObject(bo, "limit", (double)a->limits[b]);
-    }
-  }
-
+  /* "ranks" last, one entry at a time: a mesh of up to 2^20 ranks would
+   * not fit one cJSON tree in memory. */
   char *text = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
+  root = NULL;
   if (text == NULL) goto oom;
-  printf("%s\n", text);
+  text[strlen(text) - 1] = '\0'; /* drop the closing '}' */
+  printf("%s,\"ranks\":[", text);
   free(text);
+  for (int64_t r = 0; r < plan->world; r++) {
+    cJSON *o = rank_json(plan, r);
+    char *one = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (one == NULL) goto oom;
+    printf("%s%s", r ? "," : "", one);
+    free(one);
+  }
+  printf("]}\n");
   return 0;
 oom:
   cJSON_Delete(root);

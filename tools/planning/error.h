@@ -40,7 +40,7 @@ void planning_clear_error(void);
  * names the errors recorded while it runs after it (the outermost one when
  * planning functions call each other). The frame is left on every return
  * path (cleanup attribute). */
-#define PLANNING_ENTRY                                                 \
+#define PLANNING_ENTRY                                                   \
   int planning_frame_ __attribute__((cleanup(planning_leave), unused)) = \
       planning_enter(__func__)
 int planning_enter(const char *func);
@@ -68,9 +68,9 @@ tpdp_status planning_calloc(void **out, size_t count, size_t size);
   planning_calloc((void **)&(ptr), (count), sizeof(*(ptr)))
 
 /* Propagate a failed planning status (the message is already recorded). */
-#define PLANNING_CHECK(call)                 \
-  do {                                       \
-    tpdp_status planning_st_ = (call);       \
+#define PLANNING_CHECK(call)                               \
+  do {                                                     \
+    tpdp_status planning_st_ = (call);                     \
     if (planning_st_ != TPDP_SUCCESS) return planning_st_; \
   } while (0)
 
@@ -81,11 +81,11 @@ tpdp_status planning_calloc(void **out, size_t count, size_t size);
   } while (0)
 
 /* A NULL argument: TPDP_ERR_NULL_POINTER naming it. */
-#define PLANNING_CHECK_PTR(p)                                       \
-  do {                                                              \
-    if ((p) == NULL)                                                \
-      return planning_error(TPDP_ERR_NULL_POINTER,                  \
-                            "argument '%s' is NULL", #p);           \
+#define PLANNING_CHECK_PTR(p)                                               \
+  do {                                                                      \
+    if ((p) == NULL)                                                        \
+      return planning_error(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", \
+                            #p);                                            \
   } while (0)
 
 #ifdef __cplusplus

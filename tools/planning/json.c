@@ -31,9 +31,8 @@ static void number_text(double v, char *buf, size_t len) {
   }
 }
 
-tpdp_status planning_json_int(const cJSON *item, const char *what,
-                              int64_t min, int64_t max, tpdp_status status,
-                              int64_t *out) {
+tpdp_status planning_json_int(const cJSON *item, const char *what, int64_t min,
+                              int64_t max, tpdp_status status, int64_t *out) {
   char got[40] = "a non-number";
   if (cJSON_IsNumber(item)) {
     double v = item->valuedouble;

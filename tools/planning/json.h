@@ -31,9 +31,8 @@ tpdp_status planning_json_parse(const char *text, cJSON **out);
  * JSON path): "<what> must be a positive integer (got 2.5)" (for min 1;
  * "a non-negative integer" for min 0, "an integer >= min" otherwise; the
  * value as written, or "a non-number"), or "<what> is too large (max N)". */
-tpdp_status planning_json_int(const cJSON *item, const char *what,
-                              int64_t min, int64_t max, tpdp_status status,
-                              int64_t *out);
+tpdp_status planning_json_int(const cJSON *item, const char *what, int64_t min,
+                              int64_t max, tpdp_status status, int64_t *out);
 
 #ifdef __cplusplus
 }

@@ -417,7 +417,8 @@ static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
     tpdp_plan_param *pp = &plan->params[k];
     const tpdp_model_param *p = pp->param;
     pp->local_shapes =
-        calloc((size_t)plan->tp_size * TPDP_MAX_DIMS, sizeof(int64_t));
+        calloc((size_t)plan->tp_size * (size_t)(p->ndim ? p->ndim : 1),
+               sizeof(int64_t));
     pp->local_bytes = calloc((size_t)plan->tp_size, sizeof(size_t));
     if (pp->local_shapes == NULL || pp->local_bytes == NULL) {
       st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
@@ -431,11 +432,13 @@ static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
       int64_t coords[TPDP_MAX_DIMS] = {0};
       if (plan->tp_dim >= 0) coords[plan->tp_dim] = t;
       int rank = 0;
-      int64_t *shape = &pp->local_shapes[t * TPDP_MAX_DIMS];
+      int64_t shape[TPDP_MAX_DIMS];
       st = tpdp_mesh_rank_of(mesh, coords, &rank);
       if (st == TPDP_SUCCESS)
         st = tpdp_spec_local_shape(spec, rank, shape, NULL);
       if (st == TPDP_SUCCESS) {
+        memcpy(&pp->local_shapes[t * p->ndim], shape,
+               sizeof(int64_t) * (size_t)p->ndim);
         size_t numel = 1;
         for (int d = 0; d < p->ndim; d++) numel *= (size_t)shape[d];
         pp->local_bytes[t] = numel * tpdp_dtype_size(p->dtype);
@@ -466,7 +469,7 @@ static tpdp_status assign_buckets(tpdp_plan *plan) {
       plan->tp_bytes[t] += pp->local_bytes[t];
       st =
           tpdp_tensor_init(&ts[k], NULL, pp->param->dtype, cpu, pp->param->ndim,
-                           &pp->local_shapes[t * TPDP_MAX_DIMS]);
+                           &pp->local_shapes[t * pp->param->ndim]);
     }
     if (st != TPDP_SUCCESS || plan->nparams == 0) continue;
     /* The reducer's initial buckets: DDP's assignment in registration

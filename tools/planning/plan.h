@@ -54,7 +54,7 @@ typedef struct {
   const tpdp_model_module *tp_module;
   int style;
   tpdp_placement placements[TPDP_MAX_DIMS]; /* one per mesh dim */
-  /* Local shape on tp rank t: local_shapes[t * TPDP_MAX_DIMS + d],
+  /* Local shape on tp rank t: local_shapes[t * param->ndim + d],
    * d < param->ndim; local_bytes[t] its size in bytes. */
   int64_t *local_shapes;
   size_t *local_bytes;

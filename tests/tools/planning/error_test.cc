@@ -55,11 +55,10 @@ TEST(PlanningError, SuccessKeepsTheLastErrorAndClearEmptiesIt) {
 
 TEST(PlanningError, WrapsLibtpdpAndLeavesItsErrorAlone) {
   tpdp_clear_error();
-  EXPECT_PLANNING_ERROR(WrapTpdp(), TPDP_ERR_PARSE, "WrapTpdp: ",
-                        "tpdp_dtype_parse", "f9");
+  EXPECT_PLANNING_ERROR(WrapTpdp(), TPDP_ERR_PARSE,
+                        "WrapTpdp: ", "tpdp_dtype_parse", "f9");
   // libtpdp's own last error is the library's message, not ours.
-  EXPECT_EQ(std::string(tpdp_last_error()).find("WrapTpdp"),
-            std::string::npos);
+  EXPECT_EQ(std::string(tpdp_last_error()).find("WrapTpdp"), std::string::npos);
   EXPECT_PLANNING_ERROR(Outer(5), TPDP_ERR_NOT_FOUND, "inner 5");
   EXPECT_NE(std::string(tpdp_last_error()).find("tpdp_dtype_parse"),
             std::string::npos);

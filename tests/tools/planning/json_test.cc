@@ -47,13 +47,12 @@ TEST(PlanningJson, TooLargeNamesTheMaximum) {
   int64_t v = 7;
   // 2^53: no longer exact in a double; 2^62 and 1e20 must not print as
   // "4.61169e+18" or as digits nobody wrote.
-  for (const char *big : {"9007199254740992", "4611686018427387904",
-                          "99999999999999999999"}) {
+  for (const char *big :
+       {"9007199254740992", "4611686018427387904", "99999999999999999999"}) {
     EXPECT_PLANNING_ERROR(Int(big, 1, PLANNING_JSON_INT_MAX, &v),
                           TPDP_ERR_BAD_DIM_SIZE,
                           "x.size is too large (max 9007199254740991)");
-    EXPECT_EQ(std::string(planning_last_error()).find("e+"),
-              std::string::npos);
+    EXPECT_EQ(std::string(planning_last_error()).find("e+"), std::string::npos);
   }
   EXPECT_PLANNING_ERROR(Int("1048577", 1, 1048576, &v), TPDP_ERR_BAD_DIM_SIZE,
                         "x.size is too large (max 1048576)");

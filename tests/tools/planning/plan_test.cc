@@ -31,7 +31,7 @@ const tpdp_plan_param *Find(const tpdp_plan *p, const std::string &fqn) {
 }
 
 std::vector<int64_t> Local(const tpdp_plan_param *pp, int t) {
-  const int64_t *s = &pp->local_shapes[t * TPDP_MAX_DIMS];
+  const int64_t *s = &pp->local_shapes[t * pp->param->ndim];
   return std::vector<int64_t>(s, s + pp->param->ndim);
 }
 

@@ -10,18 +10,18 @@
 
 // Expect `call` to return `status` and planning_last_error() to contain
 // every given substring.
-#define EXPECT_PLANNING_ERROR(call, status, ...)                          \
-  do {                                                                    \
-    planning_clear_error();                                               \
-    tpdp_status st_ = (call);                                             \
-    EXPECT_EQ(tpdp_status_string(st_),                                    \
-              std::string(tpdp_status_string(status)))                    \
-        << "message: " << planning_last_error();                          \
-    for (const char *needle_ : {__VA_ARGS__})                             \
-      EXPECT_NE(std::string(planning_last_error()).find(needle_),         \
-                std::string::npos)                                        \
+#define EXPECT_PLANNING_ERROR(call, status, ...)                            \
+  do {                                                                      \
+    planning_clear_error();                                                 \
+    tpdp_status st_ = (call);                                               \
+    EXPECT_EQ(tpdp_status_string(st_),                                      \
+              std::string(tpdp_status_string(status)))                      \
+        << "message: " << planning_last_error();                            \
+    for (const char *needle_ : {__VA_ARGS__})                               \
+      EXPECT_NE(std::string(planning_last_error()).find(needle_),           \
+                std::string::npos)                                          \
           << "message '" << planning_last_error() << "' lacks '" << needle_ \
-          << "'";                                                         \
+          << "'";                                                           \
   } while (0)
 
 #define ASSERT_PLANNING_OK(call)                                     \
