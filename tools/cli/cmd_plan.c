@@ -1,6 +1,7 @@
-/* `tpdp plan`: show how a model will be sharded by TP and DP (tools/plan.h):
- * the sharded tree report (seed 000), the unit -> parameter map, placements
- * and local shapes, bytes per rank and the DP buckets. */
+/* `tpdp plan`: show how a model will be sharded by TP and DP
+ * (tools/planning/plan.h): the sharded tree report (seed 000), the unit ->
+ * parameter map, placements and local shapes, bytes per rank and the DP
+ * buckets. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>

@@ -1,9 +1,9 @@
 /*
  * Sharding plans for `tpdp plan` (docs/model-format.md, "tpdp plan"): how a
- * model description (tools/model_json.h) will be sharded over a device mesh
- * by tensor parallelism (the styles of tpdp/dtensor.h over the mesh dim "tp")
- * and data parallelism (managed units, the reducer's DDP buckets), computed
- * without a communicator.
+ * model description (tools/planning/model_json.h) will be sharded over a
+ * device mesh by tensor parallelism (the styles of tpdp/dtensor.h over the
+ * mesh dim "tp") and data parallelism (managed units, the reducer's DDP
+ * buckets), computed without a communicator.
  *
  * A plan file is JSON:
  *   {"mesh": {"dp": 2, "tp": 2},            mesh dims in order (required)
@@ -112,7 +112,8 @@ tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
                               int64_t nlimits, tpdp_plan **out);
 
 /* Read the plan file at `path` and compute (messages name the path after
- * the function: "tpdp_plan_load: p.json: ..."). Errors: as tpdp_plan_compute, plus TPDP_ERR_IO. */
+ * the function: "tpdp_plan_load: p.json: ..."). Errors: as
+ * tpdp_plan_compute, plus TPDP_ERR_IO. */
 tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
                            const size_t *limits, int64_t nlimits,
                            tpdp_plan **out);

@@ -1,7 +1,8 @@
-// Model descriptions (tools/planning/model_json.h): the tree, FQNs, leaf list and
-// parameter counts (shared parameters once), and every parse error naming
-// the JSON path at fault. Expected values are worked by hand from the
-// fixtures (tests/data/composite_model.json, tests/data/tied_model.json).
+// Model descriptions (tools/planning/model_json.h): the tree, FQNs, leaf
+// list and parameter counts (shared parameters once), calls, and every parse
+// error naming the JSON path at fault. Expected values are worked by hand
+// from the fixtures (tests/data/composite_model.json, tied_model.json,
+// repeated_call_model.json).
 #include "tools/planning/model_json.h"
 
 #include <cstdio>

@@ -1,7 +1,8 @@
-// Sharding plans (tools/planning/plan.h): the seed 000 tree report and unit map,
-// placements and local shapes from the style rules, bytes per tp rank (shared
-// parameters once), the reducer's reversed bucket list, and errors naming the
-// thing at fault. Expected values are worked by hand from the fixtures.
+// Sharding plans (tools/planning/plan.h): the seed 000 tree report and unit
+// map, placements and local shapes from the style rules, bytes per tp rank
+// (shared parameters once), the reducer's reversed bucket list, and errors
+// naming the thing at fault. Expected values are worked by hand from the
+// fixtures.
 #include "tools/planning/plan.h"
 
 #include <string>
