@@ -37,6 +37,50 @@ void tpdp_bucket_assignment_free(tpdp_bucket_assignment *a) {
   memset(a, 0, sizeof *a);
 }
 
+static void reverse_i64(int64_t *v, int64_t n) {
+  for (int64_t i = 0, j = n - 1; i < j; i++, j--) {
+    int64_t t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+  }
+}
+
+static void reverse_size(size_t *v, int64_t n) {
+  for (int64_t i = 0, j = n - 1; i < j; i++, j--) {
+    size_t t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+  }
+}
+
+tpdp_status tpdp_bucket_assignment_reverse(tpdp_bucket_assignment *a) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(a);
+  const int64_t nb = a->nbuckets;
+  if (nb < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "nbuckets is %lld (must be >= 0)", (long long)nb);
+  if (nb == 0) return TPDP_SUCCESS;
+  CHECK_PTR(a->offsets);
+  CHECK_PTR(a->bytes);
+  CHECK_PTR(a->limits);
+  const int64_t n = a->offsets[nb];
+  if (n > 0) CHECK_PTR(a->indices);
+  /* In place, no allocation: reversing the whole index list reverses the
+   * bucket order and each bucket's own order; reversing each bucket's
+   * range again restores the order its tensors were walked in. Bucket j
+   * of the result is old bucket nb-1-j, which starts where the old one
+   * ended, counted from the end: n - offsets[nb-1-j+1]. */
+  reverse_i64(a->indices, n);
+  reverse_i64(a->offsets, nb + 1);
+  for (int64_t j = 0; j <= nb; j++) a->offsets[j] = n - a->offsets[j];
+  for (int64_t j = 0; j < nb; j++)
+    reverse_i64(a->indices + a->offsets[j], a->offsets[j + 1] - a->offsets[j]);
+  reverse_size(a->bytes, nb);
+  reverse_size(a->limits, nb);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_bucket_assign(const tpdp_tensor *tensors, int64_t ntensors,
                                const size_t *limits, int64_t nlimits,
                                const int64_t *order,

@@ -82,6 +82,17 @@ TPDP_API tpdp_status tpdp_bucket_assign(const tpdp_tensor *tensors,
 /* Free the arrays of an assignment and zero it. NULL is a no-op. */
 TPDP_API void tpdp_bucket_assignment_free(tpdp_bucket_assignment *a);
 
+/* Reverse the bucket order of an assignment in place: bucket j becomes
+ * bucket nbuckets-1-j, with its indices (in the order they were walked),
+ * bytes and limit. DDP launches its buckets in this reversed order (the
+ * gradients of the last-registered parameters are ready first), as the
+ * reducer does after tpdp_bucket_assign. An empty assignment (nbuckets 0)
+ * is left as it is. Allocates nothing. Errors: TPDP_ERR_NULL_POINTER (a
+ * NULL assignment, or NULL arrays with nbuckets > 0),
+ * TPDP_ERR_INVALID_ARGUMENT (nbuckets < 0); on error *a is unchanged.
+ * Thread-safety: none needed beyond exclusive access to *a. */
+TPDP_API tpdp_status tpdp_bucket_assignment_reverse(tpdp_bucket_assignment *a);
+
 /* ---------------------------------------------------------------- reducer */
 
 typedef struct tpdp_reducer tpdp_reducer; /* opaque */

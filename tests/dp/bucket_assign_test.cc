@@ -1,5 +1,7 @@
 // tpdp_bucket_assign against hand-worked cases (DDP's
 // compute_bucket_assignment_by_size rules).
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "tests/test_util.h"
@@ -29,16 +31,8 @@ std::ostream &operator<<(std::ostream &os, const Bucket &b) {
   return os << "] " << b.bytes << "B lim " << b.limit << "}";
 }
 
-std::vector<Bucket> Assign(const std::vector<tpdp_tensor> &ts,
-                           const std::vector<size_t> &limits,
-                           const int64_t *order = nullptr) {
-  tpdp_bucket_assignment a;
-  tpdp_status st =
-      tpdp_bucket_assign(ts.data(), (int64_t)ts.size(), limits.data(),
-                         (int64_t)limits.size(), order, &a);
-  EXPECT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
+std::vector<Bucket> Read(const tpdp_bucket_assignment &a) {
   std::vector<Bucket> out;
-  if (st != TPDP_SUCCESS) return out;
   for (int64_t b = 0; b < a.nbuckets; b++) {
     Bucket x;
     for (int64_t k = a.offsets[b]; k < a.offsets[b + 1]; k++)
@@ -47,6 +41,19 @@ std::vector<Bucket> Assign(const std::vector<tpdp_tensor> &ts,
     x.limit = a.limits[b];
     out.push_back(x);
   }
+  return out;
+}
+
+std::vector<Bucket> Assign(const std::vector<tpdp_tensor> &ts,
+                           const std::vector<size_t> &limits,
+                           const int64_t *order = nullptr) {
+  tpdp_bucket_assignment a;
+  tpdp_status st =
+      tpdp_bucket_assign(ts.data(), (int64_t)ts.size(), limits.data(),
+                         (int64_t)limits.size(), order, &a);
+  EXPECT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
+  if (st != TPDP_SUCCESS) return {};
+  std::vector<Bucket> out = Read(a);
   tpdp_bucket_assignment_free(&a);
   return out;
 }
@@ -187,4 +194,68 @@ TEST(BucketAssign, Errors) {
   ts[1].dtype = (tpdp_dtype)99;
   EXPECT_TPDP_ERROR(tpdp_bucket_assign(ts.data(), 2, lim, 1, nullptr, &a),
                     TPDP_ERR_DTYPE_MISMATCH, "tensor 1");
+}
+
+// Reversal of a hand-built assignment whose buckets hold several tensors in
+// walk order that is not sorted: old buckets [5 1] [0] [4 2 3] (bytes 10 20
+// 30, limits 100 200 300, offsets 0 2 3 6) become [4 2 3] [0] [5 1]: offsets
+// 0 3 4 6 (sizes 3, 1, 2), each bucket's indices in their old order, bytes
+// and limits carried along.
+TEST(BucketAssignmentReverse, HandWorked) {
+  tpdp_bucket_assignment a;
+  a.nbuckets = 3;
+  a.offsets = (int64_t *)malloc(4 * sizeof(int64_t));
+  a.indices = (int64_t *)malloc(6 * sizeof(int64_t));
+  a.bytes = (size_t *)malloc(3 * sizeof(size_t));
+  a.limits = (size_t *)malloc(3 * sizeof(size_t));
+  const int64_t off[4] = {0, 2, 3, 6}, idx[6] = {5, 1, 0, 4, 2, 3};
+  const size_t bytes[3] = {10, 20, 30}, lim[3] = {100, 200, 300};
+  memcpy(a.offsets, off, sizeof off);
+  memcpy(a.indices, idx, sizeof idx);
+  memcpy(a.bytes, bytes, sizeof bytes);
+  memcpy(a.limits, lim, sizeof lim);
+  ASSERT_TPDP_OK(tpdp_bucket_assignment_reverse(&a));
+  EXPECT_EQ(a.nbuckets, 3);
+  EXPECT_EQ(std::vector<int64_t>(a.offsets, a.offsets + 4),
+            (std::vector<int64_t>{0, 3, 4, 6}));
+  std::vector<Bucket> want = {
+      {{4, 2, 3}, 30, 300}, {{0}, 20, 200}, {{5, 1}, 10, 100}};
+  EXPECT_EQ(Read(a), want);
+  // Twice is the identity.
+  ASSERT_TPDP_OK(tpdp_bucket_assignment_reverse(&a));
+  std::vector<Bucket> orig = {
+      {{5, 1}, 10, 100}, {{0}, 20, 200}, {{4, 2, 3}, 30, 300}};
+  EXPECT_EQ(Read(a), orig);
+  tpdp_bucket_assignment_free(&a);
+}
+
+// On tpdp_bucket_assign's result (LimitListAdvancesAndStaysOnLast's case):
+// DDP's launch order is the assignment read backwards.
+TEST(BucketAssignmentReverse, AfterAssign) {
+  std::vector<tpdp_tensor> ts = {T(TPDP_F32, 30), T(TPDP_F32, 100),
+                                 T(TPDP_F32, 150), T(TPDP_F32, 300),
+                                 T(TPDP_F32, 1)};
+  size_t lim[2] = {100, 1000};
+  tpdp_bucket_assignment a;
+  ASSERT_TPDP_OK(tpdp_bucket_assign(ts.data(), 5, lim, 2, nullptr, &a));
+  ASSERT_TPDP_OK(tpdp_bucket_assignment_reverse(&a));
+  std::vector<Bucket> want = {
+      {{4}, 4, 1000}, {{3}, 1200, 1000}, {{1, 2}, 1000, 1000}, {{0}, 120, 100}};
+  EXPECT_EQ(Read(a), want);
+  tpdp_bucket_assignment_free(&a);
+}
+
+TEST(BucketAssignmentReverse, EmptyAndErrors) {
+  tpdp_bucket_assignment a = {0, nullptr, nullptr, nullptr, nullptr};
+  ASSERT_TPDP_OK(tpdp_bucket_assignment_reverse(&a));  // nothing to do
+  EXPECT_EQ(a.nbuckets, 0);
+  EXPECT_TPDP_ERROR(tpdp_bucket_assignment_reverse(nullptr),
+                    TPDP_ERR_NULL_POINTER, "tpdp_bucket_assignment_reverse",
+                    "'a'");
+  a.nbuckets = -1;
+  EXPECT_TPDP_ERROR(tpdp_bucket_assignment_reverse(&a),
+                    TPDP_ERR_INVALID_ARGUMENT, "nbuckets is -1");
+  a.nbuckets = 2;  // arrays missing
+  EXPECT_TPDP_ERROR(tpdp_bucket_assignment_reverse(&a), TPDP_ERR_NULL_POINTER,
+                    "offsets");
 }

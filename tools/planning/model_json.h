@@ -2,10 +2,11 @@
  * Model descriptions in JSON (docs/model-format.md), parsed into a plain C
  * tree for the planning tools (`tpdp plan`, `tpdp partition`).
  *
- * Not part of libtpdp: this is the CLI's internal planning library
- * (//tools:planning). Errors follow the tpdp contract (include/tpdp/core.h):
- * a tpdp_status plus a last-error message that names the JSON path at fault,
- * e.g. "children.u1.params.w.shape[1] must be a positive integer (got 0)".
+ * Not part of libtpdp: the CLI's planning library (//tools/planning). Errors
+ * follow tools/planning/error.h: a tpdp_status plus planning_last_error(),
+ * a message that names the JSON path at fault, e.g.
+ * "tpdp_model_desc_parse: children.u1.params.w.shape[1] must be a positive
+ * integer (got 0)".
  *
  * Thread-safety: a parsed description is immutable; any number of threads
  * may read it. Parsing has no global state.
@@ -15,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "tools/planning/error.h"
 #include "tpdp/core.h"
 
 #ifdef __cplusplus
@@ -77,6 +79,11 @@ typedef struct tpdp_model_desc {
   int nleaves;
   tpdp_model_leaf *leaves; /* leaves in pre-order */
   int64_t total_params;    /* elements of distinct parameters */
+  /* The leaf modules in the order forward calls them: the root's "calls"
+   * (a leaf may be called several times, or never), else every leaf once
+   * in pre-order. */
+  int ncalls;
+  const tpdp_model_module **calls;
 } tpdp_model_desc;
 
 /* Parse a model description from NUL-terminated JSON text into a new
@@ -84,16 +91,20 @@ typedef struct tpdp_model_desc {
  * tpdp_model_desc_destroy). On failure *out is set to NULL.
  * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_PARSE (not JSON, with line and
  * column; wrong JSON type, missing "class", unknown key, bad dtype);
- * TPDP_ERR_BAD_DIM_SIZE (a shape entry that is not a positive integer);
+ * TPDP_ERR_BAD_DIM_SIZE (a shape entry that is not a positive integer, or
+ * above PLANNING_JSON_INT_MAX: "too large (max 9007199254740991)");
  * TPDP_ERR_TOO_MANY_DIMS; TPDP_ERR_EMPTY_NAME; TPDP_ERR_INVALID_ARGUMENT
  * (a name containing '.', numel overflow, a parameter shared with itself);
  * TPDP_ERR_DUPLICATE (a name used twice in one module); TPDP_ERR_NOT_FOUND
- * (a "shared" FQN that names no parameter); TPDP_ERR_SHAPE_MISMATCH /
+ * (a "shared" FQN that names no parameter, a "calls" FQN that names no
+ * module); TPDP_ERR_INVALID_ARGUMENT (a "calls" entry that is not a leaf,
+ * an empty "calls"); TPDP_ERR_SHAPE_MISMATCH /
  * TPDP_ERR_DTYPE_MISMATCH (a shared pair whose declarations disagree).
  * Every message names the JSON path at fault. */
 tpdp_status tpdp_model_desc_parse(const char *json, tpdp_model_desc **out);
 
-/* Read and parse the file at `path` (messages are prefixed with the path).
+/* Read and parse the file at `path` (messages name the path after the
+ * function: "tpdp_model_desc_load: m.json: ...").
  * Errors: as tpdp_model_desc_parse, plus TPDP_ERR_IO. */
 tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out);
 

@@ -1,15 +1,17 @@
-/* `tpdp plan`: show how a model will be sharded by TP and DP (tools/plan.h):
- * the sharded tree report (seed 000), the unit -> parameter map, placements
- * and local shapes, bytes per rank and the DP buckets. */
+/* `tpdp plan`: show how a model will be sharded by TP and DP
+ * (tools/planning/plan.h): the sharded tree report (seed 000), the unit ->
+ * parameter map, placements and local shapes, bytes per rank and the DP
+ * buckets. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/commands.h"
-#include "tools/model_json.h"
-#include "tools/plan.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
+#include "tools/planning/model_json.h"
+#include "tools/planning/plan.h"
 #include "tpdp/dtensor.h"
 
 void cmd_plan_usage(void) {
@@ -42,40 +44,6 @@ void cmd_plan_usage(void) {
       "Exit status: 0 done, 1 bad model or plan, 2 usage error.\n");
 }
 
-/* "L1,L2,..." -> new array; 0 on success, else a usage error was printed. */
-static int parse_limits(const char *text, size_t **out, int64_t *n) {
-  size_t cap = 1;
-  for (const char *s = text; *s; s++)
-    if (*s == ',') cap++;
-  size_t *lim = calloc(cap, sizeof *lim);
-  if (lim == NULL) return tpdp_cli_usage_error("plan", "%s", "out of memory");
-  int64_t k = 0;
-  const char *s = text;
-  for (;;) {
-    const char *e = s;
-    unsigned long long v = 0;
-    while (*e >= '0' && *e <= '9') {
-      if (v > (~0ULL - 9) / 10) break;
-      v = v * 10 + (unsigned long long)(*e - '0');
-      e++;
-    }
-    if (e == s || (*e != ',' && *e != '\0') || v == 0) {
-      free(lim);
-      return tpdp_cli_usage_error(
-          "plan",
-          "bad --limits-bytes '%s': expected positive byte "
-          "counts separated by commas, e.g. 1048576,26214400",
-          text);
-    }
-    lim[k++] = (size_t)v;
-    if (*e == '\0') break;
-    s = e + 1;
-  }
-  *out = lim;
-  *n = k;
-  return 0;
-}
-
 /* ----------------------------------------------------------- text */
 
 static void shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
@@ -95,26 +63,33 @@ static void placements_str(const tpdp_plan *plan, const tpdp_plan_param *pp,
   }
 }
 
-/* Mesh ranks whose tp coordinate is t: "0, 2" (shortened when many). */
+/* The i-th (0-based) mesh rank whose tp coordinate is t. Row-major: rank
+ * = outer * (tp_size * inner) + t * inner + j, increasing in (outer, j). */
+static int64_t rank_with_tp(const tpdp_plan *plan, int64_t t, int64_t i) {
+  if (plan->tp_dim < 0) return i;
+  int64_t inner = 1;
+  for (int d = plan->tp_dim + 1; d < plan->mesh_ndim; d++)
+    inner *= plan->mesh_sizes[d];
+  return (i / inner) * plan->tp_size * inner + t * inner + i % inner;
+}
+
+/* Mesh ranks whose tp coordinate is t: "0, 2" (shortened when many), in
+ * time independent of the mesh size. */
 static void ranks_str(const tpdp_plan *plan, int64_t t, char *buf, size_t len) {
-  int64_t count = 0, last = -1;
+  const int64_t count = plan->world / plan->tp_size;
   size_t used = 0;
   buf[0] = '\0';
-  for (int64_t r = 0; r < plan->world; r++) {
-    if (tpdp_plan_tp_rank(plan, r) != t) continue;
-    count++;
-    last = r;
-    if (count <= 4 && used < len) {
-      int w = snprintf(buf + used, len - used, "%s%lld", count > 1 ? ", " : "",
-                       (long long)r);
-      if (w > 0) used += (size_t)w;
-    }
+  for (int64_t i = 0; i < count && i < 4 && used < len; i++) {
+    int w = snprintf(buf + used, len - used, "%s%lld", i ? ", " : "",
+                     (long long)rank_with_tp(plan, t, i));
+    if (w > 0) used += (size_t)w;
   }
   if (count > 5 && used < len)
     snprintf(buf + used, len - used, ", ..., %lld (%lld ranks)",
-             (long long)last, (long long)count);
+             (long long)rank_with_tp(plan, t, count - 1), (long long)count);
   else if (count == 5 && used < len)
-    snprintf(buf + used, len - used, ", %lld", (long long)last);
+    snprintf(buf + used, len - used, ", %lld",
+             (long long)rank_with_tp(plan, t, 4));
 }
 
 /* Python repr of a str (single quotes), as seed 000's dict prints. */
@@ -187,7 +162,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
     placements_str(plan, pp, buf, sizeof buf);
     if ((int)strlen(buf) > wp) wp = (int)strlen(buf);
     for (int64_t t = 0; t < plan->tp_size; t++) {
-      shape_str(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS], buf,
+      shape_str(pp->param->ndim, &pp->local_shapes[t * pp->param->ndim], buf,
                 sizeof buf);
       if ((int)strlen(buf) > wl) wl = (int)strlen(buf);
     }
@@ -209,7 +184,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
     placements_str(plan, pp, buf, sizeof buf);
     printf("%-*s", wp, buf);
     for (int64_t t = 0; t < plan->tp_size; t++) {
-      shape_str(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS], buf,
+      shape_str(pp->param->ndim, &pp->local_shapes[t * pp->param->ndim], buf,
                 sizeof buf);
       printf("  %-*s", t + 1 < plan->tp_size || pp->nshared ? wl : 0, buf);
     }
@@ -260,6 +235,40 @@ static cJSON *shape_json(int ndim, const int64_t *shape) {
   for (int d = 0; a != NULL && d < ndim; d++)
     cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[d]));
   return a;
+}
+
+/* One entry of "ranks": its coordinates, tp rank, bytes and buckets. */
+static cJSON *rank_json(const tpdp_plan *plan, int64_t r) {
+  int64_t t = tpdp_plan_tp_rank(plan, r);
+  cJSON *o = cJSON_CreateObject();
+  cJSON_AddNumberToObject(o, "rank", (double)r);
+  cJSON *coords = cJSON_AddObjectToObject(o, "coords");
+  int64_t rest = r;
+  int64_t c[TPDP_MAX_DIMS];
+  for (int d = plan->mesh_ndim - 1; d >= 0; d--) {
+    c[d] = rest % plan->mesh_sizes[d];
+    rest /= plan->mesh_sizes[d];
+  }
+  for (int d = 0; d < plan->mesh_ndim; d++)
+    cJSON_AddNumberToObject(coords, plan->mesh_names[d], (double)c[d]);
+  cJSON_AddNumberToObject(o, "tp_rank", (double)t);
+  cJSON_AddNumberToObject(o, "bytes", (double)plan->tp_bytes[t]);
+  cJSON *bs = cJSON_AddArrayToObject(o, "buckets");
+  const tpdp_bucket_assignment *a = &plan->buckets[t];
+  for (int64_t b = 0; b < a->nbuckets; b++) {
+    cJSON *bo = cJSON_CreateObject();
+    cJSON_AddItemToArray(bs, bo);
+    cJSON *names = cJSON_AddArrayToObject(bo, "params");
+    for (int64_t k = a->offsets[b]; k < a->offsets[b + 1]; k++)
+      cJSON_AddItemToArray(
+          names, cJSON_CreateString(plan->params[a->indices[k]].param->fqn));
+    cJSON_AddStringToObject(
+        bo, "dtype",
+        tpdp_dtype_name(plan->params[a->indices[a->offsets[b]]].param->dtype));
+    cJSON_AddNumberToObject(bo, "bytes", (double)a->bytes[b]);
+    cJSON_AddNumberToObject(bo, "limit", (double)a->limits[b]);
+  }
+  return o;
 }
 
 static int print_json(const tpdp_plan *plan) {
@@ -331,7 +340,7 @@ static int print_json(const tpdp_plan *plan) {
     for (int64_t t = 0; t < plan->tp_size; t++) {
       cJSON_AddItemToArray(
           ls,
-          shape_json(pp->param->ndim, &pp->local_shapes[t * TPDP_MAX_DIMS]));
+          shape_json(pp->param->ndim, &pp->local_shapes[t * pp->param->ndim]));
       cJSON_AddItemToArray(lb, cJSON_CreateNumber((double)pp->local_bytes[t]));
     }
   }
@@ -340,46 +349,24 @@ static int print_json(const tpdp_plan *plan) {
   for (int64_t k = 0; k < plan->nlimits; k++)
     cJSON_AddItemToArray(lim, cJSON_CreateNumber((double)plan->limits[k]));
 
-  cJSON *ranks = cJSON_AddArrayToObject(root, "ranks");
-  for (int64_t r = 0; r < plan->world; r++) {
-    int64_t t = tpdp_plan_tp_rank(plan, r);
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToArray(ranks, o);
-    cJSON_AddNumberToObject(o, "rank", (double)r);
-    cJSON *coords = cJSON_AddObjectToObject(o, "coords");
-    int64_t rest = r;
-    int64_t c[TPDP_MAX_DIMS];
-    for (int d = plan->mesh_ndim - 1; d >= 0; d--) {
-      c[d] = rest % plan->mesh_sizes[d];
-      rest /= plan->mesh_sizes[d];
-    }
-    for (int d = 0; d < plan->mesh_ndim; d++)
-      cJSON_AddNumberToObject(coords, plan->mesh_names[d], (double)c[d]);
-    cJSON_AddNumberToObject(o, "tp_rank", (double)t);
-    cJSON_AddNumberToObject(o, "bytes", (double)plan->tp_bytes[t]);
-    cJSON *bs = cJSON_AddArrayToObject(o, "buckets");
-    const tpdp_bucket_assignment *a = &plan->buckets[t];
-    for (int64_t b = 0; b < a->nbuckets; b++) {
-      cJSON *bo = cJSON_CreateObject();
-      cJSON_AddItemToArray(bs, bo);
-      cJSON *names = cJSON_AddArrayToObject(bo, "params");
-      for (int64_t k = a->offsets[b]; k < a->offsets[b + 1]; k++)
-        cJSON_AddItemToArray(
-            names, cJSON_CreateString(plan->params[a->indices[k]].param->fqn));
-      cJSON_AddStringToObject(
-          bo, "dtype",
-          tpdp_dtype_name(
-              plan->params[a->indices[a->offsets[b]]].param->dtype));
-      cJSON_AddNumberToObject(bo, "bytes", (double)a->bytes[b]);
-      cJSON_AddNumberToObject(bo, "limit", (double)a->limits[b]);
-    }
-  }
-
+  /* "ranks" last, one entry at a time: a mesh of up to 2^20 ranks would
+   * not fit one cJSON tree in memory. */
   char *text = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
+  root = NULL;
   if (text == NULL) goto oom;
-  printf("%s\n", text);
+  text[strlen(text) - 1] = '\0'; /* drop the closing '}' */
+  printf("%s,\"ranks\":[", text);
   free(text);
+  for (int64_t r = 0; r < plan->world; r++) {
+    cJSON *o = rank_json(plan, r);
+    char *one = o != NULL ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (one == NULL) goto oom;
+    printf("%s%s", r ? "," : "", one);
+    free(one);
+  }
+  printf("]}\n");
   return 0;
 oom:
   cJSON_Delete(root);
@@ -393,29 +380,28 @@ int cmd_plan(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     int missing = 0;
     const char *v;
-    if ((v = tpdp_cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
+    if ((v = cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
       model_path = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--plan", &missing)) !=
-             NULL)
+    else if ((v = cli_opt_value(argc, argv, &i, "--plan", &missing)) != NULL)
       plan_path = v;
-    else if ((v = tpdp_cli_opt_value(argc, argv, &i, "--limits-bytes",
-                                     &missing)) != NULL)
+    else if ((v = cli_opt_value(argc, argv, &i, "--limits-bytes", &missing)) !=
+             NULL)
       limits_s = v;
     else if (missing)
-      return tpdp_cli_usage_error("plan", "option %s needs a value", argv[i]);
+      return cli_usage_error("plan", "option %s needs a value", argv[i]);
     else if (strcmp(argv[i], "--json") == 0)
       as_json = 1;
     else
-      return tpdp_cli_usage_error("plan", "unknown argument '%s'", argv[i]);
+      return cli_usage_error("plan", "unknown argument '%s'", argv[i]);
   }
   if (model_path == NULL)
-    return tpdp_cli_usage_error("plan", "%s", "--model is required");
+    return cli_usage_error("plan", "%s", "--model is required");
   if (plan_path == NULL)
-    return tpdp_cli_usage_error("plan", "%s", "--plan is required");
+    return cli_usage_error("plan", "%s", "--plan is required");
   size_t *limits = NULL;
   int64_t nlimits = 0;
   if (limits_s != NULL) {
-    int urc = parse_limits(limits_s, &limits, &nlimits);
+    int urc = cli_parse_limits("plan", limits_s, &limits, &nlimits);
     if (urc != 0) return urc;
   }
 
@@ -424,7 +410,7 @@ int cmd_plan(int argc, char **argv) {
   tpdp_plan *plan = NULL;
   if (tpdp_model_desc_load(model_path, &m) != TPDP_SUCCESS ||
       tpdp_plan_load(m, plan_path, limits, nlimits, &plan) != TPDP_SUCCESS) {
-    fprintf(stderr, "tpdp plan: %s\n", tpdp_last_error());
+    fprintf(stderr, "tpdp plan: %s\n", planning_last_error());
     goto done;
   }
   if (as_json) {

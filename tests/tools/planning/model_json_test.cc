@@ -1,8 +1,9 @@
-// Model descriptions (tools/model_json.h): the tree, FQNs, leaf list and
-// parameter counts (shared parameters once), and every parse error naming
-// the JSON path at fault. Expected values are worked by hand from the
-// fixtures (tests/data/composite_model.json, tests/data/tied_model.json).
-#include "tools/model_json.h"
+// Model descriptions (tools/planning/model_json.h): the tree, FQNs, leaf
+// list and parameter counts (shared parameters once), calls, and every parse
+// error naming the JSON path at fault. Expected values are worked by hand
+// from the fixtures (tests/data/composite_model.json, tied_model.json,
+// repeated_call_model.json).
+#include "tools/planning/model_json.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -10,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/test_util.h"
+#include "tests/tools/planning/planning_test_util.h"
 
 namespace {
 
@@ -35,7 +36,7 @@ std::vector<int64_t> LeafCounts(const tpdp_model_desc *d) {
 
 TEST(ModelJson, Seed000Tree) {
   Desc m;
-  ASSERT_TPDP_OK(
+  ASSERT_PLANNING_OK(
       tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   const tpdp_model_desc *d = m.d;
   // Seed 000's tree, line by line: FQN[class] in pre-order.
@@ -99,7 +100,7 @@ TEST(ModelJson, Seed000Tree) {
 
 TEST(ModelJson, SharedCountedOnceRootParamsToFirstLeaf) {
   Desc m;
-  ASSERT_TPDP_OK(
+  ASSERT_PLANNING_OK(
       tpdp_model_desc_load(DataPath("tied_model.json").c_str(), &m.d));
   const tpdp_model_desc *d = m.d;
   EXPECT_EQ(LeafFqns(d),
@@ -137,7 +138,7 @@ TEST(ModelJson, SharedReversedAndChained) {
     "shared": [["c.w", "b.w"], ["b.w", "a.w"]]
   })";
   Desc m;
-  ASSERT_TPDP_OK(tpdp_model_desc_parse(json, &m.d));
+  ASSERT_PLANNING_OK(tpdp_model_desc_parse(json, &m.d));
   EXPECT_EQ(LeafCounts(m.d), (std::vector<int64_t>{6, 5, 0}));
   EXPECT_EQ(m.d->total_params, 11);
   const tpdp_model_param *a = tpdp_model_desc_find_param(m.d, "a.w");
@@ -145,9 +146,31 @@ TEST(ModelJson, SharedReversedAndChained) {
   EXPECT_EQ(tpdp_model_desc_find_param(m.d, "c.w")->canonical, a);
 }
 
+// "calls": the leaves in the order forward calls them; without it, every
+// leaf once in pre-order.
+TEST(ModelJson, Calls) {
+  Desc m;
+  ASSERT_PLANNING_OK(
+      tpdp_model_desc_load(DataPath("repeated_call_model.json").c_str(), &m.d));
+  std::vector<std::string> calls;
+  for (int c = 0; c < m.d->ncalls; c++) calls.push_back(m.d->calls[c]->fqn);
+  EXPECT_EQ(calls, (std::vector<std::string>{"embed", "cell", "act", "cell",
+                                             "act", "cell", "act", "head"}));
+  // Calls change no count: each parameter once (32 + 8, 64 + 8, 16 + 2).
+  EXPECT_EQ(LeafCounts(m.d), (std::vector<int64_t>{40, 72, 0, 18}));
+  EXPECT_EQ(m.d->total_params, 130);
+
+  Desc s;
+  ASSERT_PLANNING_OK(
+      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &s.d));
+  ASSERT_EQ(s.d->ncalls, s.d->nleaves);
+  for (int c = 0; c < s.d->ncalls; c++)
+    EXPECT_EQ(s.d->calls[c], s.d->leaves[c].module);
+}
+
 TEST(ModelJson, KeyOrderPreservedAndRootLeaf) {
   Desc m;
-  ASSERT_TPDP_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
       R"({"class": "M", "children": {"z": {"class": "A"}, "a": {"class": "B",
           "params": {"y": {"shape": [2]}, "b": {"shape": [3]}}}}})",
       &m.d));
@@ -156,7 +179,7 @@ TEST(ModelJson, KeyOrderPreservedAndRootLeaf) {
   EXPECT_STREQ(m.d->params[1]->fqn, "a.b");
 
   Desc r;  // a root without children is the only leaf
-  ASSERT_TPDP_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
       R"({"class": "Linear", "params": {"weight": {"shape": [4, 3]}}, "children": {}})",
       &r.d));
   ASSERT_EQ(r.d->nleaves, 1);
@@ -178,8 +201,8 @@ class ModelJsonErrors : public ::testing::TestWithParam<BadCase> {};
 TEST_P(ModelJsonErrors, NamesThePath) {
   const BadCase &c = GetParam();
   tpdp_model_desc *d = reinterpret_cast<tpdp_model_desc *>(0x1);
-  EXPECT_TPDP_ERROR(tpdp_model_desc_parse(c.json, &d), c.status, c.needle1,
-                    c.needle2, "tpdp_model_desc_parse");
+  EXPECT_PLANNING_ERROR(tpdp_model_desc_parse(c.json, &d), c.status, c.needle1,
+                        c.needle2, "tpdp_model_desc_parse");
   EXPECT_EQ(d, nullptr);
 }
 
@@ -221,6 +244,8 @@ const BadCase kBad[] = {
      "params.w must be an object", "shape"},
     {R"({"class": "M", "children": {"a": {"class": "L", "parms": {}}}})",
      TPDP_ERR_PARSE, "children.a: unknown key \"parms\"", "children"},
+    {R"({"class": "M", "call": []})", TPDP_ERR_PARSE,
+     "root: unknown key \"call\"", "\"calls\""},
     {R"({"class": "M", "children": {"a": {"class": "L", "shared": []}}})",
      TPDP_ERR_PARSE, "children.a: \"shared\" is only allowed on the root",
      "shared"},
@@ -273,25 +298,51 @@ const BadCase kBad[] = {
      "shared[1]"},
     {R"({"class": "M", "shared": {"a": "b"}})", TPDP_ERR_PARSE,
      "shared must be an array", "pairs"},
+    // Above 2^53 - 1 a JSON number is no longer an exact integer.
+    {R"({"class": "M", "params": {"w": {"shape": [4611686018427387904]}}})",
+     TPDP_ERR_BAD_DIM_SIZE, "params.w.shape[0] is too large",
+     "(max 9007199254740991)"},
+    {R"({"class": "M", "params": {"w": {"shape": [2, 1e30]}}})",
+     TPDP_ERR_BAD_DIM_SIZE, "params.w.shape[1] is too large",
+     "(max 9007199254740991)"},
+    {R"({"class": "M", "children": {"a": {"class": "L"}}, "calls": "a"})",
+     TPDP_ERR_PARSE, "calls must be an array", "leaf module FQNs"},
+    {R"({"class": "M", "children": {"a": {"class": "L"}}, "calls": ["a", 3]})",
+     TPDP_ERR_PARSE, "calls[1] must be a string", "leaf module"},
+    {R"({"class": "M", "children": {"a": {"class": "L"}}, "calls": ["a", "b"]})",
+     TPDP_ERR_NOT_FOUND, "calls[1]: no module named \"b\"", "calls[1]"},
+    {R"({"class": "M", "children": {"a": {"class": "L",
+        "params": {"w": {"shape": [1]}}}}, "calls": ["a.w"]})",
+     TPDP_ERR_NOT_FOUND, "calls[0]: no module named \"a.w\"",
+     "that is a parameter"},
+    {R"({"class": "M", "children": {"a": {"class": "L", "children":
+        {"b": {"class": "L"}}}}, "calls": ["a"]})",
+     TPDP_ERR_INVALID_ARGUMENT, "calls[0]: \"a\" is not a leaf module",
+     "1 children"},
+    {R"({"class": "M", "children": {"a": {"class": "L"}}, "calls": []})",
+     TPDP_ERR_INVALID_ARGUMENT, "calls is empty", "omit it"},
+    {R"({"class": "M", "children": {"a": {"class": "L", "calls": ["a"]}}})",
+     TPDP_ERR_PARSE, "children.a: \"calls\" is only allowed on the root",
+     "calls"},
 };
 
 INSTANTIATE_TEST_SUITE_P(All, ModelJsonErrors, ::testing::ValuesIn(kBad));
 
 TEST(ModelJson, NullPointers) {
   tpdp_model_desc *d = nullptr;
-  EXPECT_TPDP_ERROR(tpdp_model_desc_parse(nullptr, &d), TPDP_ERR_NULL_POINTER,
-                    "json");
-  EXPECT_TPDP_ERROR(tpdp_model_desc_parse("{}", nullptr), TPDP_ERR_NULL_POINTER,
-                    "out");
-  EXPECT_TPDP_ERROR(tpdp_model_desc_load(nullptr, &d), TPDP_ERR_NULL_POINTER,
-                    "path");
+  EXPECT_PLANNING_ERROR(tpdp_model_desc_parse(nullptr, &d),
+                        TPDP_ERR_NULL_POINTER, "json");
+  EXPECT_PLANNING_ERROR(tpdp_model_desc_parse("{}", nullptr),
+                        TPDP_ERR_NULL_POINTER, "out");
+  EXPECT_PLANNING_ERROR(tpdp_model_desc_load(nullptr, &d),
+                        TPDP_ERR_NULL_POINTER, "path");
   tpdp_model_desc_destroy(nullptr);  // no-op
 }
 
 TEST(ModelJson, LoadErrorsNameTheFile) {
   tpdp_model_desc *d = nullptr;
-  EXPECT_TPDP_ERROR(tpdp_model_desc_load("/nonexistent/model.json", &d),
-                    TPDP_ERR_IO, "/nonexistent/model.json");
+  EXPECT_PLANNING_ERROR(tpdp_model_desc_load("/nonexistent/model.json", &d),
+                        TPDP_ERR_IO, "/nonexistent/model.json");
   EXPECT_EQ(d, nullptr);
   const char *tmp = std::getenv("TEST_TMPDIR");
   std::string path = std::string(tmp ? tmp : "/tmp") + "/bad_model.json";
@@ -300,10 +351,15 @@ TEST(ModelJson, LoadErrorsNameTheFile) {
     f << R"({"class": "M", "children": {"u1": {"class": "U",
         "params": {"w": {"shape": [4, 0]}}}}})";
   }
-  EXPECT_TPDP_ERROR(tpdp_model_desc_load(path.c_str(), &d),
-                    TPDP_ERR_BAD_DIM_SIZE, path.c_str(),
-                    "children.u1.params.w.shape[1] must be a positive integer",
-                    "tpdp_model_desc_load");
+  EXPECT_PLANNING_ERROR(
+      tpdp_model_desc_load(path.c_str(), &d), TPDP_ERR_BAD_DIM_SIZE,
+      path.c_str(), "children.u1.params.w.shape[1] must be a positive integer",
+      "tpdp_model_desc_load");
+  // Named once, after the function called, then the file, then the path.
+  EXPECT_EQ(std::string(planning_last_error()),
+            "tpdp_model_desc_load: " + path +
+                ": children.u1.params.w.shape[1] must be a positive integer "
+                "(got 0)");
   EXPECT_EQ(d, nullptr);
   std::remove(path.c_str());
 }

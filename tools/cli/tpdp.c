@@ -2,10 +2,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/commands.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
 #include "tpdp/core.h"
 
-static const tpdp_command commands[] = {
+static const cli_command commands[] = {
     {"version", "print the library version", cmd_version, cmd_version_usage},
     {"mesh", "show a device mesh layout: coordinates and groups", cmd_mesh,
      cmd_mesh_usage},
@@ -23,32 +24,6 @@ static const tpdp_command commands[] = {
      cmd_ckpt_usage},
 };
 static const int ncommands = (int)(sizeof commands / sizeof commands[0]);
-
-int tpdp_cli_wants_help(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
-  return 0;
-}
-
-int tpdp_cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
-  fprintf(stderr, "tpdp %s: ", cmd);
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tpdp %s --help)\n", cmd);
-  return 2;
-}
-
-const char *tpdp_cli_opt_value(int argc, char **argv, int *i, const char *name,
-                               int *missing) {
-  size_t n = strlen(name);
-  if (strncmp(argv[*i], name, n) != 0) return NULL;
-  if (argv[*i][n] == '=') return argv[*i] + n + 1;
-  if (argv[*i][n] != '\0') return NULL;
-  if (*i + 1 >= argc) {
-    *missing = 1;
-    return NULL;
-  }
-  return argv[++*i];
-}
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -75,7 +50,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "--version") == 0) return cmd_version(1, argv + 1);
   for (int i = 0; i < ncommands; i++) {
     if (strcmp(argv[1], commands[i].name) != 0) continue;
-    if (tpdp_cli_wants_help(argc - 1, argv + 1)) {
+    if (cli_wants_help(argc - 1, argv + 1)) {
       commands[i].usage();
       return 0;
     }

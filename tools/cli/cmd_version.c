@@ -1,6 +1,7 @@
 #include <stdio.h>
 
-#include "tools/commands.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
 #include "tpdp/core.h"
 
 void cmd_version_usage(void) {

@@ -1,14 +1,15 @@
-// Sharding plans (tools/plan.h): the seed 000 tree report and unit map,
-// placements and local shapes from the style rules, bytes per tp rank (shared
-// parameters once), the reducer's reversed bucket list, and errors naming the
-// thing at fault. Expected values are worked by hand from the fixtures.
-#include "tools/plan.h"
+// Sharding plans (tools/planning/plan.h): the seed 000 tree report and unit
+// map, placements and local shapes from the style rules, bytes per tp rank
+// (shared parameters once), the reducer's reversed bucket list, and errors
+// naming the thing at fault. Expected values are worked by hand from the
+// fixtures.
+#include "tools/planning/plan.h"
 
 #include <string>
 #include <vector>
 
-#include "tests/test_util.h"
-#include "tools/model_json.h"
+#include "tests/tools/planning/planning_test_util.h"
+#include "tools/planning/model_json.h"
 #include "tpdp/dtensor.h"
 
 namespace {
@@ -31,7 +32,7 @@ const tpdp_plan_param *Find(const tpdp_plan *p, const std::string &fqn) {
 }
 
 std::vector<int64_t> Local(const tpdp_plan_param *pp, int t) {
-  const int64_t *s = &pp->local_shapes[t * TPDP_MAX_DIMS];
+  const int64_t *s = &pp->local_shapes[t * pp->param->ndim];
   return std::vector<int64_t>(s, s + pp->param->ndim);
 }
 
@@ -45,10 +46,10 @@ std::vector<std::string> Bucket(const tpdp_plan *p, int t, int b) {
 
 TEST(Plan, Seed000TreeAndMap) {
   Desc m;
-  ASSERT_TPDP_OK(
+  ASSERT_PLANNING_OK(
       tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   Plan p;
-  ASSERT_TPDP_OK(tpdp_plan_compute(
+  ASSERT_PLANNING_OK(tpdp_plan_compute(
       m.d, R"({"mesh": {"dp": 2}, "units": ["", "u1", "u2"]})", nullptr, 0,
       &p.p));
   // Seed 000's docstring, written out independently.
@@ -87,11 +88,11 @@ TEST(Plan, Seed000TreeAndMap) {
 
 TEST(Plan, TensorParallelShapesBytesBuckets) {
   Desc m;
-  ASSERT_TPDP_OK(
+  ASSERT_PLANNING_OK(
       tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   Plan p;
   size_t limits[2] = {256, 512};
-  ASSERT_TPDP_OK(
+  ASSERT_PLANNING_OK(
       tpdp_plan_compute(m.d,
                         R"({"mesh": {"dp": 2, "tp": 2}, "units": ["", "u1"],
           "tp": {"u1.l1": "colwise", "u1.l2": "rowwise"}})",
@@ -147,10 +148,10 @@ TEST(Plan, TensorParallelShapesBytesBuckets) {
 
 TEST(Plan, SharedParameterCountedOnce) {
   Desc m;
-  ASSERT_TPDP_OK(
+  ASSERT_PLANNING_OK(
       tpdp_model_desc_load(DataPath("tied_model.json").c_str(), &m.d));
   Plan p;
-  ASSERT_TPDP_OK(tpdp_plan_compute(
+  ASSERT_PLANNING_OK(tpdp_plan_compute(
       m.d,
       R"({"mesh": {"tp": 2}, "tp": {"blocks.*.fc": "colwise", "head": "rowwise"}})",
       nullptr, 0, &p.p));
@@ -174,45 +175,67 @@ TEST(Plan, SharedParameterCountedOnce) {
 
 TEST(Plan, Errors) {
   Desc m;
-  ASSERT_TPDP_OK(
+  ASSERT_PLANNING_OK(
       tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
   tpdp_plan *p = nullptr;
-  EXPECT_TPDP_ERROR(
+  EXPECT_PLANNING_ERROR(
       tpdp_plan_compute(m.d,
                         R"({"mesh": {"tp": 2}, "tp": {"*.nope": "colwise"}})",
                         nullptr, 0, &p),
       TPDP_ERR_NOT_FOUND, "\"*.nope\"", "matches no module");
   EXPECT_EQ(p, nullptr);
-  EXPECT_TPDP_ERROR(
+  EXPECT_PLANNING_ERROR(
       tpdp_plan_compute(m.d, R"({"mesh": {"dp": 2}, "units": ["zz", "u1"]})",
                         nullptr, 0, &p),
       TPDP_ERR_NOT_FOUND, "\"zz\"");
-  EXPECT_TPDP_ERROR(tpdp_plan_compute(m.d, "[1, 2]", nullptr, 0, &p),
-                    TPDP_ERR_PARSE, "JSON object");
-  EXPECT_TPDP_ERROR(
+  EXPECT_PLANNING_ERROR(tpdp_plan_compute(m.d, "[1, 2]", nullptr, 0, &p),
+                        TPDP_ERR_PARSE, "JSON object");
+  EXPECT_PLANNING_ERROR(
       tpdp_plan_compute(m.d, R"({"mesh": {"dp": 1.5}})", nullptr, 0, &p),
       TPDP_ERR_BAD_DIM_SIZE, "mesh.dp");
-  EXPECT_TPDP_ERROR(tpdp_plan_compute(m.d, R"({"mesh": {}})", nullptr, 0, &p),
-                    TPDP_ERR_PARSE, "at least one dim");
+  EXPECT_PLANNING_ERROR(
+      tpdp_plan_compute(m.d, R"({"mesh": {}})", nullptr, 0, &p), TPDP_ERR_PARSE,
+      "at least one dim");
+  // Meshes above TPDP_PLAN_MAX_RANKS (2^20), with the numbers as written.
+  EXPECT_PLANNING_ERROR(
+      tpdp_plan_compute(m.d, R"({"mesh": {"tp": 100000000}})", nullptr, 0, &p),
+      TPDP_ERR_BAD_DIM_SIZE,
+      "tpdp_plan_compute: mesh.tp is too large (max 1048576)");
+  EXPECT_PLANNING_ERROR(
+      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 4611686018427387904}})",
+                        nullptr, 0, &p),
+      TPDP_ERR_BAD_DIM_SIZE, "mesh.dp is too large (max 1048576)");
+  EXPECT_PLANNING_ERROR(
+      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 1024, "tp": 2048}})", nullptr,
+                        0, &p),
+      TPDP_ERR_BAD_DIM_SIZE,
+      "mesh: 2097152 ranks up to dim \"tp\" is too large (max 1048576)");
+  EXPECT_EQ(p, nullptr);
   size_t zero = 0;
-  EXPECT_TPDP_ERROR(
+  EXPECT_PLANNING_ERROR(
       tpdp_plan_compute(m.d, R"({"mesh": {"dp": 2}})", &zero, 1, &p),
       TPDP_ERR_INVALID_ARGUMENT, "limit 0");
 
   // A colwise style on a module whose weight is not 2-D.
   Desc ln;
-  ASSERT_TPDP_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
       R"({"class": "M", "children": {"norm": {"class": "LayerNorm",
           "params": {"weight": {"shape": [8]}, "bias": {"shape": [8]}}}}})",
       &ln.d));
-  EXPECT_TPDP_ERROR(
+  EXPECT_PLANNING_ERROR(
       tpdp_plan_compute(ln.d,
                         R"({"mesh": {"tp": 2}, "tp": {"norm": "colwise"}})",
                         nullptr, 0, &p),
       TPDP_ERR_SHAPE_MISMATCH, "norm.weight", "2-D");
+  // The library's rule refused it: its message, which names the libtpdp
+  // function, after the planning function called.
+  EXPECT_EQ(std::string(planning_last_error())
+                .rfind("tpdp_plan_compute: tpdp_tp_style_placement: ", 0),
+            0u)
+      << planning_last_error();
   // ... but fine as sequence_parallel (Replicate).
   Plan ok;
-  ASSERT_TPDP_OK(tpdp_plan_compute(
+  ASSERT_PLANNING_OK(tpdp_plan_compute(
       ln.d, R"({"mesh": {"tp": 2}, "tp": {"norm": "sequence_parallel"}})",
       nullptr, 0, &ok.p));
   EXPECT_EQ(ok.p->params[0].placements[0].kind, TPDP_PLACEMENT_REPLICATE);

@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/commands.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
 #include "tpdp/topo.h"
 #include "tpdp/tpdp.h"
 
@@ -20,9 +21,9 @@ void cmd_topo_usage(void) {
       "  --mesh SPEC       advise on a mesh such as dp=4,tp=8: does each TP\n"
       "                    group stay inside one host / PCIe switch, and\n"
       "                    which dim order makes it so (every host assumed\n"
-      "                    like this one)\n"
-      "  --local-ranks N   ranks per host for the binding table (default:\n"
-      "                    the GPUs, or 1 without GPUs)\n");
+      "                    like this one); at most 1048576 ranks\n"
+      "  --local-ranks N   ranks per host for the binding table, 1..4096\n"
+      "                    (default: the GPUs, or 1 without GPUs)\n");
 }
 
 static char *format_all(size_t (*fn)(const void *, char *, size_t),
@@ -40,24 +41,28 @@ static size_t advice_fmt(const void *o, char *b, size_t l) {
   return tpdp_topo_advice_format((const tpdp_placement_advice *)o, b, l);
 }
 
+/* Ranks on one host for the binding table. Each row compares the rank with
+ * all the others (quadratic): 4096, far above any host's core count, still
+ * prints in well under a second. */
+#define TOPO_MAX_LOCAL_RANKS 4096
+
 int cmd_topo(int argc, char **argv) {
   const char *xml = NULL, *mesh = NULL;
-  long nlocal = 0;
+  int64_t nlocal = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--xml") == 0 && i + 1 < argc) {
       xml = argv[++i];
     } else if (strcmp(argv[i], "--mesh") == 0 && i + 1 < argc) {
       mesh = argv[++i];
+      /* The same mesh limit as every subcommand, before any work. */
+      tpdp_mesh *m = NULL;
+      int urc = cli_mesh_create("topo", mesh, 0, &m);
+      tpdp_mesh_destroy(m);
+      if (urc != 0) return urc;
     } else if (strcmp(argv[i], "--local-ranks") == 0 && i + 1 < argc) {
-      char *end = NULL;
-      nlocal = strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || nlocal < 1) {
-        fprintf(stderr,
-                "tpdp topo: --local-ranks needs a positive integer, "
-                "got '%s'\n",
-                argv[i]);
-        return 2;
-      }
+      int urc = cli_int_option("topo", "--local-ranks", argv[++i], 1,
+                               TOPO_MAX_LOCAL_RANKS, &nlocal);
+      if (urc != 0) return urc;
     } else {
       fprintf(stderr, "tpdp topo: unexpected argument '%s'\n", argv[i]);
       cmd_topo_usage();
@@ -77,7 +82,7 @@ int cmd_topo(int argc, char **argv) {
   tpdp_topo_counts c;
   tpdp_topo_get_counts(topo, &c);
   if (nlocal == 0) nlocal = c.gpus > 0 ? c.gpus : 1;
-  printf("Binding for %ld local rank(s)%s:\n", nlocal,
+  printf("Binding for %lld local rank(s)%s:\n", (long long)nlocal,
          getenv("TPDP_BIND") && strcmp(getenv("TPDP_BIND"), "0") == 0
              ? " (TPDP_BIND=0: ranks would not be bound)"
              : "");

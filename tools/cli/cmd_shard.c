@@ -4,7 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/commands.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
 #include "tpdp/tpdp.h"
 
 void cmd_shard_usage(void) {
@@ -13,8 +14,10 @@ void cmd_shard_usage(void) {
       " [--json]\n\n"
       "Show every mesh rank's local shape and global offset (torch.chunk\n"
       "rule: chunk = ceil(n/k), possibly empty shards).\n\n"
-      "  --shape       global tensor shape, e.g. 10,7\n"
-      "  --mesh        mesh sizes (2,3) or named dims (dp=2,tp=3)\n"
+      "  --shape       global tensor shape, e.g. 10,7 (an f32 tensor: its\n"
+      "                bytes must fit in int64)\n"
+      "  --mesh        mesh sizes (2,3) or named dims (dp=2,tp=3); at most\n"
+      "                1048576 ranks\n"
       "  --placements  one per mesh dim: S<dim>, R, P or P:<op>\n"
       "                (op: sum, avg, max, min)\n"
       "  --json        one line: {\"ranks\":[{\"rank\":0,\"coords\":[..],\n"
@@ -22,27 +25,32 @@ void cmd_shard_usage(void) {
       "exit status: 0 ok, 2 bad arguments (message on stderr)\n");
 }
 
-static int fail(const char *what) {
-  fprintf(stderr, "tpdp shard: %s%s%s\n", what, *tpdp_last_error() ? ": " : "",
-          tpdp_last_error());
-  return 2;
+/* A failed library call: its message, and the exit status `rc`. */
+static int fail(const char *what, int rc) {
+  fprintf(stderr, "tpdp shard: %s: %s\n", what, tpdp_last_error());
+  return rc;
 }
 
+/* Each dim and the element count of the (f32) tensor are bounded so that
+ * its byte size fits in int64: beyond it the library's sizes, offsets and
+ * chunk arithmetic would wrap around. */
+#define SHARD_MAX_ELEMENTS (INT64_MAX / 4)
+
 static int parse_shape(const char *text, int *ndim, int64_t *shape) {
-  int n = 0;
-  const char *p = text;
-  if (*p == '\0') return 0; /* 0-dim (scalar) */
-  for (;;) {
-    char *end = NULL;
-    if (*p < '0' || *p > '9') return -1;
-    long long v = strtoll(p, &end, 10);
-    if (n >= TPDP_MAX_DIMS) return -2;
-    shape[n++] = v;
-    if (*end == '\0') break;
-    if (*end != ',') return -1;
-    p = end + 1;
-  }
-  *ndim = n;
+  int rc =
+      cli_int_list_option("shard", "--shape", text, "sizes", "10,7", 0,
+                          SHARD_MAX_ELEMENTS, 1, TPDP_MAX_DIMS, shape, ndim);
+  if (rc != 0) return rc;
+  int64_t numel = 1;
+  for (int d = 0; d < *ndim; d++)
+    if (__builtin_mul_overflow(numel, shape[d], &numel) ||
+        numel > SHARD_MAX_ELEMENTS) {
+      fprintf(stderr,
+              "tpdp shard: --shape '%s': the element count overflows: an f32 "
+              "tensor's bytes must fit in int64 (max %lld elements)\n",
+              text, (long long)SHARD_MAX_ELEMENTS);
+      return 2;
+    }
   return 0;
 }
 
@@ -81,29 +89,11 @@ int cmd_shard(int argc, char **argv) {
   int ndim = 0;
   int64_t shape[TPDP_MAX_DIMS];
   int rc = parse_shape(shape_text, &ndim, shape);
-  if (rc != 0) {
-    fprintf(stderr, "tpdp shard: --shape '%s' is not %s\n", shape_text,
-            rc == -2 ? "at most 8 dims" : "a list of sizes like 10,7");
-    return 2;
-  }
+  if (rc != 0) return rc;
   tpdp_mesh *mesh = NULL;
+  rc = cli_mesh_create("shard", mesh_text, 1, &mesh);
+  if (rc != 0) return rc;
   tpdp_status st;
-  if (strchr(mesh_text, '=')) {
-    st = tpdp_mesh_create_from_string(NULL, mesh_text, &mesh);
-  } else {
-    int mn = 0;
-    int64_t ms[TPDP_MAX_DIMS];
-    rc = parse_shape(mesh_text, &mn, ms);
-    if (rc != 0 || mn == 0) {
-      fprintf(stderr,
-              "tpdp shard: --mesh '%s' is not sizes like 2,3 or "
-              "named dims like dp=2,tp=3\n",
-              mesh_text);
-      return 2;
-    }
-    st = tpdp_mesh_create(NULL, mn, ms, NULL, &mesh);
-  }
-  if (st != TPDP_SUCCESS) return fail("bad --mesh");
   tpdp_placement pl[TPDP_MAX_DIMS];
   int np = 0;
   tpdp_spec *spec = NULL;
@@ -113,7 +103,7 @@ int cmd_shard(int argc, char **argv) {
     st = tpdp_spec_create(mesh, pl, np, ndim, shape, TPDP_F32, cpu, &spec);
   }
   if (st != TPDP_SUCCESS) {
-    int r = fail("bad --placements/--shape");
+    int r = fail("bad --placements/--shape", 2);
     tpdp_mesh_destroy(mesh);
     return r;
   }
@@ -149,6 +139,6 @@ int cmd_shard(int argc, char **argv) {
   if (json) printf("]}\n");
   tpdp_spec_destroy(spec);
   tpdp_mesh_destroy(mesh);
-  if (st != TPDP_SUCCESS) return fail("internal");
+  if (st != TPDP_SUCCESS) return fail("internal", 1);
   return 0;
 }

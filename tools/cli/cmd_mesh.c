@@ -5,11 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/commands.h"
+#include "core/util.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
 #include "tpdp/comm.h"
-
-/* Printing more ranks than this is refused: the output would be useless. */
-#define MESH_PRINT_MAX (1 << 20)
 
 void cmd_mesh_usage(void) {
   printf(
@@ -25,7 +24,8 @@ void cmd_mesh_usage(void) {
       "sub-communicator is the coordinate on that dim.\n"
       "\n"
       "options:\n"
-      "  --mesh SPEC   named dims and sizes, e.g. dp=2,tp=2 (at most 8 dims)\n"
+      "  --mesh SPEC   named dims and sizes, e.g. dp=2,tp=2 (at most 8 dims,\n"
+      "                1048576 ranks)\n"
       "  --json        print JSON instead of text\n"
       "  -h, --help    this text\n"
       "\n"
@@ -59,13 +59,17 @@ static int for_each_group(const tpdp_mesh *m, int dim, int json, int *buf) {
   return 0;
 }
 
-static void json_string(const char *s) {
-  putchar('"');
-  for (; *s; s++) {
-    if (*s == '"' || *s == '\\') putchar('\\');
-    putchar(*s);
-  }
-  putchar('"');
+/* s as a JSON string: escaped, invalid UTF-8 included (core/util.h), so
+ * that the output is always valid JSON. Says so and returns 2 when memory
+ * is short (1 is left to failed library calls). */
+static int json_string(const char *s) {
+  core_strbuf b = {0};
+  core_sb_json_string(&b, s);
+  int failed = b.failed;
+  if (!failed) fputs(b.s, stdout);
+  core_sb_free(&b);
+  if (failed) fprintf(stderr, "tpdp mesh: out of memory\n");
+  return failed ? 2 : 0;
 }
 
 int cmd_mesh(int argc, char **argv) {
@@ -96,22 +100,10 @@ int cmd_mesh(int argc, char **argv) {
     return 2;
   }
   tpdp_mesh *m = NULL;
-  tpdp_status st = tpdp_mesh_create_from_string(NULL, spec, &m);
-  if (st != TPDP_SUCCESS) {
-    fprintf(stderr, "tpdp mesh: %s (%s)\n", tpdp_last_error(),
-            tpdp_status_string(st));
-    return 2;
-  }
+  int urc = cli_mesh_create("mesh", spec, 0, &m);
+  if (urc != 0) return urc;
   int ndim = tpdp_mesh_ndim(m);
   int64_t size = tpdp_mesh_size(m);
-  if (size > MESH_PRINT_MAX) {
-    fprintf(stderr,
-            "tpdp mesh: mesh '%s' has %lld ranks; printing is limited "
-            "to %d\n",
-            spec, (long long)size, MESH_PRINT_MAX);
-    tpdp_mesh_destroy(m);
-    return 2;
-  }
   int64_t maxd = 1;
   for (int d = 0; d < ndim; d++)
     if (tpdp_mesh_dim_size(m, d) > maxd) maxd = tpdp_mesh_dim_size(m, d);
@@ -124,14 +116,14 @@ int cmd_mesh(int argc, char **argv) {
   int rc = 0;
   if (json) {
     printf("{\n  \"mesh\": ");
-    json_string(spec);
+    rc = json_string(spec);
     printf(",\n  \"size\": %lld,\n  \"dims\": [\n", (long long)size);
     for (int d = 0; d < ndim && rc == 0; d++) {
       printf("    {\"name\": ");
-      json_string(tpdp_mesh_dim_name(m, d));
+      rc = json_string(tpdp_mesh_dim_name(m, d));
       printf(", \"size\": %lld, \"groups\": [",
              (long long)tpdp_mesh_dim_size(m, d));
-      rc = for_each_group(m, d, 1, buf);
+      if (rc == 0) rc = for_each_group(m, d, 1, buf);
       printf("]}%s\n", d + 1 < ndim ? "," : "");
     }
     printf("  ],\n  \"ranks\": [\n");
@@ -172,8 +164,8 @@ int cmd_mesh(int argc, char **argv) {
       printf("\n");
     }
   }
-  if (rc != 0) fprintf(stderr, "tpdp mesh: %s\n", tpdp_last_error());
+  if (rc == 1) fprintf(stderr, "tpdp mesh: %s\n", tpdp_last_error());
   free(buf);
   tpdp_mesh_destroy(m);
-  return rc;
+  return rc != 0;
 }

@@ -1,14 +1,15 @@
 /* Sharding plans for `tpdp plan` (see plan.h and docs/model-format.md). */
-#include "tools/plan.h"
+#include "tools/planning/plan.h"
 
 #include <cjson/cJSON.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
-#include "tools/planning_error.h"
+#include "core/util.h"
+#include "tools/planning/error.h"
+#include "tools/planning/json.h"
+#include "tpdp/comm.h"
 #include "tpdp/dtensor.h"
 
 /* The parsed plan file. Strings point into the cJSON tree. */
@@ -51,7 +52,6 @@ int64_t tpdp_plan_tp_rank(const tpdp_plan *plan, int64_t rank) {
 }
 
 void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
-  static const char *ops[] = {"sum", "avg", "max", "min"};
   if (buf == NULL || len == 0) return;
   switch (p.kind) {
     case TPDP_PLACEMENT_REPLICATE:
@@ -61,26 +61,24 @@ void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
       snprintf(buf, len, "S(%d)", p.dim);
       break;
     default:
-      snprintf(buf, len, "P(%s)",
-               (unsigned)p.op < 4 ? ops[(unsigned)p.op] : "?");
+      snprintf(buf, len, "P(%s)", tpdp_reduce_op_name(p.op));
       break;
   }
 }
 
 /* ------------------------------------------------------- plan file */
 
-static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
-                              tpdp_plan *plan) {
+static tpdp_status parse_mesh(const cJSON *mesh, tpdp_plan *plan) {
   if (!cJSON_IsObject(mesh))
     return planning_error(
-        c, TPDP_ERR_PARSE,
+        TPDP_ERR_PARSE,
         "\"mesh\" must be an object of dim name -> size, e.g. "
         "{\"dp\": 2, \"tp\": 2}");
   int n = cJSON_GetArraySize(mesh);
   if (n < 1)
-    return planning_error(c, TPDP_ERR_PARSE, "\"mesh\" needs at least one dim");
+    return planning_error(TPDP_ERR_PARSE, "\"mesh\" needs at least one dim");
   if (n > TPDP_MAX_DIMS)
-    return planning_error(c, TPDP_ERR_TOO_MANY_DIMS,
+    return planning_error(TPDP_ERR_TOO_MANY_DIMS,
                           "\"mesh\" has %d dims, at most %d allowed", n,
                           TPDP_MAX_DIMS);
   plan->world = 1;
@@ -90,26 +88,30 @@ static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
   for (const cJSON *it = mesh->child; it != NULL; it = it->next, d++) {
     const char *name = it->string;
     if (name == NULL || name[0] == '\0')
-      return planning_error(c, TPDP_ERR_EMPTY_NAME,
+      return planning_error(TPDP_ERR_EMPTY_NAME,
                             "mesh: a dim has an empty name");
     for (int e = 0; e < d; e++)
       if (strcmp(plan->mesh_names[e], name) == 0)
-        return planning_error(c, TPDP_ERR_DUPLICATE,
+        return planning_error(TPDP_ERR_DUPLICATE,
                               "mesh: dim \"%s\" listed twice", name);
-    double v = cJSON_IsNumber(it) ? it->valuedouble : 0;
-    if (!cJSON_IsNumber(it) || v < 1 || v > (double)(1 << 30) ||
-        v != (double)(int64_t)v)
-      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
-                            "mesh.%s must be a positive integer size", name);
-    char *copy = strdup(name);
-    if (copy == NULL) return planning_oom(c);
+    char what[300];
+    snprintf(what, sizeof what, "mesh.%s", name);
+    int64_t size = 0;
+    PLANNING_CHECK(planning_json_int(it, what, 1, TPDP_PLAN_MAX_RANKS,
+                                     TPDP_ERR_BAD_DIM_SIZE, &size));
+    char *copy = core_strdup(name);
+    if (copy == NULL)
+      return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     plan->mesh_names[d] = copy;
     plan->mesh_ndim = d + 1;
-    plan->mesh_sizes[d] = (int64_t)v;
-    plan->world *= plan->mesh_sizes[d];
-    if (plan->world > (int64_t)1 << 30)
-      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
-                            "mesh: more than 2^30 ranks");
+    plan->mesh_sizes[d] = size;
+    /* Both factors are at most 2^20: no overflow. */
+    plan->world *= size;
+    if (plan->world > TPDP_PLAN_MAX_RANKS)
+      return planning_error(TPDP_ERR_BAD_DIM_SIZE,
+                            "mesh: %lld ranks up to dim \"%s\" is too large "
+                            "(max %d)",
+                            (long long)plan->world, name, TPDP_PLAN_MAX_RANKS);
     if (strcmp(name, "tp") == 0) {
       plan->tp_dim = d;
       plan->tp_size = plan->mesh_sizes[d];
@@ -118,46 +120,47 @@ static tpdp_status parse_mesh(const planning_ctx *c, const cJSON *mesh,
   return TPDP_SUCCESS;
 }
 
-static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
-                               tpdp_plan *plan, plan_input *in) {
+static tpdp_status parse_input(const cJSON *root, tpdp_plan *plan,
+                               plan_input *in) {
   if (!cJSON_IsObject(root))
     return planning_error(
-        c, TPDP_ERR_PARSE,
+        TPDP_ERR_PARSE,
         "a plan must be a JSON object with \"mesh\", \"units\", "
         "\"tp\"");
   for (const cJSON *it = root->child; it != NULL; it = it->next)
     if (strcmp(it->string, "mesh") != 0 && strcmp(it->string, "units") != 0 &&
         strcmp(it->string, "tp") != 0)
       return planning_error(
-          c, TPDP_ERR_PARSE,
+          TPDP_ERR_PARSE,
           "unknown key \"%s\" (a plan has \"mesh\", \"units\", "
           "\"tp\")",
           it->string);
   const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(root, "mesh");
   if (mesh == NULL)
     return planning_error(
-        c, TPDP_ERR_PARSE,
+        TPDP_ERR_PARSE,
         "missing \"mesh\" (e.g. \"mesh\": {\"dp\": 2, \"tp\": 2})");
-  CHECK(parse_mesh(c, mesh, plan));
+  PLANNING_CHECK(parse_mesh(mesh, plan));
 
   const cJSON *units = cJSON_GetObjectItemCaseSensitive(root, "units");
   if (units != NULL) {
     if (!cJSON_IsArray(units))
       return planning_error(
-          c, TPDP_ERR_PARSE,
+          TPDP_ERR_PARSE,
           "\"units\" must be an array of module FQNs (\"\" is the "
           "root)");
     int n = cJSON_GetArraySize(units);
     in->units = calloc((size_t)n + 1, sizeof *in->units);
-    if (in->units == NULL) return planning_oom(c);
+    if (in->units == NULL)
+      return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     int i = 0;
     for (const cJSON *it = units->child; it != NULL; it = it->next, i++) {
       if (!cJSON_IsString(it))
-        return planning_error(c, TPDP_ERR_PARSE,
+        return planning_error(TPDP_ERR_PARSE,
                               "units[%d] must be a string (a module FQN)", i);
       for (int j = 0; j < i; j++)
         if (strcmp(in->units[j], it->valuestring) == 0)
-          return planning_error(c, TPDP_ERR_DUPLICATE,
+          return planning_error(TPDP_ERR_DUPLICATE,
                                 "units: \"%s\" listed twice", it->valuestring);
       in->units[i] = it->valuestring;
       in->nunits = i + 1;
@@ -167,18 +170,19 @@ static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
   const cJSON *tp = cJSON_GetObjectItemCaseSensitive(root, "tp");
   if (tp != NULL) {
     if (!cJSON_IsObject(tp))
-      return planning_error(c, TPDP_ERR_PARSE,
+      return planning_error(TPDP_ERR_PARSE,
                             "\"tp\" must be an object of FQN pattern -> style");
     int n = cJSON_GetArraySize(tp);
     in->patterns = calloc((size_t)n + 1, sizeof *in->patterns);
     in->styles = calloc((size_t)n + 1, sizeof *in->styles);
-    if (in->patterns == NULL || in->styles == NULL) return planning_oom(c);
+    if (in->patterns == NULL || in->styles == NULL)
+      return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     int i = 0;
     for (const cJSON *it = tp->child; it != NULL; it = it->next, i++) {
       if (!cJSON_IsString(it) ||
           tpdp_tp_style_parse(it->valuestring, &in->styles[i]) != TPDP_SUCCESS)
         return planning_error(
-            c, TPDP_ERR_PARSE,
+            TPDP_ERR_PARSE,
             "tp.\"%s\": style must be one of \"colwise\", "
             "\"rowwise\", \"sequence_parallel\", \"replicate\"",
             it->string);
@@ -187,7 +191,7 @@ static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
     }
     if (in->ntp > 0 && plan->tp_dim < 0)
       return planning_error(
-          c, TPDP_ERR_NOT_FOUND,
+          TPDP_ERR_NOT_FOUND,
           "\"tp\" has entries but the mesh has no dim named \"tp\"");
   }
   return TPDP_SUCCESS;
@@ -195,8 +199,7 @@ static tpdp_status parse_input(const planning_ctx *c, const cJSON *root,
 
 /* ------------------------------------------------- units and styles */
 
-static tpdp_status mark_units(const planning_ctx *c,
-                              const tpdp_model_desc *model,
+static tpdp_status mark_units(const tpdp_model_desc *model,
                               const plan_input *in, tpdp_plan *plan) {
   /* All unknown names in one message. */
   char bad[900] = "";
@@ -217,18 +220,18 @@ static tpdp_status mark_units(const planning_ctx *c,
     }
   }
   if (nbad > 0)
-    return planning_error(c, TPDP_ERR_NOT_FOUND, "units: no module named %s%s",
+    return planning_error(TPDP_ERR_NOT_FOUND, "units: no module named %s%s",
                           bad, used >= sizeof bad ? "..." : "");
   return TPDP_SUCCESS;
 }
 
 /* As tpdp_parallelize: each module takes the first pattern matching its
  * FQN; a pattern that wins no module is an error. */
-static tpdp_status match_styles(const planning_ctx *c,
-                                const tpdp_model_desc *model,
+static tpdp_status match_styles(const tpdp_model_desc *model,
                                 const plan_input *in, tpdp_plan *plan) {
   int *hits = calloc((size_t)in->ntp + 1, sizeof *hits);
-  if (hits == NULL) return planning_oom(c);
+  if (hits == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   for (int i = 0; i < model->nmodules; i++) {
     const tpdp_model_module *m = model->modules[i];
     for (int k = 0; k < in->ntp; k++) {
@@ -247,7 +250,7 @@ static tpdp_status match_styles(const planning_ctx *c,
     for (int i = 0; i < model->nmodules && !any; i++)
       any = tpdp_fqn_match(in->patterns[k], model->modules[i]->fqn);
     st = planning_error(
-        c, TPDP_ERR_NOT_FOUND,
+        TPDP_ERR_NOT_FOUND,
         any ? "tp: pattern \"%s\" matches only modules an earlier "
               "pattern already claims"
             : "tp: pattern \"%s\" matches no module",
@@ -259,8 +262,7 @@ static tpdp_status match_styles(const planning_ctx *c,
 
 /* Placement on the tp dim of parameter `p` of module `m` under `style`
  * (the library's rule, tpdp_tp_style_placement). */
-static tpdp_status style_placement(const planning_ctx *c,
-                                   const tpdp_model_module *m,
+static tpdp_status style_placement(const tpdp_model_module *m,
                                    const tpdp_model_param *p, int style,
                                    tpdp_placement *out) {
   int64_t out_size = -1;
@@ -270,20 +272,18 @@ static tpdp_status style_placement(const planning_ctx *c,
   tpdp_status st =
       tpdp_tp_style_placement((tpdp_tp_style)style, p->fqn, p->name, p->ndim,
                               p->ndim ? p->shape[0] : 0, out_size, out);
-  if (st != TPDP_SUCCESS)
-    return planning_error(c, st, "%s", strchr(tpdp_last_error(), ':') + 2);
+  if (st != TPDP_SUCCESS) return planning_error_tpdp(st);
   return TPDP_SUCCESS;
 }
 
 /* ------------------------------------------------------ module tree */
 
-static tpdp_status build_tree(const planning_ctx *c,
-                              const tpdp_model_desc *model, tpdp_plan *plan) {
+static tpdp_status build_tree(const tpdp_model_desc *model, tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   tpdp_module **mods = calloc((size_t)model->nmodules, sizeof *mods);
   tpdp_param **params = calloc((size_t)model->nparams + 1, sizeof *params);
   if (mods == NULL || params == NULL) {
-    st = planning_oom(c);
+    st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     goto done;
   }
   for (int i = 0; i < model->nparams; i++) {
@@ -291,18 +291,22 @@ static tpdp_status build_tree(const planning_ctx *c,
     if (p->canonical != p) continue;
     tpdp_tensor t;
     tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
-    CHECK_GOTO(tpdp_tensor_init(&t, NULL, p->dtype, cpu, p->ndim, p->shape), st,
-               done);
-    CHECK_GOTO(tpdp_param_create(&t, &params[i]), st, done);
+    PLANNING_CHECK_GOTO(planning_error_tpdp(tpdp_tensor_init(
+                            &t, NULL, p->dtype, cpu, p->ndim, p->shape)),
+                        st, done);
+    PLANNING_CHECK_GOTO(planning_error_tpdp(tpdp_param_create(&t, &params[i])),
+                        st, done);
   }
   for (int i = 0; i < model->nmodules; i++) {
     const tpdp_model_module *m = model->modules[i];
     tpdp_module *tm = NULL;
-    CHECK_GOTO(tpdp_module_create(m->class_name, &tm), st, done);
+    PLANNING_CHECK_GOTO(
+        planning_error_tpdp(tpdp_module_create(m->class_name, &tm)), st, done);
     if (m->parent == NULL) {
       plan->tree = tm;
     } else {
-      st = tpdp_module_add_child(mods[m->parent->index], m->name, tm);
+      st = planning_error_tpdp(
+          tpdp_module_add_child(mods[m->parent->index], m->name, tm));
       if (st != TPDP_SUCCESS) {
         tpdp_module_destroy(tm);
         goto done;
@@ -310,22 +314,28 @@ static tpdp_status build_tree(const planning_ctx *c,
     }
     mods[i] = tm;
     for (int j = 0; j < m->nparams; j++)
-      CHECK_GOTO(tpdp_module_add_param(tm, m->params[j].name,
-                                       params[m->params[j].canonical->index]),
-                 st, done);
+      PLANNING_CHECK_GOTO(
+          planning_error_tpdp(tpdp_module_add_param(
+              tm, m->params[j].name, params[m->params[j].canonical->index])),
+          st, done);
     if (plan->module_unit[i] == TPDP_PLAN_DP_UNIT) {
-      CHECK_GOTO(tpdp_module_set_unit(tm, "DP", " FULLY SHARDED"), st, done);
+      PLANNING_CHECK_GOTO(
+          planning_error_tpdp(tpdp_module_set_unit(tm, "DP", " FULLY SHARDED")),
+          st, done);
     } else if (plan->module_unit[i] == TPDP_PLAN_TP_UNIT) {
       char suffix[48];
       snprintf(suffix, sizeof suffix, " TP %s",
                tpdp_tp_style_name((tpdp_tp_style)plan->module_style[i]));
       for (char *s = suffix; *s; s++)
         if (*s >= 'a' && *s <= 'z') *s = (char)(*s - 'a' + 'A');
-      CHECK_GOTO(tpdp_module_set_unit(tm, "TP", suffix), st, done);
+      PLANNING_CHECK_GOTO(
+          planning_error_tpdp(tpdp_module_set_unit(tm, "TP", suffix)), st,
+          done);
     }
   }
-  CHECK_GOTO(tpdp_tree_report_create(plan->tree, NULL, 0, &plan->report), st,
-             done);
+  PLANNING_CHECK_GOTO(planning_error_tpdp(tpdp_tree_report_create(
+                          plan->tree, NULL, 0, &plan->report)),
+                      st, done);
 done:
   if (params != NULL)
     for (int i = 0; i < model->nparams; i++) tpdp_param_release(params[i]);
@@ -336,17 +346,17 @@ done:
 
 /* ------------------------------------------------- params, buckets */
 
-static tpdp_status place_params(const planning_ctx *c,
-                                const tpdp_model_desc *model, tpdp_plan *plan) {
+static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   int *slot = calloc((size_t)model->nparams + 1, sizeof *slot);
-  if (slot == NULL) return planning_oom(c);
+  if (slot == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   int n = 0;
   for (int i = 0; i < model->nparams; i++)
     if (model->params[i]->canonical == model->params[i]) n++;
   plan->params = calloc((size_t)n + 1, sizeof *plan->params);
   if (plan->params == NULL) {
-    st = planning_oom(c);
+    st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     goto done;
   }
   plan->nparams = n;
@@ -366,7 +376,7 @@ static tpdp_status place_params(const planning_ctx *c,
     const tpdp_model_param **grown =
         realloc(pp->shared, sizeof *grown * (size_t)(pp->nshared + 1));
     if (grown == NULL) {
-      st = planning_oom(c);
+      st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
       goto done;
     }
     grown[pp->nshared++] = p;
@@ -383,14 +393,14 @@ static tpdp_status place_params(const planning_ctx *c,
       tpdp_plan_param *pp = &plan->params[slot[p->canonical->index]];
       if (pp->tp_module != NULL) {
         st = planning_error(
-            c, TPDP_ERR_ALREADY,
+            TPDP_ERR_ALREADY,
             "parameter '%s' is shared with '%s' and sharded by both "
             "'%s' and '%s'",
             p->fqn, pp->param->fqn, pp->tp_module->fqn, m->fqn);
         goto done;
       }
       tpdp_placement pl;
-      CHECK_GOTO(style_placement(c, m, p, style, &pl), st, done);
+      PLANNING_CHECK_GOTO(style_placement(m, p, style, &pl), st, done);
       pp->tp_module = m;
       pp->style = style;
       pp->placements[plan->tp_dim] = pl;
@@ -399,17 +409,19 @@ static tpdp_status place_params(const planning_ctx *c,
   /* Local shapes per tp rank, through DTensor specs on a layout-only mesh
    * (the same arithmetic tp/ uses at run time). */
   tpdp_mesh *mesh = NULL;
-  CHECK_GOTO(tpdp_mesh_create(NULL, plan->mesh_ndim, plan->mesh_sizes,
-                              plan->mesh_names, &mesh),
-             st, done);
+  PLANNING_CHECK_GOTO(
+      planning_error_tpdp(tpdp_mesh_create(
+          NULL, plan->mesh_ndim, plan->mesh_sizes, plan->mesh_names, &mesh)),
+      st, done);
   for (int k = 0; k < plan->nparams && st == TPDP_SUCCESS; k++) {
     tpdp_plan_param *pp = &plan->params[k];
     const tpdp_model_param *p = pp->param;
     pp->local_shapes =
-        calloc((size_t)plan->tp_size * TPDP_MAX_DIMS, sizeof(int64_t));
+        calloc((size_t)plan->tp_size * (size_t)(p->ndim ? p->ndim : 1),
+               sizeof(int64_t));
     pp->local_bytes = calloc((size_t)plan->tp_size, sizeof(size_t));
     if (pp->local_shapes == NULL || pp->local_bytes == NULL) {
-      st = planning_oom(c);
+      st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
       break;
     }
     tpdp_spec *spec = NULL;
@@ -420,17 +432,20 @@ static tpdp_status place_params(const planning_ctx *c,
       int64_t coords[TPDP_MAX_DIMS] = {0};
       if (plan->tp_dim >= 0) coords[plan->tp_dim] = t;
       int rank = 0;
-      int64_t *shape = &pp->local_shapes[t * TPDP_MAX_DIMS];
+      int64_t shape[TPDP_MAX_DIMS];
       st = tpdp_mesh_rank_of(mesh, coords, &rank);
       if (st == TPDP_SUCCESS)
         st = tpdp_spec_local_shape(spec, rank, shape, NULL);
       if (st == TPDP_SUCCESS) {
+        memcpy(&pp->local_shapes[t * p->ndim], shape,
+               sizeof(int64_t) * (size_t)p->ndim);
         size_t numel = 1;
         for (int d = 0; d < p->ndim; d++) numel *= (size_t)shape[d];
         pp->local_bytes[t] = numel * tpdp_dtype_size(p->dtype);
       }
     }
     tpdp_spec_destroy(spec);
+    st = planning_error_tpdp(st);
   }
   tpdp_mesh_destroy(mesh);
 done:
@@ -438,48 +453,14 @@ done:
   return st;
 }
 
-/* Reverse the bucket list of an assignment in place. */
-static tpdp_status reverse_buckets(const planning_ctx *c,
-                                   tpdp_bucket_assignment *a,
-                                   int64_t ntensors) {
-  int64_t nb = a->nbuckets;
-  int64_t *idx = malloc(sizeof *idx * (size_t)(ntensors + 1));
-  int64_t *off = malloc(sizeof *off * (size_t)(nb + 1));
-  if (idx == NULL || off == NULL) {
-    free(idx);
-    free(off);
-    return planning_oom(c);
-  }
-  int64_t pos = 0;
-  for (int64_t j = 0; j < nb; j++) {
-    int64_t src = nb - 1 - j;
-    off[j] = pos;
-    for (int64_t k = a->offsets[src]; k < a->offsets[src + 1]; k++)
-      idx[pos++] = a->indices[k];
-  }
-  off[nb] = pos;
-  memcpy(a->indices, idx, sizeof *idx * (size_t)ntensors);
-  memcpy(a->offsets, off, sizeof *off * (size_t)(nb + 1));
-  for (int64_t j = 0; j < nb / 2; j++) {
-    size_t b = a->bytes[j], l = a->limits[j];
-    a->bytes[j] = a->bytes[nb - 1 - j];
-    a->limits[j] = a->limits[nb - 1 - j];
-    a->bytes[nb - 1 - j] = b;
-    a->limits[nb - 1 - j] = l;
-  }
-  free(idx);
-  free(off);
-  return TPDP_SUCCESS;
-}
-
-static tpdp_status assign_buckets(const planning_ctx *c, tpdp_plan *plan) {
+static tpdp_status assign_buckets(tpdp_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   plan->tp_bytes = calloc((size_t)plan->tp_size, sizeof *plan->tp_bytes);
   plan->buckets = calloc((size_t)plan->tp_size, sizeof *plan->buckets);
   tpdp_tensor *ts = calloc((size_t)plan->nparams + 1, sizeof *ts);
   if (plan->tp_bytes == NULL || plan->buckets == NULL || ts == NULL) {
     free(ts);
-    return planning_oom(c);
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   }
   for (int64_t t = 0; t < plan->tp_size && st == TPDP_SUCCESS; t++) {
     tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
@@ -488,28 +469,31 @@ static tpdp_status assign_buckets(const planning_ctx *c, tpdp_plan *plan) {
       plan->tp_bytes[t] += pp->local_bytes[t];
       st =
           tpdp_tensor_init(&ts[k], NULL, pp->param->dtype, cpu, pp->param->ndim,
-                           &pp->local_shapes[t * TPDP_MAX_DIMS]);
+                           &pp->local_shapes[t * pp->param->ndim]);
     }
     if (st != TPDP_SUCCESS || plan->nparams == 0) continue;
+    /* The reducer's initial buckets: DDP's assignment in registration
+     * order, launched in reverse. */
     st = tpdp_bucket_assign(ts, plan->nparams, plan->limits, plan->nlimits,
                             NULL, &plan->buckets[t]);
     if (st == TPDP_SUCCESS)
-      st = reverse_buckets(c, &plan->buckets[t], plan->nparams);
+      st = tpdp_bucket_assignment_reverse(&plan->buckets[t]);
   }
   free(ts);
-  return st;
+  return planning_error_tpdp(st);
 }
 
 /* ------------------------------------------------------------ entry */
 
-static tpdp_status compute(const planning_ctx *c, const tpdp_model_desc *model,
-                           const char *plan_json, const size_t *limits,
-                           int64_t nlimits, tpdp_plan **out) {
+static tpdp_status compute(const tpdp_model_desc *model, const char *plan_json,
+                           const size_t *limits, int64_t nlimits,
+                           tpdp_plan **out) {
   tpdp_status st = TPDP_SUCCESS;
   plan_input in = {0, NULL, NULL, 0, NULL};
   tpdp_plan *plan = calloc(1, sizeof *plan);
   cJSON *root = NULL;
-  if (plan == NULL) return planning_oom(c);
+  if (plan == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   plan->model = model;
   if (limits == NULL || nlimits == 0) {
     static const size_t dflt[2] = {TPDP_BUCKET_FIRST_BYTES,
@@ -519,48 +503,33 @@ static tpdp_status compute(const planning_ctx *c, const tpdp_model_desc *model,
   }
   for (int64_t k = 0; k < nlimits; k++)
     if (limits[k] == 0) {
-      st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
+      st = planning_error(TPDP_ERR_INVALID_ARGUMENT,
                           "bucket limit %lld is 0 (limits must be > 0)",
                           (long long)k);
       goto fail;
     }
   plan->limits = malloc(sizeof *limits * (size_t)nlimits);
   if (plan->limits == NULL) {
-    st = planning_oom(c);
+    st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     goto fail;
   }
   memcpy(plan->limits, limits, sizeof *limits * (size_t)nlimits);
   plan->nlimits = nlimits;
 
-  const char *err_at = NULL;
-  root = cJSON_ParseWithOpts(plan_json, &err_at, 1);
-  if (root == NULL) {
-    int line = 1, col = 1;
-    for (const char *s = plan_json; err_at != NULL && s < err_at; s++) {
-      if (*s == '\n') {
-        line++;
-        col = 1;
-      } else {
-        col++;
-      }
-    }
-    st = planning_error(c, TPDP_ERR_PARSE,
-                        "not valid JSON (near line %d, column %d)", line, col);
-    goto fail;
-  }
-  CHECK_GOTO(parse_input(c, root, plan, &in), st, fail);
+  PLANNING_CHECK_GOTO(planning_json_parse(plan_json, &root), st, fail);
+  PLANNING_CHECK_GOTO(parse_input(root, plan, &in), st, fail);
   plan->module_unit = calloc((size_t)model->nmodules, sizeof(int));
   plan->module_style = malloc(sizeof(int) * (size_t)model->nmodules);
   if (plan->module_unit == NULL || plan->module_style == NULL) {
-    st = planning_oom(c);
+    st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     goto fail;
   }
   for (int i = 0; i < model->nmodules; i++) plan->module_style[i] = -1;
-  CHECK_GOTO(mark_units(c, model, &in, plan), st, fail);
-  CHECK_GOTO(match_styles(c, model, &in, plan), st, fail);
-  CHECK_GOTO(place_params(c, model, plan), st, fail);
-  CHECK_GOTO(build_tree(c, model, plan), st, fail);
-  CHECK_GOTO(assign_buckets(c, plan), st, fail);
+  PLANNING_CHECK_GOTO(mark_units(model, &in, plan), st, fail);
+  PLANNING_CHECK_GOTO(match_styles(model, &in, plan), st, fail);
+  PLANNING_CHECK_GOTO(place_params(model, plan), st, fail);
+  PLANNING_CHECK_GOTO(build_tree(model, plan), st, fail);
+  PLANNING_CHECK_GOTO(assign_buckets(plan), st, fail);
   goto done;
 fail:
   tpdp_plan_destroy(plan);
@@ -577,25 +546,27 @@ done:
 tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
                               const char *plan_json, const size_t *limits,
                               int64_t nlimits, tpdp_plan **out) {
-  CHECK_PTR(out);
+  PLANNING_ENTRY;
+  PLANNING_CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(model);
-  CHECK_PTR(plan_json);
-  planning_ctx c = {__func__, NULL};
-  return compute(&c, model, plan_json, limits, nlimits, out);
+  PLANNING_CHECK_PTR(model);
+  PLANNING_CHECK_PTR(plan_json);
+  return compute(model, plan_json, limits, nlimits, out);
 }
 
 tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
                            const size_t *limits, int64_t nlimits,
                            tpdp_plan **out) {
-  CHECK_PTR(out);
+  PLANNING_ENTRY;
+  PLANNING_CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(model);
-  CHECK_PTR(path);
+  PLANNING_CHECK_PTR(model);
+  PLANNING_CHECK_PTR(path);
   char *buf = NULL;
-  CHECK(tpdp_tools_read_file(path, &buf));
-  planning_ctx c = {__func__, path};
-  tpdp_status st = compute(&c, model, buf, limits, nlimits, out);
+  PLANNING_CHECK(tpdp_tools_read_file(path, &buf));
+  tpdp_status st = compute(model, buf, limits, nlimits, out);
   free(buf);
-  return st;
+  if (st != TPDP_SUCCESS)
+    return planning_error(st, "%s: %s", path, planning_error_detail());
+  return TPDP_SUCCESS;
 }

@@ -1,11 +1,15 @@
 /*
- * The stage partitioner behind `tpdp partition` (issue 6, after seed 003):
- * split a model's leaf modules, in pre-order, into K consecutive non-empty
- * stages that minimise the largest stage's parameter count, subject to skip
- * connections that may not jump over a whole stage.
+ * The stage partitioners behind `tpdp partition` (after seed 003), two
+ * methods (docs/model-format.md compares them):
+ *  - optimal (tpdp_partition_solve): split a model's leaf modules, in
+ *    pre-order, into K consecutive non-empty stages that minimise the
+ *    largest stage's parameter count, subject to skip connections that may
+ *    not jump over a whole stage;
+ *  - greedy (tpdp_partition_greedy): seed 003's _split_nodes, step for
+ *    step, over the model's calls.
  *
- * Not part of libtpdp: internal to the CLI's planning library
- * (//tools:planning). Error contract as in include/tpdp/core.h.
+ * Not part of libtpdp: the CLI's planning library (//tools/planning).
+ * Errors as tools/planning/error.h: a status and planning_last_error().
  *
  * Definitions. Leaves are numbered 0..n-1 in pre-order; a partition into K
  * stages is given by bounds[0] = 0 < bounds[1] < ... < bounds[K] = n, stage
@@ -27,7 +31,7 @@
 
 #include <stdint.h>
 
-#include "tools/model_json.h"
+#include "tools/planning/model_json.h"
 #include "tpdp/core.h"
 
 #ifdef __cplusplus
@@ -85,6 +89,54 @@ tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
 
 /* Free edges from tpdp_partition_edges_parse/load. NULL is a no-op. */
 void tpdp_partition_edges_free(tpdp_partition_edge *edges, int nedges);
+
+/* Result of tpdp_partition_greedy. Stages are consecutive ranges of the
+ * model's calls (tpdp_model_desc.calls). */
+typedef struct {
+  int ncalls;
+  /* Per call: its node name as 003 sees it (the module FQN with '.' ->
+   * '_'; the r-th repeated call of a module, r >= 1, gets "_<r>"), and the
+   * count 003's _get_count gives it (-1 where it matches no module: the
+   * call counts nothing). */
+  char **node_names;
+  int64_t *call_params;
+  int64_t threshold; /* per_shard_param: the model's total // k */
+  int nstages;       /* 1 or more; may differ from k either way */
+  int *bounds;       /* nstages + 1: stage s = calls [bounds[s], bounds[s+1]) */
+  int64_t *stage_params; /* nstages: the sum of the stage's counts */
+} tpdp_partition_greedy_result;
+
+/* Seed 003's greedy split (_split_nodes), step for step, with the model's
+ * calls as the traced graph's nodes. The model input comes first, in stage
+ * 0; each call's inputs are the preceding call and the sources of the
+ * edges into it. Walking the calls in order:
+ *  - each call's count is _get_count's: the parameters of the module whose
+ *    node name it is (module.parameters(): every parameter reachable in its
+ *    subtree, tied ones included), else of the module named by the text
+ *    before the first '_' (so "l1_1", a repeated call of l1, counts l1's
+ *    parameters again), else nothing;
+ *  - if an input other than the preceding call lies in an earlier stage,
+ *    every call after that input is moved into the input's stage (the
+ *    earliest such stage), which becomes the current stage again;
+ *  - the call joins the current stage; if the stage's count now exceeds
+ *    threshold = total // k, the stage ends right after this call, so the
+ *    next call opens a new stage even when it holds no parameters.
+ * So the stage count can be below k (the last stage falls short, or a
+ * merge joins stages) or above it (repeated calls and tied parameters
+ * count more than the total). Edges use the leaves of
+ * tpdp_partition_edges_parse; over calls an edge feeds the first call of
+ * its destination leaf from the last call of its source leaf before that.
+ * On success *out owns its arrays (free with tpdp_partition_greedy_free);
+ * on failure it is zeroed.
+ * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_INVALID_ARGUMENT for k < 1, a bad
+ * edge, an edge into a leaf never called or from a leaf not called before
+ * it, a stage count that overflows int64; TPDP_ERR_OUT_OF_MEMORY. */
+tpdp_status tpdp_partition_greedy(const tpdp_model_desc *model, int k,
+                                  const tpdp_partition_edge *edges, int nedges,
+                                  tpdp_partition_greedy_result *out);
+
+/* Free the arrays of a greedy result and zero it. NULL is a no-op. */
+void tpdp_partition_greedy_free(tpdp_partition_greedy_result *r);
 
 #ifdef __cplusplus
 }

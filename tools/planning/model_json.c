@@ -1,6 +1,6 @@
 /* Model descriptions in JSON -> a plain C tree (see model_json.h and
  * docs/model-format.md). */
-#include "tools/model_json.h"
+#include "tools/planning/model_json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/check.h"
-#include "tools/planning_error.h"
+#include "core/util.h"
+#include "tools/planning/error.h"
+#include "tools/planning/json.h"
 
 /* malloc'd printf; NULL on failure. */
 static char *fmt_alloc(const char *fmt, ...)
@@ -34,13 +35,6 @@ static const char *path_show(const char *path) {
   return path[0] ? path : "root";
 }
 
-static char *dup_str(const char *s) {
-  size_t n = strlen(s) + 1;
-  char *d = malloc(n);
-  if (d) memcpy(d, s, n);
-  return d;
-}
-
 static void module_free(tpdp_model_module *m) {
   if (m == NULL) return;
   for (int i = 0; i < m->nchildren; i++) module_free(m->children[i]);
@@ -62,44 +56,43 @@ void tpdp_model_desc_destroy(tpdp_model_desc *desc) {
   free(desc->modules);
   free(desc->params);
   free(desc->leaves);
+  free(desc->calls);
   free(desc);
 }
 
 /* A child or parameter name: non-empty, no '.', unique within the module
  * (children and parameters share one namespace, as FQNs do). `kind` is
  * "child" or "parameter"; `where` is the JSON path of the container. */
-static tpdp_status check_name(const planning_ctx *c, const char *where,
-                              const char *kind, const cJSON *item,
-                              const tpdp_model_module *m) {
+static tpdp_status check_name(const char *where, const char *kind,
+                              const cJSON *item, const tpdp_model_module *m) {
   const char *name = item->string;
   if (name == NULL || name[0] == '\0')
-    return planning_error(c, TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name",
+    return planning_error(TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name",
                           where, kind);
   if (strchr(name, '.') != NULL)
-    return planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
+    return planning_error(TPDP_ERR_INVALID_ARGUMENT,
                           "%s: %s name \"%s\" contains '.'", where, kind, name);
   for (int i = 0; i < m->nparams; i++)
     if (strcmp(m->params[i].name, name) == 0)
       return planning_error(
-          c, TPDP_ERR_DUPLICATE,
+          TPDP_ERR_DUPLICATE,
           "%s.%s: name \"%s\" is already used by a parameter of %s", where,
           name, name, m->fqn[0] ? m->fqn : "the root");
   for (int i = 0; i < m->nchildren; i++)
     if (strcmp(m->children[i]->name, name) == 0)
       return planning_error(
-          c, TPDP_ERR_DUPLICATE,
+          TPDP_ERR_DUPLICATE,
           "%s.%s: name \"%s\" is already used by a child of %s", where, name,
           name, m->fqn[0] ? m->fqn : "the root");
   return TPDP_SUCCESS;
 }
 
 /* Fill *p from {"shape": [...], "dtype": "f32"} at JSON path `path`. */
-static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
-                               const char *path, tpdp_model_param *p) {
+static tpdp_status parse_param(const cJSON *obj, const char *path,
+                               tpdp_model_param *p) {
   if (!cJSON_IsObject(obj))
-    return planning_error(c, TPDP_ERR_PARSE,
-                          "%s must be an object like {\"shape\": [8, 8]}",
-                          path);
+    return planning_error(
+        TPDP_ERR_PARSE, "%s must be an object like {\"shape\": [8, 8]}", path);
   const cJSON *shape = NULL, *dtype = NULL;
   for (const cJSON *k = obj->child; k != NULL; k = k->next) {
     const cJSON **slot = NULL;
@@ -109,43 +102,34 @@ static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
       slot = &dtype;
     else
       return planning_error(
-          c, TPDP_ERR_PARSE,
+          TPDP_ERR_PARSE,
           "%s: unknown key \"%s\" (expected \"shape\", \"dtype\")", path,
           k->string);
     if (*slot != NULL)
-      return planning_error(c, TPDP_ERR_DUPLICATE,
-                            "%s: key \"%s\" appears twice", path, k->string);
+      return planning_error(TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice",
+                            path, k->string);
     *slot = k;
   }
   if (shape == NULL)
-    return planning_error(c, TPDP_ERR_PARSE, "%s: missing \"shape\"", path);
+    return planning_error(TPDP_ERR_PARSE, "%s: missing \"shape\"", path);
   if (!cJSON_IsArray(shape))
-    return planning_error(c, TPDP_ERR_PARSE,
+    return planning_error(TPDP_ERR_PARSE,
                           "%s.shape must be an array of integers", path);
   int nd = cJSON_GetArraySize(shape);
   if (nd > TPDP_MAX_DIMS)
-    return planning_error(c, TPDP_ERR_TOO_MANY_DIMS,
+    return planning_error(TPDP_ERR_TOO_MANY_DIMS,
                           "%s.shape has %d dims (at most %d)", path, nd,
                           TPDP_MAX_DIMS);
   p->ndim = nd;
   p->numel = 1;
   int d = 0;
   for (const cJSON *e = shape->child; e != NULL; e = e->next, d++) {
-    double v = cJSON_IsNumber(e) ? e->valuedouble : 0.0;
-    if (!cJSON_IsNumber(e) || v < 1.0 || v > 9007199254740992.0 ||
-        v != (double)(int64_t)v) {
-      char got[64];
-      if (cJSON_IsNumber(e))
-        snprintf(got, sizeof got, "%g", v);
-      else
-        snprintf(got, sizeof got, "a non-number");
-      return planning_error(c, TPDP_ERR_BAD_DIM_SIZE,
-                            "%s.shape[%d] must be a positive integer (got %s)",
-                            path, d, got);
-    }
-    p->shape[d] = (int64_t)v;
+    char what[600];
+    snprintf(what, sizeof what, "%s.shape[%d]", path, d);
+    PLANNING_CHECK(planning_json_int(e, what, 1, PLANNING_JSON_INT_MAX,
+                                     TPDP_ERR_BAD_DIM_SIZE, &p->shape[d]));
     if (p->numel > INT64_MAX / p->shape[d])
-      return planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
+      return planning_error(TPDP_ERR_INVALID_ARGUMENT,
                             "%s.shape: element count overflows int64", path);
     p->numel *= p->shape[d];
   }
@@ -154,7 +138,7 @@ static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
     if (!cJSON_IsString(dtype) ||
         tpdp_dtype_parse(dtype->valuestring, &p->dtype) != TPDP_SUCCESS)
       return planning_error(
-          c, TPDP_ERR_PARSE,
+          TPDP_ERR_PARSE,
           "%s.dtype must be one of f32, f64, f16, bf16, i32, i64, u8 "
           "(got %s%s%s)",
           path, cJSON_IsString(dtype) ? "\"" : "",
@@ -165,59 +149,63 @@ static tpdp_status parse_param(const planning_ctx *c, const cJSON *obj,
 }
 
 /* Parse the module object `obj` found at JSON path `path` ("" = root). */
-static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
-                                const char *path, const char *name,
-                                const char *fqn,
+static tpdp_status parse_module(const cJSON *obj, const char *path,
+                                const char *name, const char *fqn,
                                 const tpdp_model_module *parent,
                                 tpdp_model_module **out) {
   tpdp_status st = TPDP_SUCCESS;
   char *sub = NULL;
   *out = NULL;
   if (!cJSON_IsObject(obj))
-    return planning_error(c, TPDP_ERR_PARSE, "%s must be an object (a module)",
+    return planning_error(TPDP_ERR_PARSE, "%s must be an object (a module)",
                           path_show(path));
-  const cJSON *cls = NULL, *params = NULL, *children = NULL, *shared = NULL;
+  const cJSON *cls = NULL, *params = NULL, *children = NULL, *shared = NULL,
+              *calls = NULL;
   for (const cJSON *k = obj->child; k != NULL; k = k->next) {
     const cJSON **slot = NULL;
+    int root_only =
+        strcmp(k->string, "shared") == 0 || strcmp(k->string, "calls") == 0;
     if (strcmp(k->string, "class") == 0)
       slot = &cls;
     else if (strcmp(k->string, "params") == 0)
       slot = &params;
     else if (strcmp(k->string, "children") == 0)
       slot = &children;
-    else if (parent == NULL && strcmp(k->string, "shared") == 0)
-      slot = &shared;
-    else if (strcmp(k->string, "shared") == 0)
-      return planning_error(c, TPDP_ERR_PARSE,
-                            "%s: \"shared\" is only allowed on the root module",
-                            path_show(path));
+    else if (root_only && parent != NULL)
+      return planning_error(TPDP_ERR_PARSE,
+                            "%s: \"%s\" is only allowed on the root module",
+                            path_show(path), k->string);
+    else if (root_only)
+      slot = strcmp(k->string, "shared") == 0 ? &shared : &calls;
     else
       return planning_error(
-          c, TPDP_ERR_PARSE,
+          TPDP_ERR_PARSE,
           "%s: unknown key \"%s\" (expected \"class\", \"params\", "
           "\"children\"%s)",
-          path_show(path), k->string, parent == NULL ? ", \"shared\"" : "");
+          path_show(path), k->string,
+          parent == NULL ? ", \"shared\", \"calls\"" : "");
     if (*slot != NULL)
-      return planning_error(c, TPDP_ERR_DUPLICATE,
-                            "%s: key \"%s\" appears twice", path_show(path),
-                            k->string);
+      return planning_error(TPDP_ERR_DUPLICATE, "%s: key \"%s\" appears twice",
+                            path_show(path), k->string);
     *slot = k;
   }
-  (void)shared; /* handled by the caller once the whole tree exists */
+  /* "shared" and "calls" are applied once the whole tree exists. */
+  (void)shared;
+  (void)calls;
   if (cls == NULL)
-    return planning_error(c, TPDP_ERR_PARSE, "%s: missing \"class\"",
+    return planning_error(TPDP_ERR_PARSE, "%s: missing \"class\"",
                           path_show(path));
   if (!cJSON_IsString(cls) || cls->valuestring[0] == '\0')
-    return planning_error(c, TPDP_ERR_PARSE,
+    return planning_error(TPDP_ERR_PARSE,
                           "%s%sclass must be a non-empty string", path,
                           path[0] ? "." : "");
 
   tpdp_model_module *m = calloc(1, sizeof *m);
-  if (m == NULL) return planning_oom(c);
+  if (m == NULL) return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   m->parent = parent;
-  m->name = dup_str(name);
-  m->fqn = dup_str(fqn);
-  m->class_name = dup_str(cls->valuestring);
+  m->name = core_strdup(name);
+  m->fqn = core_strdup(fqn);
+  m->class_name = core_strdup(cls->valuestring);
   if (!m->name || !m->fqn || !m->class_name) goto nomem;
 
   if (params != NULL) {
@@ -225,7 +213,7 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
     if (sub == NULL) goto nomem;
     if (!cJSON_IsObject(params)) {
       st = planning_error(
-          c, TPDP_ERR_PARSE,
+          TPDP_ERR_PARSE,
           "%s must be an object (parameter name -> {\"shape\": ...})", sub);
       goto fail;
     }
@@ -233,15 +221,16 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
     m->params = calloc(n ? (size_t)n : 1, sizeof *m->params);
     if (m->params == NULL) goto nomem;
     for (const cJSON *e = params->child; e != NULL; e = e->next) {
-      CHECK_GOTO(check_name(c, sub, "parameter", e, m), st, fail);
+      PLANNING_CHECK_GOTO(check_name(sub, "parameter", e, m), st, fail);
       tpdp_model_param *p = &m->params[m->nparams];
       char *ppath = fmt_alloc("%s.%s", sub, e->string);
       if (ppath == NULL) goto nomem;
-      st = parse_param(c, e, ppath, p);
+      st = parse_param(e, ppath, p);
       free(ppath);
       if (st != TPDP_SUCCESS) goto fail;
-      p->name = dup_str(e->string);
-      p->fqn = fqn[0] ? fmt_alloc("%s.%s", fqn, e->string) : dup_str(e->string);
+      p->name = core_strdup(e->string);
+      p->fqn =
+          fqn[0] ? fmt_alloc("%s.%s", fqn, e->string) : core_strdup(e->string);
       p->module = m;
       m->nparams++; /* counted now so that module_free frees the names */
       if (!p->name || !p->fqn) goto nomem;
@@ -254,7 +243,7 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
     sub = path_key(path, "children");
     if (sub == NULL) goto nomem;
     if (!cJSON_IsObject(children)) {
-      st = planning_error(c, TPDP_ERR_PARSE,
+      st = planning_error(TPDP_ERR_PARSE,
                           "%s must be an object (child name -> module)", sub);
       goto fail;
     }
@@ -262,17 +251,17 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
     m->children = calloc(n ? (size_t)n : 1, sizeof *m->children);
     if (m->children == NULL) goto nomem;
     for (const cJSON *e = children->child; e != NULL; e = e->next) {
-      CHECK_GOTO(check_name(c, sub, "child", e, m), st, fail);
+      PLANNING_CHECK_GOTO(check_name(sub, "child", e, m), st, fail);
       char *cpath = fmt_alloc("%s.%s", sub, e->string);
       char *cfqn =
-          fqn[0] ? fmt_alloc("%s.%s", fqn, e->string) : dup_str(e->string);
+          fqn[0] ? fmt_alloc("%s.%s", fqn, e->string) : core_strdup(e->string);
       if (cpath == NULL || cfqn == NULL) {
         free(cpath);
         free(cfqn);
         goto nomem;
       }
       tpdp_model_module *child = NULL;
-      st = parse_module(c, e, cpath, e->string, cfqn, m, &child);
+      st = parse_module(e, cpath, e->string, cfqn, m, &child);
       free(cpath);
       free(cfqn);
       if (st != TPDP_SUCCESS) goto fail;
@@ -285,7 +274,7 @@ static tpdp_status parse_module(const planning_ctx *c, const cJSON *obj,
   return TPDP_SUCCESS;
 
 nomem:
-  st = planning_oom(c);
+  st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
 fail:
   free(sub);
   module_free(m);
@@ -333,25 +322,24 @@ static int uf_find(int *up, int i) {
 
 /* Apply the root's "shared" list: tie parameters into groups whose
  * canonical member is the first in pre-order. */
-static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
-                                const cJSON *shared) {
+static tpdp_status apply_shared(tpdp_model_desc *d, const cJSON *shared) {
   if (!cJSON_IsArray(shared))
     return planning_error(
-        c, TPDP_ERR_PARSE,
+        TPDP_ERR_PARSE,
         "shared must be an array of [\"a.weight\", \"b.weight\"] "
         "pairs");
   int *up = NULL;
   tpdp_status st = TPDP_SUCCESS;
-  if (core_calloc((void **)&up, (size_t)d->nparams + 1, sizeof *up) !=
-      TPDP_SUCCESS)
-    return planning_oom(c);
+  up = calloc((size_t)d->nparams + 1, sizeof *up);
+  if (up == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   for (int i = 0; i < d->nparams; i++) up[i] = i;
   int idx = 0;
   for (const cJSON *pair = shared->child; pair != NULL;
        pair = pair->next, idx++) {
     if (!cJSON_IsArray(pair) || cJSON_GetArraySize(pair) != 2 ||
         !cJSON_IsString(pair->child) || !cJSON_IsString(pair->child->next)) {
-      st = planning_error(c, TPDP_ERR_PARSE,
+      st = planning_error(TPDP_ERR_PARSE,
                           "shared[%d] must be an array of two parameter FQNs",
                           idx);
       goto done;
@@ -364,15 +352,14 @@ static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
         const tpdp_model_module *mod =
             tpdp_model_desc_find_module(d, e->valuestring);
         st = planning_error(
-            c, TPDP_ERR_NOT_FOUND,
-            "shared[%d][%d]: no parameter named \"%s\"%s", idx, k,
-            e->valuestring,
+            TPDP_ERR_NOT_FOUND, "shared[%d][%d]: no parameter named \"%s\"%s",
+            idx, k, e->valuestring,
             mod ? " (that is a module; name one of its parameters)" : "");
         goto done;
       }
     }
     if (p[0] == p[1]) {
-      st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
+      st = planning_error(TPDP_ERR_INVALID_ARGUMENT,
                           "shared[%d]: \"%s\" is paired with itself", idx,
                           p[0]->fqn);
       goto done;
@@ -384,14 +371,14 @@ static tpdp_status apply_shared(const planning_ctx *c, tpdp_model_desc *d,
       tpdp_shape_format(p[0]->ndim, p[0]->shape, s0, sizeof s0);
       tpdp_shape_format(p[1]->ndim, p[1]->shape, s1, sizeof s1);
       st = planning_error(
-          c, TPDP_ERR_SHAPE_MISMATCH,
+          TPDP_ERR_SHAPE_MISMATCH,
           "shared[%d]: \"%s\" has shape %s but \"%s\" has shape %s", idx,
           p[0]->fqn, s0, p[1]->fqn, s1);
       goto done;
     }
     if (p[0]->dtype != p[1]->dtype) {
       st = planning_error(
-          c, TPDP_ERR_DTYPE_MISMATCH,
+          TPDP_ERR_DTYPE_MISMATCH,
           "shared[%d]: \"%s\" has dtype %s but \"%s\" has dtype %s", idx,
           p[0]->fqn, tpdp_dtype_name(p[0]->dtype), p[1]->fqn,
           tpdp_dtype_name(p[1]->dtype));
@@ -411,44 +398,73 @@ done:
   return st;
 }
 
-static tpdp_status parse_impl(const planning_ctx *c, const char *json,
-                              tpdp_model_desc **out) {
-  const char *end = NULL;
-  cJSON *doc = cJSON_ParseWithOpts(json, &end, 1);
-  if (doc == NULL) {
-    int line = 1, col = 1;
-    if (end != NULL) {
-      for (const char *s = json; s < end && *s; s++) {
-        if (*s == '\n') {
-          line++;
-          col = 1;
-        } else {
-          col++;
-        }
-      }
-    }
-    return planning_error(c, TPDP_ERR_PARSE,
-                          "not valid JSON (line %d, column %d)", line, col);
+/* Apply the root's "calls" list: the leaf modules in the order forward
+ * calls them (repeats allowed). Without it, each leaf once, in pre-order. */
+static tpdp_status apply_calls(tpdp_model_desc *d, const cJSON *calls) {
+  if (calls != NULL && !cJSON_IsArray(calls))
+    return planning_error(TPDP_ERR_PARSE,
+                          "calls must be an array of leaf module FQNs");
+  int n = calls != NULL ? cJSON_GetArraySize(calls) : d->nleaves;
+  d->calls = calloc(n ? (size_t)n : 1, sizeof *d->calls);
+  if (d->calls == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  if (calls == NULL) {
+    for (int i = 0; i < d->nleaves; i++) d->calls[i] = d->leaves[i].module;
+    d->ncalls = d->nleaves;
+    return TPDP_SUCCESS;
   }
+  int i = 0;
+  for (const cJSON *c = calls->child; c != NULL; c = c->next, i++) {
+    if (!cJSON_IsString(c))
+      return planning_error(
+          TPDP_ERR_PARSE, "calls[%d] must be a string (a leaf module FQN)", i);
+    const tpdp_model_module *m = tpdp_model_desc_find_module(d, c->valuestring);
+    if (m == NULL)
+      return planning_error(
+          TPDP_ERR_NOT_FOUND, "calls[%d]: no module named \"%s\"%s", i,
+          c->valuestring,
+          tpdp_model_desc_find_param(d, c->valuestring) != NULL
+              ? " (that is a parameter; name its module)"
+              : "");
+    if (m->nchildren > 0)
+      return planning_error(
+          TPDP_ERR_INVALID_ARGUMENT,
+          "calls[%d]: \"%s\" is not a leaf module (it has %d children; "
+          "name the leaves it calls)",
+          i, c->valuestring, m->nchildren);
+    d->calls[i] = m;
+  }
+  if (i == 0)
+    return planning_error(TPDP_ERR_INVALID_ARGUMENT,
+                          "calls is empty (omit it to call every leaf once)");
+  d->ncalls = i;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status parse_impl(const char *json, tpdp_model_desc **out) {
+  cJSON *doc = NULL;
+  PLANNING_CHECK(planning_json_parse(json, &doc));
   tpdp_status st = TPDP_SUCCESS;
   tpdp_model_desc *d = calloc(1, sizeof *d);
   if (d == NULL) {
     cJSON_Delete(doc);
-    return planning_oom(c);
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  CHECK_GOTO(parse_module(c, doc, "", "", "", NULL, &d->root), st, fail);
+  PLANNING_CHECK_GOTO(parse_module(doc, "", "", "", NULL, &d->root), st, fail);
   int np = 0, nl = 0;
   int nm = count_modules(d->root, &np, &nl);
   d->modules = calloc((size_t)nm, sizeof *d->modules);
   d->params = calloc(np ? (size_t)np : 1, sizeof *d->params);
   d->leaves = calloc((size_t)nl, sizeof *d->leaves);
   if (!d->modules || !d->params || !d->leaves) {
-    st = planning_oom(c);
+    st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
     goto fail;
   }
   number(d, d->root);
   const cJSON *shared = cJSON_GetObjectItemCaseSensitive(doc, "shared");
-  if (shared != NULL) CHECK_GOTO(apply_shared(c, d, shared), st, fail);
+  if (shared != NULL) PLANNING_CHECK_GOTO(apply_shared(d, shared), st, fail);
+  PLANNING_CHECK_GOTO(
+      apply_calls(d, cJSON_GetObjectItemCaseSensitive(doc, "calls")), st, fail);
 
   /* Charge each counted parameter to its module's first leaf. */
   for (int i = 0; i < d->nparams; i++) {
@@ -457,7 +473,7 @@ static tpdp_status parse_impl(const planning_ctx *c, const char *json,
     int64_t *slot = &d->leaves[p->module->first_leaf].params;
     if (__builtin_add_overflow(*slot, p->numel, slot) ||
         __builtin_add_overflow(d->total_params, p->numel, &d->total_params)) {
-      st = planning_error(c, TPDP_ERR_INVALID_ARGUMENT,
+      st = planning_error(TPDP_ERR_INVALID_ARGUMENT,
                           "parameter count overflows int64 at \"%s\"", p->fqn);
       goto fail;
     }
@@ -472,20 +488,22 @@ fail:
 }
 
 tpdp_status tpdp_model_desc_parse(const char *json, tpdp_model_desc **out) {
-  CHECK_PTR(out);
+  PLANNING_ENTRY;
+  PLANNING_CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(json);
-  planning_ctx c = {__func__, NULL};
-  return parse_impl(&c, json, out);
+  PLANNING_CHECK_PTR(json);
+  return parse_impl(json, out);
 }
 
 tpdp_status tpdp_tools_read_file(const char *path, char **out) {
-  CHECK_PTR(out);
+  PLANNING_ENTRY;
+  PLANNING_CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(path);
+  PLANNING_CHECK_PTR(path);
   FILE *f = fopen(path, "rb");
   if (f == NULL)
-    return TPDP_ERR(TPDP_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    return planning_error(TPDP_ERR_IO, "cannot open '%s': %s", path,
+                          strerror(errno));
   size_t cap = 4096, len = 0;
   char *buf = malloc(cap);
   while (buf != NULL) {
@@ -506,30 +524,33 @@ tpdp_status tpdp_tools_read_file(const char *path, char **out) {
   int rerr = ferror(f);
   fclose(f);
   if (buf == NULL)
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory reading '%s'", path);
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory reading '%s'",
+                          path);
   if (rerr) {
     free(buf);
-    return TPDP_ERR(TPDP_ERR_IO, "error reading '%s'", path);
+    return planning_error(TPDP_ERR_IO, "error reading '%s'", path);
   }
   buf[len] = '\0';
   if (strlen(buf) != len) {
     free(buf);
-    return TPDP_ERR(TPDP_ERR_PARSE, "'%s' contains a NUL byte", path);
+    return planning_error(TPDP_ERR_PARSE, "'%s' contains a NUL byte", path);
   }
   *out = buf;
   return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out) {
-  CHECK_PTR(out);
+  PLANNING_ENTRY;
+  PLANNING_CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(path);
+  PLANNING_CHECK_PTR(path);
   char *buf = NULL;
-  CHECK(tpdp_tools_read_file(path, &buf));
-  planning_ctx c = {__func__, path};
-  tpdp_status st = parse_impl(&c, buf, out);
+  PLANNING_CHECK(tpdp_tools_read_file(path, &buf));
+  tpdp_status st = parse_impl(buf, out);
   free(buf);
-  return st;
+  if (st != TPDP_SUCCESS)
+    return planning_error(st, "%s: %s", path, planning_error_detail());
+  return TPDP_SUCCESS;
 }
 
 const tpdp_model_module *tpdp_model_desc_find_module(

@@ -1,19 +1,20 @@
 /*
  * Sharding plans for `tpdp plan` (docs/model-format.md, "tpdp plan"): how a
- * model description (tools/model_json.h) will be sharded over a device mesh
- * by tensor parallelism (the styles of tpdp/dtensor.h over the mesh dim "tp")
- * and data parallelism (managed units, the reducer's DDP buckets), computed
- * without a communicator.
+ * model description (tools/planning/model_json.h) will be sharded over a
+ * device mesh by tensor parallelism (the styles of tpdp/dtensor.h over the
+ * mesh dim "tp") and data parallelism (managed units, the reducer's DDP
+ * buckets), computed without a communicator.
  *
  * A plan file is JSON:
  *   {"mesh": {"dp": 2, "tp": 2},            mesh dims in order (required)
  *    "units": ["", "u1"],                   module FQNs marked as DP units
  *    "tp": {"u1.l1": "colwise", ...}}       FQN pattern -> style
  *
- * Not part of libtpdp: internal to the CLI (//tools:planning). Errors follow
- * the tpdp contract (include/tpdp/core.h): a status and a last-error message
- * naming the thing at fault (the JSON key, the pattern, the unit FQN, the
- * parameter FQN).
+ * Not part of libtpdp: the CLI's planning library (//tools/planning).
+ * Errors as tools/planning/error.h: a status and planning_last_error(), a
+ * message naming the thing at fault (the JSON key, the pattern, the unit
+ * FQN, the parameter FQN); a failed libtpdp call's own message is carried
+ * in it.
  *
  * Thread-safety: a computed plan is immutable; computing has no global
  * state.
@@ -24,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tools/model_json.h"
+#include "tools/planning/model_json.h"
 #include "tpdp/dtensor.h"
 #include "tpdp/module.h"
 #include "tpdp/reducer.h"
@@ -32,6 +33,11 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The most ranks a plan's mesh may have, as for every mesh the `tpdp`
+ * subcommands take (`tpdp mesh` prints one line per rank): a plan holds
+ * per-tp-rank shapes and buckets, and its JSON form one entry per rank. */
+#define TPDP_PLAN_MAX_RANKS (1 << 20)
 
 /* Unit marks of a module (tpdp_plan.module_unit). */
 #define TPDP_PLAN_NOT_UNIT 0
@@ -48,7 +54,7 @@ typedef struct {
   const tpdp_model_module *tp_module;
   int style;
   tpdp_placement placements[TPDP_MAX_DIMS]; /* one per mesh dim */
-  /* Local shape on tp rank t: local_shapes[t * TPDP_MAX_DIMS + d],
+  /* Local shape on tp rank t: local_shapes[t * param->ndim + d],
    * d < param->ndim; local_bytes[t] its size in bytes. */
   int64_t *local_shapes;
   size_t *local_bytes;
@@ -91,7 +97,8 @@ typedef struct tpdp_plan {
  * failure *out = NULL.
  * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_PARSE (not JSON, wrong JSON type,
  * unknown key, missing "mesh", unknown style); TPDP_ERR_BAD_DIM_SIZE (a mesh
- * size that is not a positive integer); TPDP_ERR_TOO_MANY_DIMS;
+ * size that is not a positive integer, or more than TPDP_PLAN_MAX_RANKS
+ * ranks: "too large (max 1048576)"); TPDP_ERR_TOO_MANY_DIMS;
  * TPDP_ERR_EMPTY_NAME / TPDP_ERR_DUPLICATE (mesh dim names);
  * TPDP_ERR_NOT_FOUND (units naming unknown modules, all listed; a "tp"
  * pattern that matches no module; "tp" entries without a mesh dim "tp");
@@ -104,8 +111,9 @@ tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
                               const char *plan_json, const size_t *limits,
                               int64_t nlimits, tpdp_plan **out);
 
-/* Read the plan file at `path` and compute (messages prefixed with the
- * path). Errors: as tpdp_plan_compute, plus TPDP_ERR_IO. */
+/* Read the plan file at `path` and compute (messages name the path after
+ * the function: "tpdp_plan_load: p.json: ..."). Errors: as
+ * tpdp_plan_compute, plus TPDP_ERR_IO. */
 tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
                            const size_t *limits, int64_t nlimits,
                            tpdp_plan **out);

@@ -1,11 +1,11 @@
 /* `tpdp buckets`: print the DDP bucket assignment of a list of tensors,
  * exactly as tpdp_bucket_assign returns it (tensors in the given order). */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/commands.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
 #include "tpdp/reducer.h"
 
 void cmd_buckets_usage(void) {
@@ -26,64 +26,9 @@ void cmd_buckets_usage(void) {
       "example: tpdp buckets --json f32:1000 f16:300 f32:100\n");
 }
 
-static int parse_u64(const char *s, unsigned long long *out) {
-  if (s == NULL || *s == '\0' || *s == '-' || *s == '+') return -1;
-  for (const char *c = s; *c; c++)
-    if (*c < '0' || *c > '9') return -1;
-  errno = 0;
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno != 0 || end == s || *end != '\0') return -1;
-  *out = v;
-  return 0;
-}
-
-/* Parse "L1,L2,..." into a new array. */
-static int parse_limits(const char *text, size_t **out, int64_t *n) {
-  int64_t cap = 1;
-  for (const char *c = text; *c; c++)
-    if (*c == ',') cap++;
-  size_t *lim = (size_t *)calloc((size_t)cap, sizeof *lim);
-  char *copy = strdup(text);
-  if (lim == NULL || copy == NULL) {
-    free(lim);
-    free(copy);
-    return tpdp_cli_usage_error("buckets", "%s", "out of memory");
-  }
-  int64_t k = 0;
-  char *tok = copy;
-  int rc = 0;
-  /* strtok would skip empty fields; walk by hand so "1,,2" is an error */
-  for (;;) {
-    char *comma = strchr(tok, ',');
-    if (comma) *comma = '\0';
-    unsigned long long v = 0;
-    if (parse_u64(tok, &v) != 0) {
-      rc = tpdp_cli_usage_error(
-          "buckets",
-          "bad --limits-bytes value '%s': expected a comma-"
-          "separated list of byte counts, e.g. 1048576,26214400",
-          *tok ? tok : "(empty)");
-      break;
-    }
-    if (v == 0) {
-      rc = tpdp_cli_usage_error(
-          "buckets", "bad --limits-bytes value '%s': limits must be > 0", tok);
-      break;
-    }
-    lim[k++] = (size_t)v;
-    if (!comma) break;
-    tok = comma + 1;
-  }
-  free(copy);
-  if (rc != 0) {
-    free(lim);
-    return rc;
-  }
-  *out = lim;
-  *n = k;
-  return 0;
-}
+/* Element counts are bounded so that any tensor's bytes (8 per element at
+ * most) fit in int64. */
+#define BUCKETS_MAX_NUMEL (INT64_MAX / 8)
 
 int cmd_buckets(int argc, char **argv) {
   int json = 0;
@@ -95,8 +40,7 @@ int cmd_buckets(int argc, char **argv) {
   int rc = 0;
   tensors =
       (tpdp_tensor *)calloc((size_t)(argc > 1 ? argc : 1), sizeof *tensors);
-  if (tensors == NULL)
-    return tpdp_cli_usage_error("buckets", "%s", "out of memory");
+  if (tensors == NULL) return cli_usage_error("buckets", "%s", "out of memory");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strcmp(a, "--json") == 0) {
@@ -106,33 +50,33 @@ int cmd_buckets(int argc, char **argv) {
       const char *val = a[14] == '=' ? a + 15 : NULL;
       if (val == NULL) {
         if (i + 1 >= argc) {
-          rc = tpdp_cli_usage_error("buckets", "%s",
-                                    "--limits-bytes needs a value, e.g. "
-                                    "--limits-bytes 1048576,26214400");
+          rc = cli_usage_error("buckets", "%s",
+                               "--limits-bytes needs a value, e.g. "
+                               "--limits-bytes 1048576,26214400");
           goto done;
         }
         val = argv[++i];
       }
       free(limits);
       limits = NULL;
-      rc = parse_limits(val, &limits, &nlimits);
+      rc = cli_parse_limits("buckets", val, &limits, &nlimits);
       if (rc != 0) goto done;
     } else if (a[0] == '-' && a[1] != '\0') {
-      rc = tpdp_cli_usage_error("buckets", "unknown option '%s'", a);
+      rc = cli_usage_error("buckets", "unknown option '%s'", a);
       goto done;
     } else {
       const char *colon = strchr(a, ':');
       if (colon == NULL) {
-        rc = tpdp_cli_usage_error("buckets",
-                                  "bad tensor '%s': expected DTYPE:NUMEL, e.g. "
-                                  "f32:1000",
-                                  a);
+        rc = cli_usage_error("buckets",
+                             "bad tensor '%s': expected DTYPE:NUMEL, e.g. "
+                             "f32:1000",
+                             a);
         goto done;
       }
       char dname[16];
       size_t dl = (size_t)(colon - a);
       if (dl == 0 || dl >= sizeof dname) {
-        rc = tpdp_cli_usage_error(
+        rc = cli_usage_error(
             "buckets", "bad dtype in '%s': use f32 f64 f16 bf16 i32 i64 u8", a);
         goto done;
       }
@@ -140,35 +84,51 @@ int cmd_buckets(int argc, char **argv) {
       dname[dl] = '\0';
       tpdp_dtype dt;
       if (tpdp_dtype_parse(dname, &dt) != TPDP_SUCCESS) {
-        rc = tpdp_cli_usage_error(
-            "buckets",
-            "unknown dtype in '%s': use f32 f64 f16 bf16 i32 "
-            "i64 u8",
-            a);
+        rc = cli_usage_error("buckets",
+                             "unknown dtype in '%s': use f32 f64 f16 bf16 i32 "
+                             "i64 u8",
+                             a);
         goto done;
       }
-      unsigned long long numel = 0;
-      if (parse_u64(colon + 1, &numel) != 0 || numel > (1ULL << 60)) {
-        rc = tpdp_cli_usage_error(
-            "buckets",
-            "bad element count in '%s': expected an integer "
-            ">= 0",
-            a);
+      int64_t numel = 0;
+      cli_int_result r = cli_parse_int(colon + 1, 0, BUCKETS_MAX_NUMEL, &numel);
+      if (r != CLI_INT_OK) {
+        char fmt[128];
+        if (r == CLI_INT_TOO_LARGE)
+          snprintf(fmt, sizeof fmt,
+                   "bad element count in '%%s': too large (max %lld)",
+                   (long long)BUCKETS_MAX_NUMEL);
+        else
+          snprintf(fmt, sizeof fmt,
+                   "bad element count in '%%s': expected an integer >= 0");
+        rc = cli_usage_error("buckets", fmt, a);
         goto done;
       }
-      int64_t shape[1] = {(int64_t)numel};
+      int64_t shape[1] = {numel};
       tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
       tpdp_tensor_init(&tensors[n], NULL, dt, cpu, 1, shape);
       n++;
     }
   }
   if (n == 0) {
-    rc =
-        tpdp_cli_usage_error("buckets", "%s",
-                             "no tensors given: list them as DTYPE:NUMEL, e.g. "
-                             "tpdp buckets f32:1000 f16:300");
+    rc = cli_usage_error("buckets", "%s",
+                         "no tensors given: list them as DTYPE:NUMEL, e.g. "
+                         "tpdp buckets f32:1000 f16:300");
     goto done;
   }
+  /* Bucket byte counts are sums of tensor sizes: keep every sum in int64. */
+  int64_t total = 0;
+  for (int64_t k = 0; k < n; k++)
+    if (__builtin_add_overflow(total, (int64_t)tpdp_tensor_nbytes(&tensors[k]),
+                               &total)) {
+      char what[32];
+      snprintf(what, sizeof what, "%lld", (long long)k);
+      rc = cli_usage_error("buckets",
+                           "the tensors' total size overflows int64 at "
+                           "tensor %s",
+                           what);
+      goto done;
+    }
   const size_t *lim = limits ? limits : default_limits;
   int64_t nl = limits ? nlimits : 2;
   tpdp_bucket_assignment as;

@@ -1,0 +1,75 @@
+/* Helpers shared by the `tpdp` subcommands: help and usage errors, option
+ * values, integers read with overflow checks, bucket limits, meshes under
+ * the size limit every subcommand applies. The functions that can fail
+ * print "tpdp CMD: <message>" and a pointer to --help on stderr and return
+ * 2 (the usage-error exit status); 0 on success. */
+#ifndef TPDP_TOOLS_CLI_CLI_H
+#define TPDP_TOOLS_CLI_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tools/planning/plan.h"
+#include "tpdp/comm.h"
+
+/* The most ranks of any mesh a subcommand takes (`tpdp mesh` and `tpdp
+ * shard` print a line per rank, `tpdp plan` a plan per tp rank): one limit
+ * for all, the planning library's. */
+#define CLI_MAX_RANKS TPDP_PLAN_MAX_RANKS
+
+/* 1 if any argv[i] (i >= 1) is -h or --help. */
+int cli_wants_help(int argc, char **argv);
+
+/* Print "tpdp CMD: <fmt with arg>" and a pointer to --help on stderr;
+ * returns 2. */
+int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
+
+/* Match argv[*i] against option `name` as "--name value" or "--name=value":
+ * returns the value (advancing *i past a separate value) or NULL if
+ * argv[*i] is another option; sets *missing when the value is absent. */
+const char *cli_opt_value(int argc, char **argv, int *i, const char *name,
+                          int *missing);
+
+/* Decimal integer text (an optional '-', digits, nothing else) read as an
+ * integer, never through a double: CLI_INT_OK with *out set, or why not. */
+typedef enum {
+  CLI_INT_OK = 0,
+  CLI_INT_NOT_INT,   /* not an integer */
+  CLI_INT_TOO_SMALL, /* below min (also: below INT64_MIN) */
+  CLI_INT_TOO_LARGE  /* above max (also: above INT64_MAX) */
+} cli_int_result;
+cli_int_result cli_parse_int(const char *text, int64_t min, int64_t max,
+                             int64_t *out);
+
+/* Option `opt`'s value `text` as an integer in [min, max]. Messages:
+ * "--stages 'four' is not an integer", "--stages 99999999999 is too large
+ * (max 2147483647)", "--local-ranks 0 is too small (min 1)". */
+int cli_int_option(const char *cmd, const char *opt, const char *text,
+                   int64_t min, int64_t max, int64_t *out);
+
+/* Option `opt`'s value `text` as a comma-separated list of at most `maxn`
+ * integers in [min, max] into out[0..*n). `items` names them in messages
+ * ("sizes"): "bad --shape value 'x': expected sizes like 10,7" (with
+ * `example`), "bad --limits-bytes value '0': limits must be > 0", "bad
+ * --shape value '99999999999999999999': too large (max N)", "--shape has
+ * more than 8 sizes". An empty `text` is an empty list when `maxn` allows
+ * it (allow_empty). */
+int cli_int_list_option(const char *cmd, const char *opt, const char *text,
+                        const char *items, const char *example, int64_t min,
+                        int64_t max, int allow_empty, int maxn, int64_t *out,
+                        int *n);
+
+/* --limits-bytes "L1,L2,..." into a new array (*out, free()) of *n bucket
+ * size limits, each > 0. */
+int cli_parse_limits(const char *cmd, const char *text, size_t **out,
+                     int64_t *n);
+
+/* A layout-only mesh from `text`, named dims ("dp=2,tp=3", through
+ * tpdp_mesh_create_from_string) or, when allow_sizes, bare sizes ("2,3"),
+ * refused when it has more than CLI_MAX_RANKS ranks ("mesh 'tp=100000000'
+ * has 100000000 ranks: too large (max 1048576)"). Destroy *out with
+ * tpdp_mesh_destroy. */
+int cli_mesh_create(const char *cmd, const char *text, int allow_sizes,
+                    tpdp_mesh **out);
+
+#endif

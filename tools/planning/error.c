@@ -1,0 +1,63 @@
+/* The planning library's last error (error.h). */
+#include "tools/planning/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local char last_error[2048];
+static _Thread_local size_t detail_at; /* where the message follows "f: " */
+static _Thread_local struct {
+  const char *func;
+  int depth;
+} running;
+
+const char *planning_last_error(void) { return last_error; }
+
+void planning_clear_error(void) {
+  last_error[0] = '\0';
+  detail_at = 0;
+}
+
+const char *planning_error_detail(void) { return last_error + detail_at; }
+
+int planning_enter(const char *func) {
+  if (running.depth++ == 0) running.func = func;
+  return 0;
+}
+
+void planning_leave(int *unused) {
+  (void)unused;
+  running.depth--;
+}
+
+tpdp_status planning_error(tpdp_status status, const char *fmt, ...) {
+  /* Format into a local buffer first: the arguments may point into
+   * last_error itself (wrapping the previous message). */
+  char buf[sizeof last_error];
+  const char *func = running.depth > 0 ? running.func : "planning";
+  int n = snprintf(buf, sizeof buf, "%s: ", func);
+  if (n < 0 || (size_t)n >= sizeof buf) n = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  va_end(ap);
+  memcpy(last_error, buf, sizeof last_error);
+  detail_at = (size_t)n;
+  return status;
+}
+
+tpdp_status planning_error_tpdp(tpdp_status status) {
+  if (status == TPDP_SUCCESS) return status;
+  return planning_error(status, "%s", tpdp_last_error());
+}
+
+tpdp_status planning_calloc(void **out, size_t count, size_t size) {
+  void *p = calloc(count ? count : 1, size ? size : 1);
+  if (p == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY,
+                          "out of memory (%zu x %zu bytes)", count, size);
+  *out = p;
+  return TPDP_SUCCESS;
+}
