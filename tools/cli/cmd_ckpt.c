@@ -6,7 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/commands.h"
+#include "tools/cli/cli.h"
+#include "tools/cli/commands.h"
 #include "tpdp/tpdp.h"
 
 void cmd_ckpt_usage(void) {
@@ -185,19 +186,19 @@ static int inspect(const char *dir, int json, int verify) {
 
 int cmd_ckpt(int argc, char **argv) {
   if (argc < 2)
-    return tpdp_cli_usage_error("ckpt", "%s", "missing inspect or consolidate");
+    return cli_usage_error("ckpt", "%s", "missing inspect or consolidate");
   const char *sub = argv[1];
   if (strcmp(sub, "consolidate") == 0) {
     if (argc != 4)
-      return tpdp_cli_usage_error("ckpt", "%s",
-                                  "consolidate takes DIR OUT.safetensors");
+      return cli_usage_error("ckpt", "%s",
+                             "consolidate takes DIR OUT.safetensors");
     if (tpdp_checkpoint_consolidate(argv[2], argv[3]) != TPDP_SUCCESS)
       return fail("consolidate");
     printf("wrote %s\n", argv[3]);
     return 0;
   }
   if (strcmp(sub, "inspect") != 0)
-    return tpdp_cli_usage_error("ckpt", "unknown subcommand '%s'", sub);
+    return cli_usage_error("ckpt", "unknown subcommand '%s'", sub);
   const char *dir = NULL;
   int json = 0, verify = 0;
   for (int i = 2; i < argc; i++) {
@@ -206,11 +207,11 @@ int cmd_ckpt(int argc, char **argv) {
     else if (strcmp(argv[i], "--verify") == 0)
       verify = 1;
     else if (argv[i][0] == '-' || dir != NULL)
-      return tpdp_cli_usage_error("ckpt", "unexpected argument '%s'", argv[i]);
+      return cli_usage_error("ckpt", "unexpected argument '%s'", argv[i]);
     else
       dir = argv[i];
   }
   if (dir == NULL)
-    return tpdp_cli_usage_error("ckpt", "%s", "inspect needs a directory");
+    return cli_usage_error("ckpt", "%s", "inspect needs a directory");
   return inspect(dir, json, verify);
 }
