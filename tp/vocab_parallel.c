@@ -93,13 +93,21 @@ static tpdp_status check_ids(const int32_t *ids, int64_t n, int64_t vocab,
   return TPDP_SUCCESS;
 }
 
-/* The local weight [count, D], f32 on the host. */
-static tpdp_status local_weight(const tp_layout_state *st,
-                                const tpdp_tensor **out) {
-  const tpdp_tensor *w = tpdp_param_tensor(st->entries[0].param);
-  CHECK(check_f32(w, "the local embedding weight",
-                  st->count * (w->ndim == 2 ? w->shape[1] : 0)));
-  *out = w;
+/* What a lookup and its backward share: the state, the local weight
+ * [count, D] (f32 on the host), the ids checked, and `act` (the [n, D]
+ * activation: out, or grad_out) checked. */
+static tpdp_status lookup_setup(const tpdp_module *emb, const int32_t *ids,
+                                int64_t n, const tpdp_tensor *act,
+                                const char *act_name, tp_layout_state **st,
+                                const tpdp_tensor **weight) {
+  CHECK_PTR(act);
+  CHECK(vocab_state(emb, st));
+  const tpdp_tensor *w = tpdp_param_tensor((*st)->entries[0].param);
+  int64_t D = w->ndim == 2 ? w->shape[1] : 0;
+  CHECK(check_f32(w, "the local embedding weight", (*st)->count * D));
+  CHECK(check_ids(ids, n, (*st)->total, "ids"));
+  CHECK(check_f32(act, act_name, n * D));
+  *weight = w;
   return TPDP_SUCCESS;
 }
 
@@ -107,14 +115,10 @@ tpdp_status tpdp_tp_vocab_embedding_forward(const tpdp_module *emb,
                                             const int32_t *ids, int64_t n,
                                             tpdp_tensor *out) {
   TPDP_API_ENTRY;
-  CHECK_PTR(out);
   tp_layout_state *st = NULL;
-  CHECK(vocab_state(emb, &st));
   const tpdp_tensor *w = NULL;
-  CHECK(local_weight(st, &w));
-  int64_t D = w->shape[1];
-  CHECK(check_ids(ids, n, st->total, "ids"));
-  CHECK(check_f32(out, "out", n * D));
+  CHECK(lookup_setup(emb, ids, n, out, "out", &st, &w));
+  const int64_t D = w->shape[1];
   float *o = out->data;
   const float *W = w->data;
   for (int64_t i = 0; i < n; i++) {
@@ -133,15 +137,11 @@ tpdp_status tpdp_tp_vocab_embedding_backward(const tpdp_module *emb,
                                              const tpdp_tensor *grad_out,
                                              tpdp_tensor *weight_grad) {
   TPDP_API_ENTRY;
-  CHECK_PTR(grad_out);
   CHECK_PTR(weight_grad);
   tp_layout_state *st = NULL;
-  CHECK(vocab_state(emb, &st));
   const tpdp_tensor *w = NULL;
-  CHECK(local_weight(st, &w));
-  int64_t D = w->shape[1];
-  CHECK(check_ids(ids, n, st->total, "ids"));
-  CHECK(check_f32(grad_out, "grad_out", n * D));
+  CHECK(lookup_setup(emb, ids, n, grad_out, "grad_out", &st, &w));
+  const int64_t D = w->shape[1];
   CHECK(check_f32(weight_grad, "weight_grad", st->count * D));
   const float *g = grad_out->data;
   float *dw = weight_grad->data;

@@ -65,18 +65,35 @@ void Attend(const F *qkv, int64_t nh, F *y) {
     }
 }
 
+// An attention module sharded by heads on `mesh`: this rank's heads
+// [h0, h0 + hc).
+struct Sharded {
+  Place pl;
+  std::unique_ptr<Tree> t;
+  int64_t h0 = 0, hc = 0;
+};
+::testing::AssertionResult MakeSharded(const std::string &mesh, bool io,
+                                       Sharded *s) {
+  if (!MakePlace(mesh, &s->pl)) return ::testing::AssertionFailure() << mesh;
+  s->t = MakeAttn(io);
+  if (s->t == nullptr) return ::testing::AssertionFailure() << "tree";
+  if (tpdp_tp_parallelize_attention(
+          s->t->Module("qkv"), s->t->Module("out"), kHeads,
+          io ? TPDP_LINEAR_IN_OUT : TPDP_LINEAR_OUT_IN, s->pl.mesh, "tp",
+          nullptr, nullptr) != TPDP_SUCCESS)
+    return ::testing::AssertionFailure() << tpdp_last_error();
+  styles_test::Chunk(kHeads, s->pl.T, s->pl.tp_rank, &s->h0, &s->hc);
+  return ::testing::AssertionSuccess();
+}
+
 TEST(HeadShard, ShardsHoldWholeHeadsOfQKV) {
   for (const std::string &mesh : Meshes()) {
     SCOPED_TRACE(mesh);
-    Place pl;
-    ASSERT_TRUE(MakePlace(mesh, &pl));
-    auto t = MakeAttn(true);
-    ASSERT_NE(t, nullptr);
-    ASSERT_TPDP_OK(tpdp_tp_parallelize_attention(
-        t->Module("qkv"), t->Module("out"), kHeads, TPDP_LINEAR_IN_OUT, pl.mesh,
-        "tp", nullptr, nullptr));
-    int64_t h0, hc, first, count;
-    styles_test::Chunk(kHeads, pl.T, pl.tp_rank, &h0, &hc);
+    Sharded sh;
+    ASSERT_TRUE(MakeSharded(mesh, true, &sh));
+    Tree *t = sh.t.get();
+    const int64_t h0 = sh.h0, hc = sh.hc;
+    int64_t first, count;
     ASSERT_TPDP_OK(tpdp_tp_attention_heads(t->Module("out"), &first, &count));
     EXPECT_EQ(count, hc);
     if (hc > 0) {
@@ -108,15 +125,10 @@ TEST(HeadShard, ShardsHoldWholeHeadsOfQKV) {
 TEST(HeadShard, LinearOrientation) {
   for (const std::string &mesh : Meshes()) {
     SCOPED_TRACE(mesh);
-    Place pl;
-    ASSERT_TRUE(MakePlace(mesh, &pl));
-    auto t = MakeAttn(false);
-    ASSERT_NE(t, nullptr);
-    ASSERT_TPDP_OK(tpdp_tp_parallelize_attention(
-        t->Module("qkv"), t->Module("out"), kHeads, TPDP_LINEAR_OUT_IN, pl.mesh,
-        "tp", nullptr, nullptr));
-    int64_t h0, hc;
-    styles_test::Chunk(kHeads, pl.T, pl.tp_rank, &h0, &hc);
+    Sharded sh;
+    ASSERT_TRUE(MakeSharded(mesh, false, &sh));
+    Tree *t = sh.t.get();
+    const int64_t h0 = sh.h0, hc = sh.hc;
     const auto &fw = t->full.at("qkv.weight");  // [3E, C]
     const float *lw = Data(t->Param("qkv.weight"));
     for (int64_t s = 0; s < 3; s++)
@@ -135,15 +147,10 @@ TEST(HeadShard, LinearOrientation) {
 TEST(HeadShard, AttentionFromShardsMatchesDense) {
   for (const std::string &mesh : Meshes()) {
     SCOPED_TRACE(mesh);
-    Place pl;
-    ASSERT_TRUE(MakePlace(mesh, &pl));
-    auto t = MakeAttn(true);
-    ASSERT_NE(t, nullptr);
-    ASSERT_TPDP_OK(tpdp_tp_parallelize_attention(
-        t->Module("qkv"), t->Module("out"), kHeads, TPDP_LINEAR_IN_OUT, pl.mesh,
-        "tp", nullptr, nullptr));
-    int64_t h0, hc;
-    styles_test::Chunk(kHeads, pl.T, pl.tp_rank, &h0, &hc);
+    Sharded sh;
+    ASSERT_TRUE(MakeSharded(mesh, true, &sh));
+    Tree *t = sh.t.get();
+    const int64_t h0 = sh.h0, hc = sh.hc;
     std::vector<float> x(kN * kC), dout(kN * kC);
     for (int64_t i = 0; i < kN * kC; i++) {
       x[i] = 2.0f * styles_test::Val(11, i);

@@ -58,22 +58,38 @@ TEST(Layout, ChunkRange) {
   EXPECT_EQ(l, 0);
 }
 
+// fc colwise and proj rowwise on `mesh` in either orientation: this rank's
+// columns [f0, f0 + fl) of the width F.
+struct Pair {
+  Place pl;
+  std::unique_ptr<Tree> t;
+  int64_t f0 = 0, fl = 0;
+};
+::testing::AssertionResult MakePair(const std::string &mesh, bool io, Pair *p) {
+  if (!MakePlace(mesh, &p->pl)) return ::testing::AssertionFailure() << mesh;
+  p->t = MakeTree(io);
+  if (p->t == nullptr) return ::testing::AssertionFailure() << "tree";
+  tpdp_linear_layout lay = io ? TPDP_LINEAR_IN_OUT : TPDP_LINEAR_OUT_IN;
+  if (tpdp_tp_parallelize_linear(p->t->Module("fc"), TPDP_STYLE_COLWISE, lay,
+                                 p->pl.mesh, "tp", nullptr,
+                                 nullptr) != TPDP_SUCCESS ||
+      tpdp_tp_parallelize_linear(p->t->Module("proj"), TPDP_STYLE_ROWWISE, lay,
+                                 p->pl.mesh, "tp", nullptr,
+                                 nullptr) != TPDP_SUCCESS)
+    return ::testing::AssertionFailure() << tpdp_last_error();
+  styles_test::Chunk(kF, p->pl.T, p->pl.tp_rank, &p->f0, &p->fl);
+  return ::testing::AssertionSuccess();
+}
+
 TEST(Layout, Conv1DColwiseRowwiseMatchDense) {
   for (const std::string &mesh : Meshes()) {
     SCOPED_TRACE(mesh);
-    Place pl;
-    ASSERT_TRUE(MakePlace(mesh, &pl));
-    auto t = MakeTree(true);
-    ASSERT_NE(t, nullptr);
-    ASSERT_TPDP_OK(tpdp_tp_parallelize_linear(
-        t->Module("fc"), TPDP_STYLE_COLWISE, TPDP_LINEAR_IN_OUT, pl.mesh, "tp",
-        nullptr, nullptr));
-    ASSERT_TPDP_OK(tpdp_tp_parallelize_linear(
-        t->Module("proj"), TPDP_STYLE_ROWWISE, TPDP_LINEAR_IN_OUT, pl.mesh,
-        "tp", nullptr, nullptr));
+    Pair pr;
+    ASSERT_TRUE(MakePair(mesh, true, &pr));
+    Tree *t = pr.t.get();
+    Place &pl = pr.pl;
+    const int64_t f0 = pr.f0, fl = pr.fl;
     EXPECT_STREQ(tpdp_module_unit_kind(t->Module("fc")), "TP");
-    int64_t f0, fl;
-    styles_test::Chunk(kF, pl.T, pl.tp_rank, &f0, &fl);
 
     // Shards: fc columns [f0, f0+fl) of [H, F]; proj rows of [F, H].
     const tpdp_tensor *w = tpdp_param_tensor(t->Param("fc.weight"));
@@ -133,18 +149,10 @@ TEST(Layout, Conv1DColwiseRowwiseMatchDense) {
 TEST(Layout, LinearOutInShardsTheOutDimColwiseAndInDimRowwise) {
   for (const std::string &mesh : Meshes()) {
     SCOPED_TRACE(mesh);
-    Place pl;
-    ASSERT_TRUE(MakePlace(mesh, &pl));
-    auto t = MakeTree(false);
-    ASSERT_NE(t, nullptr);
-    ASSERT_TPDP_OK(tpdp_tp_parallelize_linear(
-        t->Module("fc"), TPDP_STYLE_COLWISE, TPDP_LINEAR_OUT_IN, pl.mesh, "tp",
-        nullptr, nullptr));
-    ASSERT_TPDP_OK(tpdp_tp_parallelize_linear(
-        t->Module("proj"), TPDP_STYLE_ROWWISE, TPDP_LINEAR_OUT_IN, pl.mesh,
-        "tp", nullptr, nullptr));
-    int64_t f0, fl;
-    styles_test::Chunk(kF, pl.T, pl.tp_rank, &f0, &fl);
+    Pair pr;
+    ASSERT_TRUE(MakePair(mesh, false, &pr));
+    Tree *t = pr.t.get();
+    const int64_t f0 = pr.f0, fl = pr.fl;
     const auto &fw = t->full.at("fc.weight");  // [F, H]: rows
     for (int64_t j = 0; j < fl * kH; j++)
       EXPECT_EQ(Data(t->Param("fc.weight"))[j], fw[f0 * kH + j]);

@@ -42,19 +42,36 @@ std::vector<int32_t> Ids(int64_t V, int64_t n, int salt) {
   return ids;
 }
 
+// A vocab-parallel LM on `mesh`: this rank's rows [v0, v0 + vl).
+struct Lm {
+  Place pl;
+  std::unique_ptr<Tree> t;
+  tpdp_module *wte = nullptr;
+  int64_t v0 = 0, vl = 0;
+};
+::testing::AssertionResult MakeShardedLm(const std::string &mesh, int64_t V,
+                                         Lm *lm) {
+  if (!MakePlace(mesh, &lm->pl)) return ::testing::AssertionFailure() << mesh;
+  lm->t = MakeLm(V);
+  if (lm->t == nullptr) return ::testing::AssertionFailure() << "tree";
+  lm->wte = lm->t->Module("wte");
+  if (tpdp_tp_parallelize_vocab(lm->wte, lm->pl.mesh, "tp", nullptr, nullptr) !=
+      TPDP_SUCCESS)
+    return ::testing::AssertionFailure() << tpdp_last_error();
+  styles_test::Chunk(V, lm->pl.T, lm->pl.tp_rank, &lm->v0, &lm->vl);
+  return ::testing::AssertionSuccess();
+}
+
 TEST(VocabParallel, EmbeddingForwardBackwardTied) {
   for (const std::string &mesh : Meshes())
     for (int64_t V : {11, 3}) {
       SCOPED_TRACE(mesh + " V=" + std::to_string(V));
-      Place pl;
-      ASSERT_TRUE(MakePlace(mesh, &pl));
-      auto t = MakeLm(V);
-      ASSERT_NE(t, nullptr);
-      tpdp_module *wte = t->Module("wte");
-      ASSERT_TPDP_OK(
-          tpdp_tp_parallelize_vocab(wte, pl.mesh, "tp", nullptr, nullptr));
-      int64_t v0, vl, start, len, vocab;
-      styles_test::Chunk(V, pl.T, pl.tp_rank, &v0, &vl);
+      Lm lm;
+      ASSERT_TRUE(MakeShardedLm(mesh, V, &lm));
+      tpdp_module *wte = lm.wte;
+      Tree *t = lm.t.get();
+      const int64_t v0 = lm.v0, vl = lm.vl;
+      int64_t start, len, vocab;
       ASSERT_TPDP_OK(tpdp_tp_vocab_range(wte, &start, &len, &vocab));
       EXPECT_EQ(len, vl);
       EXPECT_EQ(vocab, V);
@@ -101,15 +118,10 @@ TEST(VocabParallel, CrossEntropyOnShardsMatchesDense) {
   for (const std::string &mesh : Meshes())
     for (int64_t V : {11, 3}) {
       SCOPED_TRACE(mesh + " V=" + std::to_string(V));
-      Place pl;
-      ASSERT_TRUE(MakePlace(mesh, &pl));
-      auto t = MakeLm(V);
-      ASSERT_NE(t, nullptr);
-      tpdp_module *wte = t->Module("wte");
-      ASSERT_TPDP_OK(
-          tpdp_tp_parallelize_vocab(wte, pl.mesh, "tp", nullptr, nullptr));
-      int64_t v0, vl;
-      styles_test::Chunk(V, pl.T, pl.tp_rank, &v0, &vl);
+      Lm lm;
+      ASSERT_TRUE(MakeShardedLm(mesh, V, &lm));
+      tpdp_module *wte = lm.wte;
+      const int64_t v0 = lm.v0, vl = lm.vl;
       std::vector<float> dense(kN * V);
       for (int64_t i = 0; i < kN * V; i++)
         dense[i] = 6.0f * styles_test::Val(7, i * 3 + 1);
