@@ -1,0 +1,161 @@
+/* examples/common/nn_cpu.h: kernels for the example models. */
+#include "examples/common/nn_cpu.h"
+
+#include <cblas.h>
+#include <math.h>
+
+void nn_conv1d_fwd(const float *X, const float *W, const float *b, float *Y,
+                   int N, int in, int out) {
+  if ((int64_t)N * out == 0) return;
+  if (in == 0)
+    memset(Y, 0, sizeof(float) * (size_t)N * (size_t)out);
+  else
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, out, in, 1.0f, X,
+                in, W, out, 0.0f, Y, out);
+  if (b == NULL) return;
+  for (int i = 0; i < N; i++) {
+    float *y = Y + (int64_t)i * out;
+    for (int j = 0; j < out; j++) y[j] += b[j];
+  }
+}
+
+void nn_conv1d_bwd(const float *X, const float *W, const float *dY, float *dX,
+                   float *dW, float *db, int N, int in, int out, float beta) {
+  if (dX && (int64_t)N * in > 0) {
+    if (out == 0) {
+      if (beta == 0.0f) memset(dX, 0, sizeof(float) * (size_t)N * (size_t)in);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, in, out, 1.0f, dY,
+                  out, W, out, beta, dX, in);
+    }
+  }
+  if (dW && (int64_t)in * out > 0) {
+    if (N == 0)
+      memset(dW, 0, sizeof(float) * (size_t)in * (size_t)out);
+    else
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, N, 1.0f, X,
+                  in, dY, out, 0.0f, dW, out);
+  }
+  if (db) {
+    memset(db, 0, sizeof(float) * (size_t)out);
+    for (int i = 0; i < N; i++) {
+      const float *dy = dY + (int64_t)i * out;
+      for (int j = 0; j < out; j++) db[j] += dy[j];
+    }
+  }
+}
+
+void nn_linear_fwd(const float *X, const float *W, float *Y, int N, int in,
+                   int out) {
+  if ((int64_t)N * out == 0) return;
+  if (in == 0) {
+    memset(Y, 0, sizeof(float) * (size_t)N * (size_t)out);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, X, in,
+              W, in, 0.0f, Y, out);
+}
+
+void nn_linear_bwd(const float *X, const float *W, const float *dY, float *dX,
+                   float *dW, int N, int in, int out) {
+  if (dX && (int64_t)N * in > 0) {
+    if (out == 0)
+      memset(dX, 0, sizeof(float) * (size_t)N * (size_t)in);
+    else
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f,
+                  dY, out, W, in, 0.0f, dX, in);
+  }
+  if (dW && (int64_t)out * in > 0) {
+    if (N == 0)
+      memset(dW, 0, sizeof(float) * (size_t)out * (size_t)in);
+    else
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dY,
+                  out, X, in, 0.0f, dW, in);
+  }
+}
+
+void nn_layernorm_fwd(const float *X, const float *g, const float *b, float *Y,
+                      float *mean, float *rstd, int N, int C, float eps) {
+  for (int i = 0; i < N; i++) {
+    const float *x = X + (int64_t)i * C;
+    float *y = Y + (int64_t)i * C;
+    double s = 0, ss = 0;
+    for (int k = 0; k < C; k++) s += x[k];
+    const float mu = (float)(s / C);
+    for (int k = 0; k < C; k++) {
+      float d = x[k] - mu;
+      ss += (double)d * d;
+    }
+    const float r = (float)(1.0 / sqrt(ss / C + eps));
+    mean[i] = mu;
+    rstd[i] = r;
+    for (int k = 0; k < C; k++) y[k] = (x[k] - mu) * r * g[k] + b[k];
+  }
+}
+
+void nn_layernorm_bwd(const float *X, const float *g, const float *mean,
+                      const float *rstd, const float *dY, float *dX, float *dg,
+                      float *db, int N, int C) {
+  memset(dg, 0, sizeof(float) * (size_t)C);
+  memset(db, 0, sizeof(float) * (size_t)C);
+  for (int i = 0; i < N; i++) {
+    const float *x = X + (int64_t)i * C, *dy = dY + (int64_t)i * C;
+    float *dx = dX + (int64_t)i * C;
+    const float mu = mean[i], r = rstd[i];
+    double s1 = 0, s2 = 0;
+    for (int k = 0; k < C; k++) {
+      float xhat = (x[k] - mu) * r;
+      float dxhat = dy[k] * g[k];
+      dg[k] += dy[k] * xhat;
+      db[k] += dy[k];
+      s1 += dxhat;
+      s2 += (double)dxhat * xhat;
+    }
+    const float m1 = (float)(s1 / C), m2 = (float)(s2 / C);
+    for (int k = 0; k < C; k++) {
+      float xhat = (x[k] - mu) * r;
+      dx[k] += r * (dy[k] * g[k] - m1 - xhat * m2);
+    }
+  }
+}
+
+static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
+static const float GELU_C = 0.044715f;
+
+void nn_gelu_fwd(const float *x, float *y, int64_t n) {
+  for (int64_t k = 0; k < n; k++) {
+    float v = x[k];
+    float t = nn_tanhf(GELU_K * (v + GELU_C * v * v * v));
+    y[k] = 0.5f * v * (1.0f + t);
+  }
+}
+
+void nn_gelu_bwd(const float *x, float *d, int64_t n) {
+  for (int64_t k = 0; k < n; k++) {
+    float v = x[k];
+    float t = nn_tanhf(GELU_K * (v + GELU_C * v * v * v));
+    float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+    d[k] *= 0.5f * (1.0f + t) + 0.5f * v * dt;
+  }
+}
+
+void nn_adamw(float *p, const float *g, float *m, float *v, int64_t n,
+              const nn_adamw_opts *o, double weight_decay, int step) {
+  /* The scalars as torch computes them: Python floats (double), used as
+   * f32 by the tensor ops. */
+  const float decay = (float)(1.0 - o->lr * weight_decay);
+  const float b1 = (float)o->beta1, b2 = (float)o->beta2;
+  const float a1 = (float)(1.0 - o->beta1), a2 = (float)(1.0 - o->beta2);
+  const float step_size = (float)(o->lr / (1.0 - pow(o->beta1, step)));
+  const float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, step));
+  const float eps = (float)o->eps;
+  for (int64_t k = 0; k < n; k++) {
+    const float gk = g[k];
+    const float mk = m[k] * b1 + gk * a1;
+    const float vk = v[k] * b2 + gk * gk * a2;
+    m[k] = mk;
+    v[k] = vk;
+    const float denom = sqrtf(vk) / bc2_sqrt + eps;
+    p[k] = p[k] * decay - step_size * (mk / denom);
+  }
+}
