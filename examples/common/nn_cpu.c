@@ -3,6 +3,31 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <omp.h>
+
+static int nn_nthreads = 1;
+
+void nn_set_threads(int n) {
+  nn_nthreads = n < 1 ? 1 : n;
+  openblas_set_num_threads(nn_nthreads);
+}
+int nn_threads(void) { return nn_nthreads; }
+
+/* Run fn over [0, n) in one contiguous range per thread (a single call for
+ * short loops, where starting threads would cost more than it saves). */
+typedef void (*range_fn)(int64_t lo, int64_t hi, void *ctx);
+static void parallel_ranges(int64_t n, range_fn fn, void *ctx) {
+  int nt = nn_nthreads;
+  if (nt <= 1 || n < 65536) {
+    fn(0, n, ctx);
+    return;
+  }
+#pragma omp parallel num_threads(nt)
+  {
+    int64_t k = omp_get_num_threads(), t = omp_get_thread_num();
+    fn(n * t / k, n * (t + 1) / k, ctx);
+  }
+}
 
 void nn_conv1d_fwd(const float *X, const float *W, const float *b, float *Y,
                    int N, int in, int out) {
@@ -122,16 +147,32 @@ void nn_layernorm_bwd(const float *X, const float *g, const float *mean,
 static const float GELU_K = 0.7978845608028654f; /* sqrt(2/pi) */
 static const float GELU_C = 0.044715f;
 
-void nn_gelu_fwd(const float *x, float *y, int64_t n) {
-  for (int64_t k = 0; k < n; k++) {
+typedef struct {
+  const float *x;
+  float *y;
+} gelu_ctx;
+
+static void gelu_fwd_range(int64_t lo, int64_t hi, void *vctx) {
+  const gelu_ctx *c = vctx;
+  const float *x = c->x;
+  float *y = c->y;
+  for (int64_t k = lo; k < hi; k++) {
     float v = x[k];
     float t = nn_tanhf(GELU_K * (v + GELU_C * v * v * v));
     y[k] = 0.5f * v * (1.0f + t);
   }
 }
 
-void nn_gelu_bwd(const float *x, float *d, int64_t n) {
-  for (int64_t k = 0; k < n; k++) {
+void nn_gelu_fwd(const float *x, float *y, int64_t n) {
+  gelu_ctx c = {x, y};
+  parallel_ranges(n, gelu_fwd_range, &c);
+}
+
+static void gelu_bwd_range(int64_t lo, int64_t hi, void *vctx) {
+  const gelu_ctx *c = vctx;
+  const float *x = c->x;
+  float *d = c->y;
+  for (int64_t k = lo; k < hi; k++) {
     float v = x[k];
     float t = nn_tanhf(GELU_K * (v + GELU_C * v * v * v));
     float dt = (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
@@ -139,17 +180,25 @@ void nn_gelu_bwd(const float *x, float *d, int64_t n) {
   }
 }
 
-void nn_adamw(float *p, const float *g, float *m, float *v, int64_t n,
-              const nn_adamw_opts *o, double weight_decay, int step) {
-  /* The scalars as torch computes them: Python floats (double), used as
-   * f32 by the tensor ops. */
-  const float decay = (float)(1.0 - o->lr * weight_decay);
-  const float b1 = (float)o->beta1, b2 = (float)o->beta2;
-  const float a1 = (float)(1.0 - o->beta1), a2 = (float)(1.0 - o->beta2);
-  const float step_size = (float)(o->lr / (1.0 - pow(o->beta1, step)));
-  const float bc2_sqrt = (float)sqrt(1.0 - pow(o->beta2, step));
-  const float eps = (float)o->eps;
-  for (int64_t k = 0; k < n; k++) {
+void nn_gelu_bwd(const float *x, float *d, int64_t n) {
+  gelu_ctx c = {x, d};
+  parallel_ranges(n, gelu_bwd_range, &c);
+}
+
+typedef struct {
+  float *p, *m, *v;
+  const float *g;
+  float decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps;
+} adamw_ctx;
+
+static void adamw_range(int64_t lo, int64_t hi, void *vctx) {
+  const adamw_ctx *c = vctx;
+  float *restrict p = c->p, *restrict m = c->m, *restrict v = c->v;
+  const float *restrict g = c->g;
+  const float decay = c->decay, b1 = c->b1, b2 = c->b2, a1 = c->a1;
+  const float a2 = c->a2, step_size = c->step_size, bc2_sqrt = c->bc2_sqrt;
+  const float eps = c->eps;
+  for (int64_t k = lo; k < hi; k++) {
     const float gk = g[k];
     const float mk = m[k] * b1 + gk * a1;
     const float vk = v[k] * b2 + gk * gk * a2;
@@ -158,4 +207,23 @@ void nn_adamw(float *p, const float *g, float *m, float *v, int64_t n,
     const float denom = sqrtf(vk) / bc2_sqrt + eps;
     p[k] = p[k] * decay - step_size * (mk / denom);
   }
+}
+
+void nn_adamw(float *p, const float *g, float *m, float *v, int64_t n,
+              const nn_adamw_opts *o, double weight_decay, int step) {
+  /* The scalars as torch computes them: Python floats (double), used as
+   * f32 by the tensor ops. */
+  adamw_ctx c = {p,
+                 m,
+                 v,
+                 g,
+                 (float)(1.0 - o->lr * weight_decay),
+                 (float)o->beta1,
+                 (float)o->beta2,
+                 (float)(1.0 - o->beta1),
+                 (float)(1.0 - o->beta2),
+                 (float)(o->lr / (1.0 - pow(o->beta1, step))),
+                 (float)sqrt(1.0 - pow(o->beta2, step)),
+                 (float)o->eps};
+  parallel_ranges(n, adamw_range, &c);
 }

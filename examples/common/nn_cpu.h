@@ -2,8 +2,8 @@
  * CPU kernels for the example models, row-major f32: linear layers in both
  * orientations (OpenBLAS sgemm), LayerNorm, tanh-GELU and AdamW with
  * PyTorch's semantics. Written so GCC vectorises the elementwise loops at
- * -O3 -fno-math-errno (examples/BUILD builds them so): exp and tanh come
- * from nn_expf, a range-reduced polynomial, not libm.
+ * -O3 -fno-math-errno -fno-trapping-math (examples/BUILD builds them so):
+ * exp and tanh come from nn_expf, a range-reduced polynomial, not libm.
  */
 #ifndef TPDP_EXAMPLES_COMMON_NN_CPU_H
 #define TPDP_EXAMPLES_COMMON_NN_CPU_H
@@ -41,6 +41,12 @@ static inline float nn_tanhf(float x) {
   x = x > 15.0f ? 15.0f : x;
   return 1.0f - 2.0f / (nn_expf(2.0f * x) + 1.0f);
 }
+
+/* Threads for OpenBLAS and for the elementwise kernels below (OpenMP),
+ * at least 1. The kernels split long loops into one contiguous range per
+ * thread. */
+void nn_set_threads(int n);
+int nn_threads(void);
 
 /* Y[N, out] = X[N, in] W + b, W [in, out] (Hugging Face Conv1D); b may be
  * NULL. */
