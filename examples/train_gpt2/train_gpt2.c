@@ -396,8 +396,7 @@ typedef struct {
   gpt2_dims dims;
   gpt2_model model;
   int model_ready;
-  tpdp_status tp_status; /* of the last failing TP callback */
-  int fill_failed;       /* fill_shard failed; err says why */
+  int fill_failed; /* fill_shard failed; err says why */
   times tm;
   ex_error err;
 } trainer;
@@ -681,17 +680,12 @@ static int parallelize(trainer *t) {
 
 /* ---- the model's TP callbacks (gpt2_ops), on tp/'s functions ---- */
 
-static int tp_failed(trainer *t, const char *what, tpdp_status st) {
-  t->tp_status = st;
-  return tpdp_fail(t, what, st);
-}
-
 static int op_allreduce(void *ctx, float *buf, int64_t n) {
   trainer *t = ctx;
   if (t->o.tp == 1 || n == 0) return 0;
   tpdp_tensor v = tpdp_tensor_1d(buf, TPDP_F32, n);
   tpdp_status st = tpdp_allreduce(t->tp_comm, &v, &v, TPDP_OP_SUM);
-  return st == TPDP_SUCCESS ? 0 : tp_failed(t, "tpdp_allreduce (tp)", st);
+  return st == TPDP_SUCCESS ? 0 : tpdp_fail(t, "tpdp_allreduce (tp)", st);
 }
 
 static void act_views(trainer *t, float *shard, float *full, tpdp_tensor *s,
@@ -708,7 +702,7 @@ static int op_seq_gather(void *ctx, const float *shard, float *full) {
   tpdp_tensor s, f;
   act_views(t, (float *)shard, full, &s, &f);
   tpdp_status st = tpdp_tp_sequence_gather(t->sp_module, &s, 1, &f);
-  return st == TPDP_SUCCESS ? 0 : tp_failed(t, "tpdp_tp_sequence_gather", st);
+  return st == TPDP_SUCCESS ? 0 : tpdp_fail(t, "tpdp_tp_sequence_gather", st);
 }
 
 static int op_seq_reduce_scatter(void *ctx, const float *full, float *shard) {
@@ -719,7 +713,7 @@ static int op_seq_reduce_scatter(void *ctx, const float *full, float *shard) {
       tpdp_tp_rowwise_output_reduce_scatter(t->sp_module, &f, 1, &s);
   return st == TPDP_SUCCESS
              ? 0
-             : tp_failed(t, "tpdp_tp_rowwise_output_reduce_scatter", st);
+             : tpdp_fail(t, "tpdp_tp_rowwise_output_reduce_scatter", st);
 }
 
 static int op_embed(void *ctx, const int32_t *ids, int64_t n, float *out) {
@@ -728,7 +722,7 @@ static int op_embed(void *ctx, const int32_t *ids, int64_t n, float *out) {
   tpdp_status st = tpdp_tp_vocab_embedding_forward(t->wte, ids, n, &o);
   return st == TPDP_SUCCESS
              ? 0
-             : tp_failed(t, "tpdp_tp_vocab_embedding_forward", st);
+             : tpdp_fail(t, "tpdp_tp_vocab_embedding_forward", st);
 }
 
 static int op_embed_backward(void *ctx, const int32_t *ids, int64_t n,
@@ -740,7 +734,7 @@ static int op_embed_backward(void *ctx, const int32_t *ids, int64_t n,
   tpdp_status st = tpdp_tp_vocab_embedding_backward(t->wte, ids, n, &g, &w);
   return st == TPDP_SUCCESS
              ? 0
-             : tp_failed(t, "tpdp_tp_vocab_embedding_backward", st);
+             : tpdp_fail(t, "tpdp_tp_vocab_embedding_backward", st);
 }
 
 static int op_cross_entropy(void *ctx, float *logits, const int32_t *targets,
@@ -750,7 +744,7 @@ static int op_cross_entropy(void *ctx, float *logits, const int32_t *targets,
   tpdp_status st =
       tpdp_tp_vocab_cross_entropy(t->wte, &z, targets, n, scale, loss_sum);
   return st == TPDP_SUCCESS ? 0
-                            : tp_failed(t, "tpdp_tp_vocab_cross_entropy", st);
+                            : tpdp_fail(t, "tpdp_tp_vocab_cross_entropy", st);
 }
 
 /* A gradient is final: the reducer may start its bucket. */
@@ -787,6 +781,15 @@ static void trainer_free(trainer *t) {
   tpdp_mesh_destroy(t->mesh);
   st_close(&t->st);
   tok_close(&t->tok);
+}
+
+/* With one DP rank there is nothing to reduce or average: the reducer
+ * keeps DDP's buckets and readiness bookkeeping, and this hook leaves the
+ * gradients as they are (an allreduce AVG on a 1-rank communicator would
+ * still pass over every gradient to divide it by 1). */
+static tpdp_status keep_gradients(const tpdp_reducer_hook_args *args) {
+  (void)args;
+  return TPDP_SUCCESS;
 }
 
 /* Everything up to the first step. Returns 0, or -1 with t->err set
@@ -904,6 +907,10 @@ static int setup(trainer *t) {
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)
     ropts.first_bucket_bytes = ropts.bucket_cap_bytes;
+  if (o->dp == 1) {
+    ropts.comm_hook = TPDP_REDUCER_HOOK_USER;
+    ropts.hook_fn = keep_gradients;
+  }
   TRY(tpdp_reducer_create(t->dp_comm, t->rparams, t->np, &ropts, &t->reducer));
   return 0;
 }
