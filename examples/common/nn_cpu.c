@@ -3,30 +3,97 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <omp.h>
+#include <pthread.h>
 
-static int nn_nthreads = 1;
+/* A small pool for the elementwise kernels. Its workers wait on a
+ * condition variable, not spinning: between kernels the cores belong to
+ * OpenBLAS (an OpenMP runtime's spin-waiting took a tenth of a step from
+ * it). */
+#define NN_MAX_THREADS 64
+typedef void (*range_fn)(int64_t lo, int64_t hi, void *ctx);
+static struct {
+  int n; /* threads taking part, the caller's included */
+  int started;
+  pthread_t workers[NN_MAX_THREADS];
+  pthread_mutex_t mu;
+  pthread_cond_t go, done;
+  uint64_t generation;
+  int pending;
+  range_fn fn;
+  void *ctx;
+  int64_t total;
+} pool = {1,
+          0,
+          {0},
+          PTHREAD_MUTEX_INITIALIZER,
+          PTHREAD_COND_INITIALIZER,
+          PTHREAD_COND_INITIALIZER,
+          0,
+          0,
+          NULL,
+          NULL,
+          0};
+
+static void *pool_worker(void *arg) {
+  const int64_t me = (int64_t)(intptr_t)arg; /* 1 .. n-1 */
+  pthread_mutex_lock(&pool.mu);
+  uint64_t seen = pool.generation; /* jobs from before this worker: not its */
+  for (;;) {
+    while (pool.generation == seen) pthread_cond_wait(&pool.go, &pool.mu);
+    seen = pool.generation;
+    const int64_t k = pool.n;
+    if (me >= k) continue; /* fewer threads asked for: sit this one out */
+    range_fn fn = pool.fn;
+    void *ctx = pool.ctx;
+    const int64_t n = pool.total;
+    pthread_mutex_unlock(&pool.mu);
+    fn(n * me / k, n * (me + 1) / k, ctx);
+    pthread_mutex_lock(&pool.mu);
+    if (--pool.pending == 0) pthread_cond_signal(&pool.done);
+  }
+  return NULL;
+}
 
 void nn_set_threads(int n) {
-  nn_nthreads = n < 1 ? 1 : n;
-  openblas_set_num_threads(nn_nthreads);
+  n = n < 1 ? 1 : n > NN_MAX_THREADS ? NN_MAX_THREADS : n;
+  openblas_set_num_threads(n);
+  pthread_mutex_lock(&pool.mu);
+  /* Workers are started once (more on a later, larger request); a smaller
+   * request just uses fewer of them. */
+  for (int i = pool.started + 1; i < n; i++) {
+    if (pthread_create(&pool.workers[i], NULL, pool_worker,
+                       (void *)(intptr_t)i) != 0)
+      break;
+    pthread_detach(pool.workers[i]);
+    pool.started = i;
+  }
+  pool.n = pool.started + 1 < n ? pool.started + 1 : n;
+  pthread_mutex_unlock(&pool.mu);
 }
-int nn_threads(void) { return nn_nthreads; }
+
+int nn_threads(void) { return pool.n; }
 
 /* Run fn over [0, n) in one contiguous range per thread (a single call for
- * short loops, where starting threads would cost more than it saves). */
-typedef void (*range_fn)(int64_t lo, int64_t hi, void *ctx);
+ * short loops, where waking threads would cost more than it saves).
+ * Called from one thread at a time. */
 static void parallel_ranges(int64_t n, range_fn fn, void *ctx) {
-  int nt = nn_nthreads;
-  if (nt <= 1 || n < 65536) {
+  const int k = pool.n;
+  if (k <= 1 || n < 65536) {
     fn(0, n, ctx);
     return;
   }
-#pragma omp parallel num_threads(nt)
-  {
-    int64_t k = omp_get_num_threads(), t = omp_get_thread_num();
-    fn(n * t / k, n * (t + 1) / k, ctx);
-  }
+  pthread_mutex_lock(&pool.mu);
+  pool.fn = fn;
+  pool.ctx = ctx;
+  pool.total = n;
+  pool.pending = k - 1;
+  pool.generation++;
+  pthread_cond_broadcast(&pool.go);
+  pthread_mutex_unlock(&pool.mu);
+  fn(0, n / k, ctx);
+  pthread_mutex_lock(&pool.mu);
+  while (pool.pending > 0) pthread_cond_wait(&pool.done, &pool.mu);
+  pthread_mutex_unlock(&pool.mu);
 }
 
 void nn_conv1d_fwd(const float *X, const float *W, const float *b, float *Y,

@@ -42,9 +42,10 @@ static inline float nn_tanhf(float x) {
   return 1.0f - 2.0f / (nn_expf(2.0f * x) + 1.0f);
 }
 
-/* Threads for OpenBLAS and for the elementwise kernels below (OpenMP),
- * at least 1. The kernels split long loops into one contiguous range per
- * thread. */
+/* Threads for OpenBLAS and for the elementwise kernels below (a pool of
+ * this many, the caller included), 1 to 64. The kernels split long loops
+ * into one contiguous range per thread; call them from one thread at a
+ * time. */
 void nn_set_threads(int n);
 int nn_threads(void);
 

@@ -1062,6 +1062,8 @@ static int train(trainer *t, run_out *out) {
   double elapsed = ex_now() - t_first - (t->tm.data - t_data0) - rebuild_s;
   tpdp_reducer_stats rs;
   if (tpdp_reducer_get_stats(t->reducer, &rs) != TPDP_SUCCESS) goto done;
+  if (t->summary && o->steps == 1)
+    printf("throughput: n/a (one step, and the first step is warm-up)\n");
   if (t->summary && o->steps > 1) {
     int n = o->steps - 1;
     double comm = rs.comm_seconds - rs0.comm_seconds;
