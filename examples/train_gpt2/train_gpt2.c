@@ -1166,9 +1166,9 @@ int main(int argc, char **argv) {
     tpdp_finalize();
     return 1;
   }
-  /* Each rank near its share of the host's cores; OpenBLAS gets as many
-   * threads as the host has cores per local rank (OPENBLAS_NUM_THREADS, if
-   * set, decides instead). */
+  /* Each rank near its share of the host's cores; OpenBLAS and the
+   * elementwise kernels get as many threads as the host has cores per local
+   * rank (OPENBLAS_NUM_THREADS, if set, decides instead). */
   if (tpdp_topo_bind_rank(world, NULL) != TPDP_SUCCESS && rank == 0)
     fprintf(stderr, "train_gpt2: warning: ranks not bound to cores: %s\n",
             tpdp_last_error());
