@@ -1,6 +1,7 @@
 /* Status strings, the thread-local last error (the mechanism of
  * core/check.h), allocation helpers. */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,7 +115,11 @@ void core_trace_propagate(const char *file, int line, tpdp_status status) {
 }
 
 tpdp_status core_calloc(void **out, size_t count, size_t size) {
-  void *p = calloc(count ? count : 1, size ? size : 1);
+  // Refused before calloc: sanitizers treat an overflowing count * size as
+  // a fault rather than returning NULL.
+  void *p = NULL;
+  if (size == 0 || count <= SIZE_MAX / size)
+    p = calloc(count ? count : 1, size ? size : 1);
   if (p == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "out of memory allocating %zu x %zu bytes", count, size);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "examples/common/tree.h"
 #include "examples/train_mlp/mlp.h"
 #include "examples/train_mlp/train.h"
 #include "tpdp/dtensor.h"
@@ -196,39 +197,6 @@ static const char *class_of(const char *path) {
   return "Linear";
 }
 
-/* The module at dotted `path` under root, created (with its parents) if
- * missing. */
-static tpdp_status module_at(tpdp_module *root, const char *path,
-                             tpdp_module **out) {
-  if (path[0] == '\0') {
-    *out = root;
-    return TPDP_SUCCESS;
-  }
-  if (tpdp_module_get_submodule(root, path, out) == TPDP_SUCCESS)
-    return TPDP_SUCCESS;
-  char parent_path[128];
-  snprintf(parent_path, sizeof parent_path, "%s", path);
-  char *dot = strrchr(parent_path, '.');
-  const char *name = path;
-  tpdp_module *parent = root;
-  if (dot) {
-    *dot = '\0';
-    name = path + (dot - parent_path) + 1;
-    tpdp_status st = module_at(root, parent_path, &parent);
-    if (st != TPDP_SUCCESS) return st;
-  }
-  tpdp_module *m = NULL;
-  tpdp_status st = tpdp_module_create(class_of(path), &m);
-  if (st != TPDP_SUCCESS) return st;
-  st = tpdp_module_add_child(parent, name, m);
-  if (st != TPDP_SUCCESS) {
-    tpdp_module_destroy(m);
-    return st;
-  }
-  *out = m;
-  return TPDP_SUCCESS;
-}
-
 static tpdp_status build_tree(const mlp_shape *s, uint64_t seed,
                               model_tree *t) {
   memset(t, 0, sizeof *t);
@@ -257,7 +225,8 @@ static tpdp_status build_tree(const mlp_shape *s, uint64_t seed,
     char *dot = strrchr(path, '.');
     *dot = '\0';
     tpdp_module *m = NULL;
-    if ((st = module_at(t->root, path, &m)) != TPDP_SUCCESS) return st;
+    if ((st = ex_module_at(t->root, path, class_of, &m)) != TPDP_SUCCESS)
+      return st;
     tpdp_tensor tensor, grad;
     tpdp_tensor_init(&tensor, t->full[i], TPDP_F32, cpu, ndim, shape);
     tpdp_tensor_init(&grad, t->full_grad[i], TPDP_F32, cpu, ndim, shape);

@@ -431,6 +431,169 @@ TPDP_API tpdp_status tpdp_tp_sequence_scatter_grad(const struct tpdp_module *m,
  * shards). Call after backward, before the DP reduction finishes. */
 TPDP_API tpdp_status tpdp_tp_reduce_replicated_grads(struct tpdp_module *root);
 
+/* ------------------------------------------------- transformer layouts
+ * (tp/layout.c, tp/head_shard.c, tp/vocab_parallel.c)
+ *
+ * Layouts the Linear styles above cannot express, for transformers:
+ * weights in either orientation (torch.nn.Linear [out, in], or Hugging
+ * Face's Conv1D [in, out] that GPT-2 checkpoints use), a fused q|k|v
+ * projection sharded by whole attention heads, and a vocabulary-parallel
+ * embedding (Megatron) whose weight may be tied to the LM head.
+ *
+ * Each parameter becomes a DTensor over the TP mesh dim (Replicate on the
+ * other dims) whose global shape is a row-major *view* of the parameter's
+ * full tensor: the same elements in the same order, so gathering it gives
+ * the full tensor's bytes. A Conv1D q|k|v weight [C, 3C] with H heads is
+ * the DTensor [C, 3, H, C/H] with Shard(2): each rank holds whole heads of
+ * q, k and v, never a mix. Uneven sizes follow torch.chunk, so a rank may
+ * hold no head or no vocabulary row; it still takes part in every
+ * collective.
+ *
+ * Local shards come from one of two sources:
+ *  - fill == NULL: the parameter's current tensor is the full tensor,
+ *    identical on every rank (as tpdp_parallelize); it is not modified and
+ *    may be freed afterwards;
+ *  - fill != NULL: fill(fill_ctx, fqn, spec, offset, local) writes this
+ *    rank's shard: `local` is a contiguous tensor of the spec's local shape
+ *    (zeroed, allocated by tpdp), `offset` its position in the global view
+ *    (spec's ndim entries). The parameter's current tensor is metadata only
+ *    (its shape and dtype; data may be NULL), so a loader reads just the
+ *    bytes of its shard and never materialises the full tensor. A status
+ *    other than TPDP_SUCCESS aborts the call with that status.
+ * Storage for the local shards and their gradients (zeroed) is allocated by
+ * tpdp and lives until the module is destroyed. Parameters are re-pointed
+ * at it (tensor, grad and spec; DTensor form) only once every parameter of
+ * the call is prepared: on error nothing changes. Each module becomes a
+ * managed unit of kind "TP". Host memory (MPI meshes). Calls are not
+ * collective (no communication) but every rank of the mesh must make them.
+ *
+ * Common errors (naming the module or parameter FQN): TPDP_ERR_NULL_POINTER;
+ * TPDP_ERR_NOT_FOUND (no mesh dim `tp_dim`; a required parameter missing);
+ * TPDP_ERR_INVALID_ARGUMENT (a parameter the layout does not cover, a bad
+ * style or layout); TPDP_ERR_SHAPE_MISMATCH (shapes that do not fit the
+ * layout, the message giving the expected and actual shapes);
+ * TPDP_ERR_ALREADY (a parameter that is a DTensor already, a module that is
+ * a managed unit already); TPDP_ERR_STATE (layout-only mesh);
+ * TPDP_ERR_UNSUPPORTED (device memory); the fill callback's status. */
+
+typedef enum {
+  TPDP_LINEAR_OUT_IN = 0, /* torch.nn.Linear: weight [out, in] */
+  TPDP_LINEAR_IN_OUT = 1  /* Hugging Face Conv1D: weight [in, out] */
+} tpdp_linear_layout;
+
+typedef tpdp_status (*tpdp_tp_fill_fn)(void *ctx, const char *fqn,
+                                       const tpdp_spec *spec,
+                                       const int64_t *offset,
+                                       tpdp_tensor *local);
+
+/* torch.chunk of n items over k parts: part i covers [*start, *start +
+ * *len) with chunk = ceil(n / k); an empty part has *start = n, *len = 0.
+ * k < 1 or i outside [0, k) gives an empty part. */
+TPDP_API void tpdp_chunk_range(int64_t n, int64_t k, int64_t i, int64_t *start,
+                               int64_t *len);
+
+/* A linear module (parameters "weight", 2-D, and optionally "bias", 1-D of
+ * the out size) as TPDP_STYLE_COLWISE or TPDP_STYLE_ROWWISE in either
+ * layout. Colwise shards the out dim of the weight (Shard(0) for OUT_IN,
+ * Shard(1) for IN_OUT) and the bias (Shard(0)); rowwise shards the in dim
+ * (Shard(1) for OUT_IN, Shard(0) for IN_OUT) and replicates the bias. The
+ * activations move as the styles' do (colwise input gradient allreduced,
+ * rowwise output allreduced or reduce-scattered: see tpdp_tp_layout_comm).
+ * Unit suffix " TP COLWISE" / " TP ROWWISE". */
+TPDP_API tpdp_status tpdp_tp_parallelize_linear(
+    struct tpdp_module *m, tpdp_tp_style style, tpdp_linear_layout layout,
+    const tpdp_mesh *mesh, const char *tp_dim, tpdp_tp_fill_fn fill,
+    void *fill_ctx);
+
+/* Multi-head attention sharded by whole heads. `qkv` holds the fused
+ * projection to q|k|v ("weight" [in, 3E] for IN_OUT or [3E, in] for OUT_IN,
+ * optional "bias" [3E]; q, k and v each E = n_head * head_dim wide, head h
+ * at columns [h*head_dim, (h+1)*head_dim) of each), `out` the output
+ * projection ("weight" [E, out] or [out, E], optional "bias" [out]).
+ * Rank r of the TP dim holds heads [first, first + count) of
+ * tpdp_chunk_range(n_head, tp size, r):
+ *   qkv.weight  view [in, 3, H, hd] Shard(2)   (OUT_IN: [3, H, hd, in] Shard(1))
+ *   qkv.bias    view [3, H, hd] Shard(1)
+ *   out.weight  view [H, hd, out] Shard(0)     (OUT_IN: [out, H, hd] Shard(1))
+ *   out.bias    Replicate
+ * so a rank's local qkv output is [q | k | v] of its heads (each count *
+ * hd wide) and its out projection gives a partial sum to allreduce (or
+ * reduce-scatter). n_head need not divide by the TP size. Unit suffixes
+ * " TP HEADS QKV" / " TP HEADS OUT". Errors also: TPDP_ERR_INVALID_ARGUMENT
+ * for n_head < 1 or qkv == out; TPDP_ERR_SHAPE_MISMATCH when the widths
+ * do not split into 3 x n_head heads or `out` does not take E inputs. */
+TPDP_API tpdp_status tpdp_tp_parallelize_attention(
+    struct tpdp_module *qkv, struct tpdp_module *out, int64_t n_head,
+    tpdp_linear_layout layout, const tpdp_mesh *mesh, const char *tp_dim,
+    tpdp_tp_fill_fn fill, void *fill_ctx);
+
+/* This rank's heads of a module made by tpdp_tp_parallelize_attention
+ * (either of the two modules). Errors: TPDP_ERR_NOT_FOUND naming a module
+ * that is not such a module. */
+TPDP_API tpdp_status tpdp_tp_attention_heads(const struct tpdp_module *m,
+                                             int64_t *first, int64_t *count);
+
+/* Vocabulary-parallel embedding: `emb`'s "weight" [V, D] becomes Shard(0)
+ * on the TP dim (torch.chunk of V; a rank may hold no row). A module that
+ * registers the same parameter (a tied LM head) shares the shard. Unit
+ * suffix " TP VOCAB". */
+TPDP_API tpdp_status tpdp_tp_parallelize_vocab(struct tpdp_module *emb,
+                                               const tpdp_mesh *mesh,
+                                               const char *tp_dim,
+                                               tpdp_tp_fill_fn fill,
+                                               void *fill_ctx);
+
+/* This rank's vocabulary rows [*start, *start + *len) and the vocabulary
+ * size V. Errors: TPDP_ERR_NOT_FOUND for a module not made by
+ * tpdp_tp_parallelize_vocab. */
+TPDP_API tpdp_status tpdp_tp_vocab_range(const struct tpdp_module *emb,
+                                         int64_t *start, int64_t *len,
+                                         int64_t *vocab);
+
+/* Embedding lookup on vocab shards, forward: out[i] = weight[ids[i]] for
+ * i in [0, n), the rows this rank holds looked up locally, the others
+ * zero, then an allreduce (sum) over TP gives every rank the full rows.
+ * `out`: contiguous f32 [n, D] (any shape of n * D elements). Collective
+ * over the TP dim; every TP rank passes the same ids. Its backward is
+ * tpdp_tp_vocab_embedding_backward. Errors: TPDP_ERR_INVALID_ARGUMENT
+ * naming the first id outside [0, V) and its position (checked before
+ * communicating); TPDP_ERR_SHAPE_MISMATCH for a wrong out size;
+ * communicator errors. */
+TPDP_API tpdp_status tpdp_tp_vocab_embedding_forward(
+    const struct tpdp_module *emb, const int32_t *ids, int64_t n,
+    tpdp_tensor *out);
+
+/* Backward of the lookup: weight_grad[ids[i] - start] += grad_out[i] for
+ * the ids this rank holds. grad_out is the gradient of the full rows
+ * (replicated over TP), so no communication is needed. weight_grad:
+ * contiguous f32 of the local weight's shape; it is added into (a tied
+ * head's gradient may be there already). Errors as the forward's. */
+TPDP_API tpdp_status tpdp_tp_vocab_embedding_backward(
+    const struct tpdp_module *emb, const int32_t *ids, int64_t n,
+    const tpdp_tensor *grad_out, tpdp_tensor *weight_grad);
+
+/* Cross-entropy on vocab-sharded logits, never gathering them. logits:
+ * contiguous f32 [n, len] (this rank's columns [start, start + len) of the
+ * [n, V] logits). Per row: the max over TP (allreduce max), then the sum of
+ * exp(logit - max) and the target's logit (one allreduce sum of 2n
+ * doubles); loss_i = log(sum) + max - logit[target_i]. On return logits
+ * holds grad_scale * d(loss_i)/d(logits) = grad_scale * (softmax - onehot)
+ * for this rank's columns, and *loss_sum (every TP rank) the sum of the n
+ * losses. Collective over the TP dim; every TP rank passes the same
+ * targets. Errors: TPDP_ERR_INVALID_ARGUMENT naming the first target
+ * outside [0, V); TPDP_ERR_SHAPE_MISMATCH; communicator errors. */
+TPDP_API tpdp_status tpdp_tp_vocab_cross_entropy(const struct tpdp_module *emb,
+                                                 tpdp_tensor *logits,
+                                                 const int32_t *targets,
+                                                 int64_t n, float grad_scale,
+                                                 double *loss_sum);
+
+/* The TP communicator of a module parallelized by one of the functions of
+ * this section (owned by the mesh), for the activations' collectives.
+ * Errors: TPDP_ERR_NOT_FOUND. */
+TPDP_API tpdp_status tpdp_tp_layout_comm(const struct tpdp_module *m,
+                                         tpdp_comm **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,6 +2,7 @@
 #include "tools/planning/error.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,11 @@ tpdp_status planning_error_tpdp(tpdp_status status) {
 }
 
 tpdp_status planning_calloc(void **out, size_t count, size_t size) {
-  void *p = calloc(count ? count : 1, size ? size : 1);
+  // Refused before calloc: sanitizers treat an overflowing count * size as
+  // a fault rather than returning NULL.
+  void *p = NULL;
+  if (size == 0 || count <= SIZE_MAX / size)
+    p = calloc(count ? count : 1, size ? size : 1);
   if (p == NULL)
     return planning_error(TPDP_ERR_OUT_OF_MEMORY,
                           "out of memory (%zu x %zu bytes)", count, size);

@@ -1,0 +1,143 @@
+"""train_gpt2 against PyTorch: a small GPT-2 (Hugging Face's definition,
+written here in torch) is built from the same safetensors file that
+train_gpt2 loads, trained with torch.optim.AdamW on the same llm.c token
+file and batches, and the per-step losses must agree within 1e-4
+(relative). Files: f32 with the "transformer." prefix, Hugging Face's mask
+buffers and a tied lm_head.weight (1 rank; and dp=2, tp=2 with sequence
+parallelism), bf16 without prefix (tp=2) and f16 (1 rank). n_head 3 and
+vocab 259 do not divide by tp 2; the token file is short enough that the
+loader wraps.
+
+Usage: gpt2_torch_test.py TRAIN_GPT2_BINARY [--skip REASON]
+"""
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_files as gf  # noqa: E402
+
+L, C, H, V, P = 2, 12, 3, 259, 32
+B, T, STEPS = 4, 8, 10
+LR, WD, BETAS, EPS = 1e-3, 0.1, (0.9, 0.95), 1e-8
+TOL = 1e-4
+
+
+def torch_losses(params, tokens):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(1)
+    p = {n: torch.tensor(v, dtype=torch.float32).reshape(s).requires_grad_()
+         for n, (s, v) in params.items()}
+    decay = [t for t in p.values() if t.dim() >= 2]
+    no_decay = [t for t in p.values() if t.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=LR, betas=BETAS, eps=EPS)
+    hd = C // H
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+    def forward(idx, tgt):
+        x = p["wte.weight"][idx] + p["wpe.weight"][:T]
+        for i in range(L):
+            h = "h.%d." % i
+            a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"],
+                             1e-5)
+            qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
+            q, k, v = qkv.split(C, dim=2)
+            q, k, v = [t.view(B, T, H, hd).transpose(1, 2) for t in (q, k, v)]
+            att = (q @ k.transpose(-2, -1)) / (hd ** 0.5)
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+            x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
+            m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"],
+                             1e-5)
+            m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"],
+                       approximate="tanh")
+            x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
+        x = F.layer_norm(x, (C,), p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+        logits = x @ p["wte.weight"].t()
+        return F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
+
+    losses, pos = [], 0
+    for _ in range(STEPS):
+        if pos + B * T + 1 > len(tokens):  # llm.c's loader
+            pos = 0
+        buf = torch.tensor(tokens[pos:pos + B * T + 1], dtype=torch.long)
+        pos += B * T
+        loss = forward(buf[:-1].view(B, T), buf[1:].view(B, T))
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return losses
+
+
+def run_gpt2(binary, model_dir, tokens_path, np, args):
+    rc, out, err = gf.run_train(
+        binary, ["--model", model_dir, "--data", tokens_path, "--batch",
+                 str(B), "--seq", str(T), "--steps", str(STEPS), "--lr",
+                 str(LR), "--weight-decay", str(WD), "--beta1", str(BETAS[0]),
+                 "--beta2", str(BETAS[1]), "--eps", str(EPS), "--bucket-mib",
+                 "0.001"] + args, np)
+    losses = [float(m.group(2)) for m in
+              re.finditer(r"^step (\d+) loss (\S+)$", out, re.M)]
+    return rc, losses, out + err
+
+
+def main():
+    binary = sys.argv[1]
+    cases = [("f32_prefixed_1rank", "F32", "transformer.", True, 1, []),
+             ("f32_prefixed_dp2_tp2_sp", "F32", "transformer.", True, 4,
+              ["--dp", "2", "--tp", "2", "--sequence-parallel"]),
+             ("bf16_tp2", "BF16", "", False, 2, ["--tp", "2"]),
+             ("f16_1rank", "F16", "", False, 1, [])]
+    if len(sys.argv) > 3 and sys.argv[2] == "--skip":
+        print("SKIPPED: " + sys.argv[3])
+        gf.junit(os.environ.get("XML_OUTPUT_FILE"), "Gpt2Torch",
+                 [(c[0], 0.0, ("skipped", sys.argv[3])) for c in cases])
+        return 0
+    import torch
+    print("PyTorch %s" % torch.__version__)
+    tmp = tempfile.mkdtemp(prefix="gpt2_torch_")
+    with open(os.path.abspath(__file__), "rb") as f:
+        text = f.read()[:150]  # 150 tokens: B*T+1 = 33 per step, wraps
+    tokens = list(text)
+    tok_path = os.path.join(tmp, "tokens.bin")
+    gf.write_tokens(tok_path, tokens)
+    results, ref = [], {}
+    for name, dtype, prefix, hf_extras, np, args in cases:
+        start = time.time()
+        params = gf.random_params(L, C, V, P, seed=11, dtype=dtype)
+        d = os.path.join(tmp, name)
+        gf.write_model(d, params, L, C, H, V, P, dtype=dtype, prefix=prefix,
+                       mask_buffers=hf_extras, lm_head=hf_extras)
+        if dtype not in ref:
+            ref[dtype] = torch_losses(params, tokens)
+        want = ref[dtype]
+        rc, got, log = run_gpt2(binary, d, tok_path, np, args)
+        fail = None
+        if rc != 0 or len(got) != STEPS:
+            fail = "train_gpt2 exit %d, %d loss lines" % (rc, len(got))
+        else:
+            rel = [abs(g - w) / abs(w) for g, w in zip(got, want)]
+            worst = max(range(STEPS), key=lambda i: rel[i])
+            print("[%s] max relative loss difference %.2e (step %d: train_gpt2 "
+                  "%.6f, torch %.6f)" % (name, rel[worst], worst, got[worst],
+                                         want[worst]))
+            if not rel[worst] <= TOL:
+                fail = "step %d: train_gpt2 %.6f, torch %.6f (rel %.2e > %g)" % (
+                    worst, got[worst], want[worst], rel[worst], TOL)
+        if fail:
+            print("[%s] FAIL: %s\n%s" % (name, fail, log[-3000:]))
+        results.append((name, time.time() - start, fail))
+    print("torch losses: " + " ".join("%.5f" % v for v in ref["F32"]))
+    shutil.rmtree(tmp, ignore_errors=True)
+    return gf.finish("Gpt2Torch", "gpt2 vs torch", results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

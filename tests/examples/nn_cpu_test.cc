@@ -1,0 +1,140 @@
+// examples/common/nn_cpu.c against double-precision formulas: nn_expf's
+// accuracy, GELU and its derivative, LayerNorm forward/backward, AdamW's
+// two first steps worked by hand (torch.optim.AdamW's order of
+// operations), and the thread pool (long loops split over 1, 2 and 3
+// threads give the same bits).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+extern "C" {
+#include "examples/common/nn_cpu.h"
+}
+
+namespace {
+
+TEST(NnCpu, ExpWithinTwoUlp) {
+  for (double x = -87.0; x <= 88.0; x += 0.0137) {
+    float got = nn_expf((float)x);
+    double want = std::exp((double)(float)x);
+    EXPECT_LE(std::fabs(got - want), 2.5e-7 * want) << x;
+  }
+  EXPECT_EQ(nn_expf(-1000.0f), nn_expf(-87.0f));  // clamped, finite
+  EXPECT_TRUE(std::isfinite(nn_expf(1000.0f)));
+  EXPECT_NEAR(nn_tanhf(0.5f), std::tanh(0.5), 1e-7);
+  EXPECT_EQ(nn_tanhf(20.0f), 1.0f);
+}
+
+double Gelu(double x) {
+  const double k = std::sqrt(2.0 / M_PI);
+  return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+}
+
+TEST(NnCpu, GeluAndItsDerivative) {
+  const int n = 1000;
+  std::vector<float> x(n), y(n), d(n, 1.0f);
+  for (int i = 0; i < n; i++) x[i] = -6.0f + 12.0f * i / n;
+  nn_gelu_fwd(x.data(), y.data(), n);
+  nn_gelu_bwd(x.data(), d.data(), n);
+  for (int i = 0; i < n; i++) {
+    EXPECT_NEAR(y[i], Gelu(x[i]), 1e-6) << x[i];
+    double h = 1e-4, fd = (Gelu(x[i] + h) - Gelu(x[i] - h)) / (2 * h);
+    EXPECT_NEAR(d[i], fd, 1e-5) << x[i];
+  }
+}
+
+TEST(NnCpu, LayerNormMatchesDouble) {
+  const int N = 3, C = 7;
+  std::vector<float> X(N * C), g(C), b(C), Y(N * C), mean(N), rstd(N);
+  std::vector<float> dY(N * C), dX(N * C, 0.5f), dg(C), db(C);
+  for (int i = 0; i < N * C; i++) {
+    X[i] = std::sin(0.7f * i) * 3.0f;
+    dY[i] = std::cos(0.3f * i);
+  }
+  for (int k = 0; k < C; k++) {
+    g[k] = 1.0f + 0.1f * k;
+    b[k] = -0.2f * k;
+  }
+  nn_layernorm_fwd(X.data(), g.data(), b.data(), Y.data(), mean.data(),
+                   rstd.data(), N, C, 1e-5f);
+  nn_layernorm_bwd(X.data(), g.data(), mean.data(), rstd.data(), dY.data(),
+                   dX.data(), dg.data(), db.data(), N, C);
+  std::vector<double> wdg(C, 0), wdb(C, 0);
+  for (int i = 0; i < N; i++) {
+    double mu = 0, var = 0;
+    for (int k = 0; k < C; k++) mu += X[i * C + k];
+    mu /= C;
+    for (int k = 0; k < C; k++)
+      var += (X[i * C + k] - mu) * (X[i * C + k] - mu);
+    var /= C;
+    double r = 1.0 / std::sqrt(var + 1e-5), s1 = 0, s2 = 0;
+    for (int k = 0; k < C; k++) {
+      double xh = (X[i * C + k] - mu) * r;
+      EXPECT_NEAR(Y[i * C + k], xh * g[k] + b[k], 1e-5);
+      s1 += dY[i * C + k] * g[k];
+      s2 += dY[i * C + k] * g[k] * xh;
+      wdg[k] += dY[i * C + k] * xh;
+      wdb[k] += dY[i * C + k];
+    }
+    for (int k = 0; k < C; k++) {
+      double xh = (X[i * C + k] - mu) * r;
+      double want = 0.5 + r * (dY[i * C + k] * g[k] - s1 / C - xh * s2 / C);
+      EXPECT_NEAR(dX[i * C + k], want, 1e-5) << i << "," << k;
+    }
+  }
+  for (int k = 0; k < C; k++) {
+    EXPECT_NEAR(dg[k], wdg[k], 1e-5);
+    EXPECT_NEAR(db[k], wdb[k], 1e-5);
+  }
+}
+
+TEST(NnCpu, AdamWTwoStepsByHand) {
+  nn_adamw_opts o = {0.1, 0.9, 0.95, 1e-8};
+  float p = 1.0f, m = 0.0f, v = 0.0f;
+  const float g1 = 0.5f, g2 = -0.25f;
+  nn_adamw(&p, &g1, &m, &v, 1, &o, 0.01, 1);
+  // step 1: p = 1 * (1 - 0.1*0.01); m = 0.05; v = 0.0125;
+  // p -= 0.1 / 0.1 * 0.05 / (sqrt(0.0125) / sqrt(0.05) + 1e-8)
+  double pw = 1.0 * (1 - 0.001);
+  double mw = 0.05, vw = 0.05 * 0.25;
+  pw -= 0.1 / (1 - 0.9) * mw / (std::sqrt(vw) / std::sqrt(1 - 0.95) + 1e-8);
+  EXPECT_NEAR(p, pw, 1e-6);
+  EXPECT_NEAR(m, mw, 1e-8);
+  EXPECT_NEAR(v, vw, 1e-8);
+  nn_adamw(&p, &g2, &m, &v, 1, &o, 0.01, 2);
+  pw *= 1 - 0.001;
+  mw = 0.9 * mw + 0.1 * -0.25;
+  vw = 0.95 * vw + 0.05 * 0.0625;
+  pw -= 0.1 / (1 - 0.81) * mw /
+        (std::sqrt(vw) / std::sqrt(1 - 0.95 * 0.95) + 1e-8);
+  EXPECT_NEAR(p, pw, 1e-6);
+}
+
+TEST(NnCpu, ThreadsGiveTheSameBits) {
+  const int n = 300001;  // long enough to split, not a multiple of 2 or 3
+  std::vector<float> x(n), y1(n), p0(n), g(n), m0(n, 0.0f), v0(n, 0.0f);
+  for (int i = 0; i < n; i++) {
+    x[i] = std::sin(0.001f * i) * 4.0f;
+    p0[i] = std::cos(0.002f * i);
+    g[i] = std::sin(0.003f * i);
+  }
+  nn_adamw_opts o = {1e-3, 0.9, 0.95, 1e-8};
+  nn_set_threads(1);
+  nn_gelu_fwd(x.data(), y1.data(), n);
+  std::vector<float> p1 = p0, m1 = m0, v1 = v0;
+  nn_adamw(p1.data(), g.data(), m1.data(), v1.data(), n, &o, 0.1, 1);
+  for (int t : {2, 3, 2}) {
+    nn_set_threads(t);
+    EXPECT_EQ(nn_threads(), t);
+    std::vector<float> y(n), p = p0, m = m0, v = v0;
+    nn_gelu_fwd(x.data(), y.data(), n);
+    nn_adamw(p.data(), g.data(), m.data(), v.data(), n, &o, 0.1, 1);
+    EXPECT_EQ(y, y1) << t << " threads";
+    EXPECT_EQ(p, p1) << t << " threads";
+    EXPECT_EQ(v, v1) << t << " threads";
+  }
+  nn_set_threads(1);
+}
+
+}  // namespace
