@@ -47,11 +47,11 @@ static inline const char *ckpt_fuzz_dir(void) {
               tpdp_last_error());
   for (int i = 0; i < 5; i++) {
     tpdp_tensor v;
-    FUZZ_ASSERT(tpdp_tensor_init(&v, t[i].data, t[i].dtype, cpu, t[i].ndim,
-                                 t[i].shape) == TPDP_SUCCESS &&
-                    tpdp_state_dict_add(sd, t[i].name, &v, NULL) ==
-                        TPDP_SUCCESS,
-                "%s", tpdp_last_error());
+    FUZZ_ASSERT(
+        tpdp_tensor_init(&v, t[i].data, t[i].dtype, cpu, t[i].ndim,
+                         t[i].shape) == TPDP_SUCCESS &&
+            tpdp_state_dict_add(sd, t[i].name, &v, NULL) == TPDP_SUCCESS,
+        "%s", tpdp_last_error());
   }
   FUZZ_ASSERT(tpdp_state_dict_set_meta(sd, "step", "7") == TPDP_SUCCESS &&
                   tpdp_checkpoint_save(sd, d, NULL, NULL) == TPDP_SUCCESS,
@@ -95,8 +95,8 @@ static inline void ckpt_fuzz_use(tpdp_checkpoint *ck, const char *dir) {
                 "tensor %d '%s' found at %d", i, t.name, j);
     for (int s = 0; s < t.nslices && s < CKPT_FUZZ_MAX_ITEMS; s++) {
       tpdp_checkpoint_slice_info si;
-      FUZZ_ASSERT(tpdp_checkpoint_slice_at(ck, i, s, &si) == TPDP_SUCCESS,
-                  "%s", tpdp_last_error());
+      FUZZ_ASSERT(tpdp_checkpoint_slice_at(ck, i, s, &si) == TPDP_SUCCESS, "%s",
+                  tpdp_last_error());
       if (si.nbytes <= CKPT_FUZZ_MAX_BYTES)
         tpdp_checkpoint_verify_slice(ck, i, s);
     }

@@ -18,23 +18,23 @@ static void check_shape(const int64_t *shape, int ndim, tpdp_dtype dtype) {
   }
   tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
   tpdp_tensor t;
-  FUZZ_ASSERT(tpdp_tensor_init(&t, NULL, dtype, cpu, ndim, shape) ==
-                  TPDP_SUCCESS,
-              "a parsed shape is refused: %s", tpdp_last_error());
+  FUZZ_ASSERT(
+      tpdp_tensor_init(&t, NULL, dtype, cpu, ndim, shape) == TPDP_SUCCESS,
+      "a parsed shape is refused: %s", tpdp_last_error());
   FUZZ_ASSERT(tpdp_tensor_numel(&t) >= 0, "numel %lld",
               (long long)tpdp_tensor_numel(&t));
   if (ndim == 0) return;
   for (int d = 0; d < ndim; d++) {
     tpdp_placement p = tpdp_shard(d);
     tpdp_spec *spec = NULL;
-    FUZZ_ASSERT(tpdp_spec_create(mesh, &p, 1, ndim, shape, dtype, cpu,
-                                 &spec) == TPDP_SUCCESS,
+    FUZZ_ASSERT(tpdp_spec_create(mesh, &p, 1, ndim, shape, dtype, cpu, &spec) ==
+                    TPDP_SUCCESS,
                 "spec: %s", tpdp_last_error());
     int64_t next = 0; /* where the next non-empty chunk must start */
     for (int r = 0; r < 3; r++) {
       int64_t ls[TPDP_MAX_DIMS], off[TPDP_MAX_DIMS];
-      FUZZ_ASSERT(tpdp_spec_local_shape(spec, r, ls, off) == TPDP_SUCCESS,
-                  "%s", tpdp_last_error());
+      FUZZ_ASSERT(tpdp_spec_local_shape(spec, r, ls, off) == TPDP_SUCCESS, "%s",
+                  tpdp_last_error());
       FUZZ_ASSERT(ls[d] >= 0 && ls[d] <= shape[d], "rank %d size %lld of %lld",
                   r, (long long)ls[d], (long long)shape[d]);
       if (ls[d] == 0) {
@@ -84,8 +84,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   for (int i = 0; i < 3; i++) {
     int ndim = 0;
     int64_t shape[TPDP_MAX_DIMS];
-    if (cli_shape_option("fuzz", "--shape", text, dtypes[i], &ndim, shape) ==
-        0)
+    if (cli_shape_option("fuzz", "--shape", text, dtypes[i], &ndim, shape) == 0)
       check_shape(shape, ndim, dtypes[i]);
   }
   for (int sizes = 0; sizes < 2; sizes++) {

@@ -19,23 +19,23 @@ static void check_partitions(const tpdp_model_desc *d) {
   FUZZ_ASSERT(w != NULL && bounds != NULL, "out of memory");
   for (int i = 0; i < n; i++) w[i] = d->leaves[i].params;
   int max = 0;
-  FUZZ_ASSERT(tpdp_partition_max_stages(n, NULL, 0, &max) == TPDP_SUCCESS &&
-                  max == n,
-              "max stages %d of %d leaves: %s", max, n, planning_last_error());
+  FUZZ_ASSERT(
+      tpdp_partition_max_stages(n, NULL, 0, &max) == TPDP_SUCCESS && max == n,
+      "max stages %d of %d leaves: %s", max, n, planning_last_error());
   int k = n < 3 ? n : 3;
   int64_t largest = -1;
-  FUZZ_ASSERT(tpdp_partition_solve(w, n, k, NULL, 0, bounds, &largest) ==
-                  TPDP_SUCCESS,
-              "solve k=%d: %s", k, planning_last_error());
+  FUZZ_ASSERT(
+      tpdp_partition_solve(w, n, k, NULL, 0, bounds, &largest) == TPDP_SUCCESS,
+      "solve k=%d: %s", k, planning_last_error());
   FUZZ_ASSERT(bounds[0] == 0 && bounds[k] == n, "bounds [%d..%d] of %d",
               bounds[0], bounds[k], n);
   for (int s = 0; s < k; s++)
     FUZZ_ASSERT(bounds[s] < bounds[s + 1], "empty stage %d", s);
   tpdp_partition_greedy_result g;
   if (tpdp_partition_greedy(d, k, NULL, 0, &g) == TPDP_SUCCESS) {
-    FUZZ_ASSERT(g.nstages >= 1 && g.bounds[0] == 0 &&
-                    g.bounds[g.nstages] == g.ncalls,
-                "greedy: %d stages over %d calls", g.nstages, g.ncalls);
+    FUZZ_ASSERT(
+        g.nstages >= 1 && g.bounds[0] == 0 && g.bounds[g.nstages] == g.ncalls,
+        "greedy: %d stages over %d calls", g.nstages, g.ncalls);
     tpdp_partition_greedy_free(&g);
   }
   free(w);
@@ -48,9 +48,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   tpdp_model_desc *d = NULL;
   if (tpdp_model_desc_parse(text, &d) == TPDP_SUCCESS) {
     for (int i = 0; i < d->nmodules; i++)
-      FUZZ_ASSERT(tpdp_model_desc_find_module(d, d->modules[i]->fqn) ==
-                      d->modules[i],
-                  "module '%s' not found by its FQN", d->modules[i]->fqn);
+      FUZZ_ASSERT(
+          tpdp_model_desc_find_module(d, d->modules[i]->fqn) == d->modules[i],
+          "module '%s' not found by its FQN", d->modules[i]->fqn);
     for (int i = 0; i < d->nparams; i++)
       FUZZ_ASSERT(tpdp_model_desc_find_param(d, d->params[i]->fqn) != NULL,
                   "parameter '%s' not found by its FQN", d->params[i]->fqn);

@@ -3,6 +3,8 @@
  * to fuzz both (the model through tpdp_model_desc_parse). A plan that
  * computes must be consistent: each parameter's local shapes lie inside
  * its global shape and its bytes add up to the tp rank's total. */
+#include <cjson/cJSON.h>
+
 #include "tests/fuzz/fuzz_util.h"
 #include "tools/planning/model_json.h"
 #include "tools/planning/plan.h"
@@ -24,6 +26,25 @@ static const char kModel[] =
     "  \"head\": {\"class\": \"Linear\", \"params\": {"
     "     \"weight\": {\"shape\": [10, 4]}}}},"
     " \"shared\": [[\"emb.weight\", \"head.weight\"]]}";
+
+/* A plan holds local shapes and buckets per tp rank: its cost is linear
+ * in the "tp" mesh dim, up to TPDP_PLAN_MAX_RANKS (2^20) ranks, a minute
+ * per input under the fuzzer's instrumentation, not a hang. Plans with a
+ * larger tp dim than this are left to the unit tests (plan_test.cc) so
+ * that the fuzzer spends its time on inputs, not on one big plan. */
+#define MAX_TP 4096
+
+static int tp_too_large(const char *plan_text) {
+  cJSON *root = cJSON_Parse(plan_text);
+  const cJSON *mesh = cJSON_GetObjectItemCaseSensitive(root, "mesh");
+  int large = 0;
+  for (const cJSON *d = mesh ? mesh->child : NULL; d != NULL; d = d->next)
+    if (d->string != NULL && strcmp(d->string, "tp") == 0 &&
+        cJSON_IsNumber(d) && d->valuedouble > MAX_TP)
+      large = 1;
+  cJSON_Delete(root);
+  return large;
+}
 
 static void check_plan(const tpdp_plan *plan) {
   for (int64_t t = 0; t < plan->tp_size; t++) {
@@ -60,6 +81,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (tpdp_model_desc_parse(text, &own) != TPDP_SUCCESS) goto done;
     model = own;
   }
+  if (tp_too_large(plan_text)) goto done;
   /* Small limits too: more buckets per input. */
   static const size_t limits[2] = {64, 256};
   for (int l = 0; l < 2; l++) {

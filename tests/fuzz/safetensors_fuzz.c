@@ -44,14 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       FUZZ_ASSERT(tpdp_safetensors_tensor_at(f, i, &t) == TPDP_SUCCESS, "%s",
                   tpdp_last_error());
       int j = -1;
-      FUZZ_ASSERT(tpdp_safetensors_find(f, t.name, &j) == TPDP_SUCCESS &&
-                      j == i,
-                  "tensor %d '%s' found at %d", i, t.name, j);
-      FUZZ_ASSERT(t.offset >= 8 && t.offset <= size &&
-                      t.nbytes <= size - t.offset,
-                  "tensor '%s' bytes [%llu, +%llu) outside the %zu-byte file",
-                  t.name, (unsigned long long)t.offset,
-                  (unsigned long long)t.nbytes, size);
+      FUZZ_ASSERT(
+          tpdp_safetensors_find(f, t.name, &j) == TPDP_SUCCESS && j == i,
+          "tensor %d '%s' found at %d", i, t.name, j);
+      FUZZ_ASSERT(
+          t.offset >= 8 && t.offset <= size && t.nbytes <= size - t.offset,
+          "tensor '%s' bytes [%llu, +%llu) outside the %zu-byte file", t.name,
+          (unsigned long long)t.offset, (unsigned long long)t.nbytes, size);
       if (t.nbytes > MAX_READ_BYTES) continue;
       read_as(f, i, &t, t.dtype);
       if (tpdp_dtype_is_float(t.dtype)) read_as(f, i, &t, TPDP_F64);
