@@ -199,9 +199,16 @@ tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim, int64_t start,
                     (long long)t->shape[dim], dim);
   tpdp_tensor v = *t;
   v.shape[dim] = length;
-  if (t->data != NULL)
-    v.data = (char *)t->data +
-             (size_t)(start * t->strides[dim]) * tpdp_dtype_size(t->dtype);
+  /* Views from tpdp_tensor_init cannot overflow here; hand-made strides
+   * can. */
+  int64_t off;
+  if (__builtin_mul_overflow(start, t->strides[dim], &off) ||
+      __builtin_mul_overflow(off, (int64_t)tpdp_dtype_size(t->dtype), &off))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "start %lld times stride %lld of dim %d overflows: the "
+                    "byte offset is outside int64",
+                    (long long)start, (long long)t->strides[dim], dim);
+  if (t->data != NULL) v.data = (char *)t->data + off;
   *out = v;
   return TPDP_SUCCESS;
 }

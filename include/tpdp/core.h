@@ -187,7 +187,8 @@ TPDP_API void tpdp_shape_format(int ndim, const int64_t *shape, char *buf,
 /* View of rows [start, start+length) along `dim`; shares memory with `t`.
  * The result is contiguous when `t` is and every dim before `dim` has size
  * 1 (always for dim 0). Errors: dim out of range, start/length outside
- * [0, shape[dim]]. */
+ * [0, shape[dim]], a byte offset (start times the dim's stride) outside
+ * int64 (only a hand-made view's strides can do that). */
 TPDP_API tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim,
                                         int64_t start, int64_t length,
                                         tpdp_tensor *out);

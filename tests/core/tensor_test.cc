@@ -269,6 +269,13 @@ TEST(Tensor, NarrowAlongEachDim) {
                     TPDP_ERR_INVALID_ARGUMENT, "dim 1");
   EXPECT_TPDP_ERROR(tpdp_tensor_narrow(&t, 0, INT64_MAX, 2, &v),
                     TPDP_ERR_INVALID_ARGUMENT, "dim 0");
+  // A hand-made stride whose byte offset overflows: refused, not wrapped.
+  tpdp_tensor wide = t;
+  wide.strides[0] = int64_t{1} << 61;
+  EXPECT_TPDP_ERROR(tpdp_tensor_narrow(&wide, 0, 2, 1, &v),
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "start 2 times stride 2305843009213693952 of dim 0 "
+                    "overflows");
   EXPECT_TPDP_ERROR(tpdp_tensor_narrow(nullptr, 0, 0, 1, &v),
                     TPDP_ERR_NULL_POINTER, "'t'");
   EXPECT_TPDP_ERROR(tpdp_tensor_narrow(&t, 0, 0, 1, nullptr),
