@@ -71,7 +71,10 @@ int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to);
 void ckpt_convert(void *dst, tpdp_dtype to, const void *src, tpdp_dtype from,
                   int64_t n);
 
-/* Checked element and byte counts of a shape; -1 on overflow. */
+/* Checked element and byte counts of a shape; -1 for a negative size or
+ * on overflow (core_shape_size's rule: the product of the non-zero sizes,
+ * times the element size for nbytes, must fit in int64, so that strides
+ * and offsets computed from the shape fit too). */
 int ckpt_shape_numel(int ndim, const int64_t *shape, int64_t *numel);
 int ckpt_shape_nbytes(int ndim, const int64_t *shape, tpdp_dtype dt,
                       uint64_t *nbytes);
@@ -295,7 +298,8 @@ typedef struct {
  * slice into dst at box_dst, converting dtypes; reads only the byte ranges
  * the box needs (coalescing nearby ones), or the whole slice with
  * src->verify (then checking its hash). box_shape NULL: no box, only
- * verify (dst unused). scratch: CKPT_CHUNK_BYTES bytes, or NULL. */
+ * verify (dst unused). scratch: at least CKPT_CHUNK_BYTES bytes or the
+ * slice's bytes, whichever is fewer, or NULL. */
 tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
                           const int64_t *box_shape, const ckpt_dst *dst,
                           const int64_t *box_dst, void *scratch);

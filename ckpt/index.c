@@ -184,8 +184,15 @@ static tpdp_status check_cover(const parser *p, const ckpt_tensor *t) {
   int64_t numel = 0, total = 0, n;
   ckpt_shape_numel(t->ndim, t->shape, &numel);
   for (int j = 0; j < t->nslices; j++) {
-    ckpt_shape_numel(t->ndim, t->slices[j].shape, &n);
-    total += n;
+    ckpt_shape_numel(t->ndim, t->slices[j].shape, &n); /* <= the tensor's */
+    /* Past MAX_PAIRWISE slices overlaps are not looked for: the sum of
+     * many slices can then pass int64. */
+    if (__builtin_add_overflow(total, n, &total))
+      return TPDP_ERR(TPDP_ERR_PARSE,
+                      "index '%s': tensor '%s': its slices hold more elements "
+                      "than int64 counts (slices overlap: the tensor has "
+                      "%lld)",
+                      p->path, t->name, (long long)numel);
     if (n == 0 || t->nslices > MAX_PAIRWISE) continue;
     for (int k = 0; k < j; k++)
       if (boxes_overlap(t->ndim, t->slices[j].off, t->slices[j].shape,
@@ -214,6 +221,12 @@ static tpdp_status parse_tensor(const parser *p, const cJSON *jt, int i,
   if (name[0] == '\0')
     return TPDP_ERR(TPDP_ERR_PARSE, "index '%s': %s\"name\" is empty", p->path,
                     what);
+  /* No data file could hold it (a state dict refuses it too). */
+  if (strcmp(name, "__metadata__") == 0)
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "index '%s': %s\"name\" '__metadata__' is reserved by the "
+                    "safetensors format and cannot name a tensor",
+                    p->path, what);
   t->name = core_strdup(name);
   if (t->name == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   char twhat[320];
@@ -225,10 +238,15 @@ static tpdp_status parse_tensor(const parser *p, const cJSON *jt, int i,
                     twhat, dt);
   CHECK(get_dims(p, jt, "shape", twhat, -1, t->shape, &t->ndim));
   uint64_t nb = 0;
-  if (ckpt_shape_nbytes(t->ndim, t->shape, t->dtype, &nb) != 0)
+  if (ckpt_shape_nbytes(t->ndim, t->shape, t->dtype, &nb) != 0) {
+    char sh[160];
+    tpdp_shape_format(t->ndim, t->shape, sh, sizeof sh);
     return TPDP_ERR(TPDP_ERR_PARSE,
-                    "index '%s': %sits shape overflows a 64-bit size", p->path,
-                    twhat);
+                    "index '%s': %sshape %s of %s overflows: its byte size "
+                    "(non-zero sizes times the element size) is above "
+                    "INT64_MAX",
+                    p->path, twhat, sh, dt);
+  }
   const cJSON *spec = cJSON_GetObjectItemCaseSensitive(jt, "spec");
   if (spec != NULL && !cJSON_IsNull(spec)) {
     if (!cJSON_IsObject(spec))
@@ -306,8 +324,11 @@ static tpdp_status parse_root(const parser *p, const cJSON *root) {
   CHECK(TPDP_CALLOC(ck->t, (size_t)n));
   const cJSON *jt;
   cJSON_ArrayForEach(jt, ts) {
-    CHECK(parse_tensor(p, jt, ck->nt, &ck->t[ck->nt]));
+    /* Counted first, so that ckpt_index_free frees a tensor that fails
+     * half-parsed (its name, its slices) too (found by
+     * tests/fuzz/ckpt_index_fuzz). */
     ck->nt++;
+    CHECK(parse_tensor(p, jt, ck->nt - 1, &ck->t[ck->nt - 1]));
   }
   CHECK(TPDP_CALLOC(ck->sorted, (size_t)ck->nt));
   for (int i = 0; i < ck->nt; i++)

@@ -215,7 +215,13 @@ tpdp_status tpdp_checkpoint_load(tpdp_state_dict *sd, const char *dir,
   cache.ck = ck;
   if (st == TPDP_SUCCESS) st = TPDP_CALLOC(cache.open, (size_t)ck->nfiles);
   if (st == TPDP_SUCCESS && jobs.n > 0) {
-    scratch = malloc(CKPT_CHUNK_BYTES);
+    /* Reads stay inside one slice: no more than the largest is needed. */
+    uint64_t most = 0;
+    for (int t = 0; t < ck->nt; t++)
+      for (int j = 0; j < ck->t[t].nslices; j++)
+        if (ck->t[t].slices[j].nbytes > most) most = ck->t[t].slices[j].nbytes;
+    scratch =
+        malloc(most < CKPT_CHUNK_BYTES ? (size_t)most + 1 : CKPT_CHUNK_BYTES);
     if (scratch == NULL)
       st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory (read buffer)");
   }

@@ -50,6 +50,16 @@ tpdp_status ckpt_check_entry(const char *fqn, const tpdp_tensor *local,
       return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                       "tensor '%s' has size %lld in dim %d", fqn,
                       (long long)local->shape[d], d);
+  /* A view written by hand can hold what tpdp_tensor_init refuses. */
+  if (core_shape_size(local->ndim, local->shape, tpdp_dtype_size(local->dtype),
+                      NULL) != 0) {
+    char sh[160];
+    tpdp_shape_format(local->ndim, local->shape, sh, sizeof sh);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "tensor '%s' has shape %s of %s, which overflows: its "
+                    "byte size is above INT64_MAX",
+                    fqn, sh, tpdp_dtype_name(local->dtype));
+  }
   if (tpdp_tensor_numel(local) > 0 && local->data == NULL)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER,
                     "tensor '%s' has %lld elements but NULL data", fqn,

@@ -77,23 +77,15 @@ void ckpt_convert(void *dst, tpdp_dtype to, const void *src, tpdp_dtype from,
 }
 
 int ckpt_shape_numel(int ndim, const int64_t *shape, int64_t *numel) {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; d++) {
-    if (shape[d] < 0 || __builtin_mul_overflow(n, shape[d], &n)) return -1;
-  }
-  *numel = n;
-  return 0;
+  return core_shape_size(ndim, shape, 1, numel) == 0 ? 0 : -1;
 }
 
 int ckpt_shape_nbytes(int ndim, const int64_t *shape, tpdp_dtype dt,
                       uint64_t *nbytes) {
+  size_t es = tpdp_dtype_size(dt);
   int64_t n;
-  uint64_t b;
-  if (ckpt_shape_numel(ndim, shape, &n) != 0 ||
-      __builtin_mul_overflow((uint64_t)n, (uint64_t)tpdp_dtype_size(dt), &b) ||
-      b > (uint64_t)INT64_MAX)
-    return -1;
-  *nbytes = b;
+  if (es == 0 || core_shape_size(ndim, shape, es, &n) != 0) return -1;
+  *nbytes = (uint64_t)n * es;
   return 0;
 }
 

@@ -116,6 +116,15 @@ tpdp_status core_calloc(void **out, size_t count, size_t size);
  * (capacity doubles). TPDP_ERR_OUT_OF_MEMORY leaves *items as it was. */
 tpdp_status core_grow(void **items, int *cap, int need, size_t elem);
 
+/* Checked size of a row-major shape of elements of elem_size bytes: 0 with
+ * *numel (the element count; numel may be NULL) when every size is >= 0
+ * and the product of the non-zero sizes times elem_size fits in int64, so
+ * that every row-major stride, byte size and byte offset of the shape fits
+ * too (a size of 0 does not excuse the others: their strides would still
+ * wrap). -1 for a negative size, -2 when that product overflows. */
+int core_shape_size(int ndim, const int64_t *shape, size_t elem_size,
+                    int64_t *numel);
+
 /* Same shape and dtype, else TPDP_ERR_SHAPE_MISMATCH / DTYPE_MISMATCH
  * naming both. Used by the host and CUDA copies. */
 tpdp_status core_check_copy_pair(const tpdp_tensor *dst,

@@ -71,6 +71,17 @@ tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data, tpdp_dtype dtype,
       return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "shape[%d] = %lld is negative", i,
                       (long long)shape[i]);
   }
+  /* Refused here, so that numel, nbytes, strides and offsets of every view
+   * made by init are exact int64 values. */
+  if (core_shape_size(ndim, shape, tpdp_dtype_size(dtype), NULL) != 0) {
+    char s[TPDP_MAX_DIMS * 24];
+    tpdp_shape_format(ndim, shape, s, sizeof s);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "shape %s of %s overflows: its size in bytes (the "
+                    "product of its non-zero sizes times %zu) is above "
+                    "INT64_MAX",
+                    s, tpdp_dtype_name(dtype), tpdp_dtype_size(dtype));
+  }
   tpdp_tensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
@@ -99,17 +110,38 @@ tpdp_tensor tpdp_tensor_1d(void *data, tpdp_dtype dtype, int64_t count) {
   return t;
 }
 
+int core_shape_size(int ndim, const int64_t *shape, size_t elem_size,
+                    int64_t *numel) {
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] < 0) return -1;
+  int64_t count = 1, bytes;
+  int zero = 0;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 0)
+      zero = 1;
+    else if (__builtin_mul_overflow(count, shape[i], &count))
+      return -2;
+  }
+  if (elem_size > (size_t)INT64_MAX ||
+      __builtin_mul_overflow(count, (int64_t)elem_size, &bytes))
+    return -2;
+  if (numel != NULL) *numel = zero ? 0 : count;
+  return 0;
+}
+
 int64_t tpdp_tensor_numel(const tpdp_tensor *t) {
   /* A view with a corrupt ndim has no elements we could safely name. */
   if (t == NULL || t->ndim < 0 || t->ndim > TPDP_MAX_DIMS) return 0;
-  int64_t n = 1;
-  for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-  return n;
+  int64_t n = 0;
+  return core_shape_size(t->ndim, t->shape, 1, &n) == 0 ? n : -1;
 }
 
 size_t tpdp_tensor_nbytes(const tpdp_tensor *t) {
-  if (t == NULL) return 0;
-  return (size_t)tpdp_tensor_numel(t) * tpdp_dtype_size(t->dtype);
+  if (t == NULL || t->ndim < 0 || t->ndim > TPDP_MAX_DIMS) return 0;
+  size_t es = tpdp_dtype_size(t->dtype);
+  int64_t n = 0;
+  if (core_shape_size(t->ndim, t->shape, es, &n) != 0) return 0;
+  return (size_t)n * es;
 }
 
 int tpdp_tensor_is_contiguous(const tpdp_tensor *t) {
@@ -167,9 +199,16 @@ tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim, int64_t start,
                     (long long)t->shape[dim], dim);
   tpdp_tensor v = *t;
   v.shape[dim] = length;
-  if (t->data != NULL)
-    v.data = (char *)t->data +
-             (size_t)(start * t->strides[dim]) * tpdp_dtype_size(t->dtype);
+  /* Views from tpdp_tensor_init cannot overflow here; hand-made strides
+   * can. */
+  int64_t off;
+  if (__builtin_mul_overflow(start, t->strides[dim], &off) ||
+      __builtin_mul_overflow(off, (int64_t)tpdp_dtype_size(t->dtype), &off))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "start %lld times stride %lld of dim %d overflows: the "
+                    "byte offset is outside int64",
+                    (long long)start, (long long)t->strides[dim], dim);
+  if (t->data != NULL) v.data = (char *)t->data + off;
   *out = v;
   return TPDP_SUCCESS;
 }
@@ -272,6 +311,22 @@ tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
   return TPDP_SUCCESS;
 }
 
+/* 1 if every element of a strided view (strides in elements, any sign)
+ * lies at a byte offset from its first that fits in int64. */
+static int strides_fit(int ndim, const int64_t *shape, const int64_t *strides,
+                       size_t es) {
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] == 0) return 1; /* no element at all */
+  int64_t lo = 0, hi = 0, step, bytes;
+  for (int i = 0; i < ndim; i++) {
+    if (__builtin_mul_overflow(shape[i] - 1, strides[i], &step)) return 0;
+    int64_t *end = step < 0 ? &lo : &hi; /* furthest back / forward */
+    if (__builtin_add_overflow(*end, step, end)) return 0;
+  }
+  return !__builtin_mul_overflow(lo, (int64_t)es, &bytes) &&
+         !__builtin_mul_overflow(hi, (int64_t)es, &bytes);
+}
+
 tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(in);
@@ -323,8 +378,18 @@ tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
   tpdp_tensor t;
   void *data = in->data ? (char *)in->data + in->byte_offset : NULL;
   CHECK(tpdp_tensor_init(&t, data, dtype, device, in->ndim, in->shape));
-  if (in->strides != NULL)
+  if (in->strides != NULL) {
+    if (!strides_fit(in->ndim, in->shape, in->strides, es)) {
+      char sh[TPDP_MAX_DIMS * 24], st[TPDP_MAX_DIMS * 24];
+      tpdp_shape_format(in->ndim, in->shape, sh, sizeof sh);
+      tpdp_shape_format(in->ndim, in->strides, st, sizeof st);
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "DLPack strides %s of shape %s overflow: an element's "
+                      "byte offset is outside int64",
+                      st, sh);
+    }
     for (int i = 0; i < in->ndim; i++) t.strides[i] = in->strides[i];
+  }
   *out = t;
   return TPDP_SUCCESS;
 }

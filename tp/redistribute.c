@@ -178,7 +178,7 @@ typedef struct {
 static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
                                  tpdp_tensor *out) {
   int64_t E = x->lout[d], k = x->k;
-  int64_t ch = (E + k - 1) / k;
+  int64_t ch = tp_ceil_div(E, k);
   if (E % k == 0 && outer_of(x->ndim, x->lin, d) == 1 &&
       tpdp_tensor_is_contiguous(in))
     return tpdp_allgather(x->comm, in, out);
@@ -235,7 +235,7 @@ static tpdp_status run_allreduce(const ctx *x, tpdp_reduce_op op,
 static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
                                       const tpdp_tensor *in, tpdp_tensor *out) {
   int64_t E = x->lin[j], k = x->k;
-  int64_t ch = (E + k - 1) / k;
+  int64_t ch = tp_ceil_div(E, k);
   if (E % k == 0 && outer_of(x->ndim, x->lin, j) == 1 &&
       tpdp_tensor_is_contiguous(in))
     return tpdp_reduce_scatter(x->comm, in, out, op);
@@ -286,7 +286,7 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
                                 const tpdp_tensor *in, tpdp_tensor *out) {
   int64_t k = x->k, c = x->c;
   int64_t Ei = x->lout[i], Ej = x->lin[j];
-  int64_t chi = (Ei + k - 1) / k, chj = (Ej + k - 1) / k;
+  int64_t chi = tp_ceil_div(Ei, k), chj = tp_ceil_div(Ej, k);
   int64_t B[TPDP_MAX_DIMS];
   memcpy(B, x->lin, sizeof B);
   B[i] = chi;

@@ -116,15 +116,16 @@ tpdp_status tpdp_placements_parse(const char *text, tpdp_placement *out,
 /* ------------------------------------------------------------ layout */
 
 void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size, int64_t *start) {
-  int64_t chunk = k > 0 ? (n + k - 1) / k : n;
-  int64_t lo = i * chunk;
-  if (lo >= n) {
+  /* The chunk's start and end without i * chunk or lo + chunk wrapping
+   * for n near INT64_MAX. */
+  int64_t chunk = k > 0 ? tp_ceil_div(n, k) : n;
+  int64_t lo;
+  if (__builtin_mul_overflow(i, chunk, &lo) || lo >= n) {
     *size = 0;
     *start = n;
     return;
   }
-  int64_t hi = lo + chunk < n ? lo + chunk : n;
-  *size = hi - lo;
+  *size = chunk < n - lo ? chunk : n - lo;
   *start = lo;
 }
 
@@ -221,6 +222,16 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
                       (long long)global_shape[d]);
   if (tpdp_dtype_size(dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)dtype);
+  /* The global strides, offsets and byte sizes below stay exact int64. */
+  if (core_shape_size(ndim, global_shape, tpdp_dtype_size(dtype), NULL) != 0) {
+    char g[TPDP_MAX_DIMS * 24];
+    tpdp_shape_format(ndim, global_shape, g, sizeof g);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "global shape %s of %s overflows: its size in bytes (the "
+                    "product of its non-zero sizes times %zu) is above "
+                    "INT64_MAX",
+                    g, tpdp_dtype_name(dtype), tpdp_dtype_size(dtype));
+  }
   CHECK(check_placements(mesh, placements, nplacements, ndim, dtype));
 
   tpdp_spec *s = NULL;

@@ -223,7 +223,9 @@ static tpdp_status from_json(const tpdp_mesh *mesh, const cJSON *root,
     int ok = ns == ndim;
     for (int d = ndim - 1; ok && d >= 0; d--) {
       ok = strides[d] == expect || shape[d] <= 1;
-      expect *= shape[d] > 0 ? shape[d] : 1;
+      /* On overflow tpdp_spec_create refuses the shape, naming it. */
+      if (shape[d] > 1 && __builtin_mul_overflow(expect, shape[d], &expect))
+        break;
     }
     if (!ok)
       return TPDP_ERR(TPDP_ERR_PARSE,

@@ -29,8 +29,14 @@ void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
                     int64_t *offset);
 
 /* torch.chunk of extent n over k: size and start of chunk i (start n for
- * an empty chunk). */
+ * an empty chunk). Exact for every n >= 0, k >= 1, i >= 0 (no wrap near
+ * INT64_MAX). */
 void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size, int64_t *start);
+
+/* ceil(n / k) for n >= 0, k >= 1, without the n + k - 1 that wraps. */
+static inline int64_t tp_ceil_div(int64_t n, int64_t k) {
+  return n / k + (n % k != 0);
+}
 
 /* ---- memory: the only place that touches tensor bytes outside the
  * communicator (tp/tp_mem.c). Host memory always; CUDA device memory in a

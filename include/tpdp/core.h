@@ -158,7 +158,10 @@ typedef struct {
 
 /* Fill *out as a contiguous view of `data` with the given shape.
  * Errors: NULL out/shape (with ndim > 0), ndim out of range, negative size,
- * bad dtype. `data` may be NULL only when the tensor is empty or for
+ * bad dtype; TPDP_ERR_INVALID_ARGUMENT ("shape [..] of f32 overflows") when
+ * the product of the non-zero sizes times the element size is above
+ * INT64_MAX (its strides and byte size would not fit, whether or not a size
+ * is 0). `data` may be NULL only when the tensor is empty or for
  * metadata-only use. */
 TPDP_API tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data,
                                       tpdp_dtype dtype, tpdp_device device,
@@ -167,8 +170,11 @@ TPDP_API tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data,
 TPDP_API tpdp_tensor tpdp_tensor_1d(void *data, tpdp_dtype dtype,
                                     int64_t count);
 
+/* Element count; -1 for a view tpdp_tensor_init would refuse (a negative
+ * size, or non-zero sizes whose product overflows int64), 0 for NULL. */
 TPDP_API int64_t tpdp_tensor_numel(const tpdp_tensor *t);
-/* numel * element size. */
+/* numel * element size; 0 for NULL, a bad dtype, or a view whose byte size
+ * overflows int64 (which tpdp_tensor_init refuses). */
 TPDP_API size_t tpdp_tensor_nbytes(const tpdp_tensor *t);
 /* 1 if row-major contiguous (size-1 and empty dims may have any stride). */
 TPDP_API int tpdp_tensor_is_contiguous(const tpdp_tensor *t);
@@ -181,7 +187,8 @@ TPDP_API void tpdp_shape_format(int ndim, const int64_t *shape, char *buf,
 /* View of rows [start, start+length) along `dim`; shares memory with `t`.
  * The result is contiguous when `t` is and every dim before `dim` has size
  * 1 (always for dim 0). Errors: dim out of range, start/length outside
- * [0, shape[dim]]. */
+ * [0, shape[dim]], a byte offset (start times the dim's stride) outside
+ * int64 (only a hand-made view's strides can do that). */
 TPDP_API tpdp_status tpdp_tensor_narrow(const tpdp_tensor *t, int dim,
                                         int64_t start, int64_t length,
                                         tpdp_tensor *out);
@@ -195,7 +202,9 @@ TPDP_API tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src);
  * while *t lives and is unchanged. Errors: NULL pointers.
  * from_dlpack: copies shape and strides (NULL strides = contiguous) and folds
  * byte_offset into data. Errors: dtype or device tpdp cannot represent,
- * ndim > TPDP_MAX_DIMS, byte_offset not a multiple of the element size. */
+ * ndim > TPDP_MAX_DIMS, byte_offset not a multiple of the element size, a
+ * shape tpdp_tensor_init refuses, strides that put an element's byte
+ * offset outside int64 (TPDP_ERR_INVALID_ARGUMENT, "... overflow"). */
 TPDP_API tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out);
 TPDP_API tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in,
                                              tpdp_tensor *out);

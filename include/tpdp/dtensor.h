@@ -80,7 +80,9 @@ typedef struct tpdp_spec tpdp_spec;
  *   TPDP_ERR_MESH_SIZE         a mesh of size 0
  *   TPDP_ERR_INVALID_ARGUMENT  nplacements != mesh ndim; a Shard dim < 0 or
  *                              >= ndim (naming mesh dim and tensor ndim);
- *                              a bad placement kind or op
+ *                              a bad placement kind or op; a global
+ *                              shape that overflows (non-zero sizes times
+ *                              the element size above INT64_MAX)
  *   TPDP_ERR_TOO_MANY_DIMS     ndim < 0 or > TPDP_MAX_DIMS
  *   TPDP_ERR_BAD_DIM_SIZE      a negative global size
  *   TPDP_ERR_DTYPE_MISMATCH    an invalid dtype

@@ -132,6 +132,17 @@ TEST(CheckpointIndex, RefusesInconsistentIndexes) {
   });
   add("meta", {"metadata 'step' is not a string"},
       [](Parts &p) { p.meta = R"("metadata":{"step":5},)"; });
+  // No data file could hold a tensor of that name.
+  add("reserved", {"tensors[0]", "'__metadata__' is reserved"},
+      [](Parts &p) { p.name = R"("name":"__metadata__",)"; });
+  add("bigshape", {"'w'", "shape [4294967296, 4294967296, 8] of F32 overflows"},
+      [](Parts &p) { p.shape = R"("shape":[4294967296,4294967296,8],)"; });
+  // A zero size does not excuse the others: their strides would wrap.
+  add("emptyhuge",
+      {"'w'", "shape [0, 1099511627776, 1099511627776] of F32 overflows"},
+      [](Parts &p) {
+        p.shape = R"("shape":[0,1099511627776,1099511627776],)";
+      });
   for (const Bad &b : cases) {
     SCOPED_TRACE(b.tag);
     std::string dir = Write(b.tag, Json(b.p));
@@ -153,6 +164,29 @@ TEST(CheckpointIndex, RefusesInconsistentIndexes) {
   dir = Write("foreign", R"({"weight_map":{}})");
   EXPECT_TPDP_ERROR(tpdp_checkpoint_open(dir.c_str(), nullptr, &ck),
                     TPDP_ERR_PARSE, "not a tpdp checkpoint index");
+}
+
+// Overlaps are looked for among at most 4096 slices of a tensor; past
+// that, slices each as large as the tensor must not wrap the element count
+// into a match: 4097 slices of 2^53 elements sum past INT64_MAX.
+TEST(CheckpointIndex, RefusesSliceCountsThatOverflow) {
+  std::string slices;
+  for (int j = 0; j < 4097; j++)
+    slices +=
+        std::string(j ? "," : "") +
+        R"({"file":"f.safetensors","offsets":[0],"shape":[9007199254740992],)"
+        R"("nbytes":9007199254740992,"xxh64":"0000000000000000","rank":0})";
+  std::string dir =
+      Write("manyslices",
+            R"({"tpdp":{"format":"tpdp-checkpoint","version":1,"generation":1,)"
+            R"("world_size":1,"tensors":[{"name":"big","dtype":"U8",)"
+            R"("shape":[9007199254740992],"slices":[)" +
+                slices + "]}]}}");
+  tpdp_checkpoint *ck = nullptr;
+  EXPECT_TPDP_ERROR(tpdp_checkpoint_open(dir.c_str(), nullptr, &ck),
+                    TPDP_ERR_PARSE, "tpdp_checkpoint_open", "'big'",
+                    "slices hold more elements than int64 counts");
+  EXPECT_EQ(ck, nullptr);
 }
 
 }  // namespace

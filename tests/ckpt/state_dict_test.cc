@@ -38,6 +38,13 @@ TEST_F(StateDict, AddChecksEntries) {
   nodata.data = nullptr;
   EXPECT_TPDP_ERROR(tpdp_state_dict_add(sd, "x", &nodata, nullptr),
                     TPDP_ERR_NULL_POINTER, "'x'", "NULL data");
+  // A view written by hand whose size tpdp_tensor_init would refuse.
+  tpdp_tensor huge = t;
+  huge.shape[0] = int64_t{1} << 62;
+  EXPECT_TPDP_ERROR(tpdp_state_dict_add(sd, "huge", &huge, nullptr),
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "tensor 'huge' has shape [4611686018427387904, 7] of f32, "
+                    "which overflows");
   // A spec on a layout-only 2-rank mesh: rank 0 holds 6 of 12 rows.
   tpdp_mesh *mesh = nullptr;
   ASSERT_TPDP_OK(tpdp_mesh_create_from_string(nullptr, "tp=2", &mesh));

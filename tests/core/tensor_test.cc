@@ -124,6 +124,47 @@ TEST(Tensor, InitRejectsBadInput) {
                     TPDP_ERR_BAD_DIM_SIZE, "shape[1]", "-2");
 }
 
+// Sizes that overflow are refused at init, never wrapped: the product of
+// the non-zero sizes times the element size must fit in int64 (a zero size
+// empties the tensor but leaves the others' strides to compute).
+TEST(Tensor, InitRefusesShapesWhoseSizeOverflows) {
+  tpdp_tensor t;
+  int64_t two_max[2] = {INT64_MAX, 2};
+  EXPECT_TPDP_ERROR(tpdp_tensor_init(&t, nullptr, TPDP_F32, kCpu, 2, two_max),
+                    TPDP_ERR_INVALID_ARGUMENT, "tpdp_tensor_init",
+                    "shape [9223372036854775807, 2] of f32 overflows");
+  // 2^61 f32 elements are 2^63 bytes: one byte past INT64_MAX.
+  int64_t bytes_over[1] = {int64_t{1} << 61};
+  EXPECT_TPDP_ERROR(
+      tpdp_tensor_init(&t, nullptr, TPDP_F32, kCpu, 1, bytes_over),
+      TPDP_ERR_INVALID_ARGUMENT,
+      "shape [2305843009213693952] of f32 overflows");
+  int64_t empty_but_huge[3] = {0, int64_t{1} << 40, int64_t{1} << 40};
+  EXPECT_TPDP_ERROR(
+      tpdp_tensor_init(&t, nullptr, TPDP_U8, kCpu, 3, empty_but_huge),
+      TPDP_ERR_INVALID_ARGUMENT, "[0, 1099511627776, 1099511627776] of u8",
+      "overflows");
+  // The largest that fits: (2^61 - 1) * 4 bytes; INT64_MAX one-byte items.
+  int64_t f32_max[1] = {(int64_t{1} << 61) - 1};
+  ASSERT_TPDP_OK(tpdp_tensor_init(&t, nullptr, TPDP_F32, kCpu, 1, f32_max));
+  EXPECT_EQ(tpdp_tensor_numel(&t), (int64_t{1} << 61) - 1);
+  EXPECT_EQ(tpdp_tensor_nbytes(&t), (size_t{1} << 63) - 4);
+  int64_t u8_max[2] = {INT64_MAX, 0};
+  ASSERT_TPDP_OK(tpdp_tensor_init(&t, nullptr, TPDP_U8, kCpu, 2, u8_max));
+  EXPECT_EQ(t.strides[0], 1);
+  EXPECT_EQ(tpdp_tensor_numel(&t), 0);
+  // A view written by hand that init would refuse has no element count.
+  tpdp_tensor hand = tpdp_tensor_1d(nullptr, TPDP_F64, INT64_MAX);
+  EXPECT_EQ(tpdp_tensor_numel(&hand), INT64_MAX);
+  EXPECT_EQ(tpdp_tensor_nbytes(&hand), 0u);  // 8 * INT64_MAX bytes overflow
+  hand.ndim = 2;
+  hand.shape[1] = 3;
+  EXPECT_EQ(tpdp_tensor_numel(&hand), -1);
+  hand.shape[1] = -1;
+  EXPECT_EQ(tpdp_tensor_numel(&hand), -1);
+  EXPECT_EQ(tpdp_tensor_nbytes(&hand), 0u);
+}
+
 TEST(Tensor, Contiguity) {
   float buf[6];
   // A transposed [2, 3]: shape [3, 2], strides [1, 3].
@@ -228,6 +269,13 @@ TEST(Tensor, NarrowAlongEachDim) {
                     TPDP_ERR_INVALID_ARGUMENT, "dim 1");
   EXPECT_TPDP_ERROR(tpdp_tensor_narrow(&t, 0, INT64_MAX, 2, &v),
                     TPDP_ERR_INVALID_ARGUMENT, "dim 0");
+  // A hand-made stride whose byte offset overflows: refused, not wrapped.
+  tpdp_tensor wide = t;
+  wide.strides[0] = int64_t{1} << 61;
+  EXPECT_TPDP_ERROR(tpdp_tensor_narrow(&wide, 0, 2, 1, &v),
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "start 2 times stride 2305843009213693952 of dim 0 "
+                    "overflows");
   EXPECT_TPDP_ERROR(tpdp_tensor_narrow(nullptr, 0, 0, 1, &v),
                     TPDP_ERR_NULL_POINTER, "'t'");
   EXPECT_TPDP_ERROR(tpdp_tensor_narrow(&t, 0, 0, 1, nullptr),
@@ -436,6 +484,28 @@ TEST(DLPack, RejectsWhatTpdpCannotRepresent) {
     EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&dl, &t),
                       TPDP_ERR_DEVICE_MISMATCH, what.c_str());
   }
+  // Strides that put an element past int64 bytes: 2 rows 2^62 elements
+  // apart are 2^64 bytes apart as f32.
+  DLTensor far = base;
+  int64_t far_strides[1] = {int64_t{1} << 62};
+  far.strides = far_strides;
+  EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&far, &t),
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "strides [4611686018427387904] of shape [2] overflow");
+  int64_t back_strides[1] = {INT64_MIN};
+  far.strides = back_strides;
+  EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&far, &t),
+                    TPDP_ERR_INVALID_ARGUMENT, "overflow");
+  // Negative strides that stay in range are views like any other.
+  int64_t rev_strides[1] = {-1};
+  far.strides = rev_strides;
+  EXPECT_TPDP_OK(tpdp_tensor_from_dlpack(&far, &t));
+  DLTensor huge = base;
+  int64_t huge_shape[2] = {INT64_MAX, 2};
+  huge.ndim = 2;
+  huge.shape = huge_shape;
+  EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&huge, &t),
+                    TPDP_ERR_INVALID_ARGUMENT, "overflows");
   DLTensor nine = base;
   nine.ndim = 9;
   EXPECT_TPDP_ERROR(tpdp_tensor_from_dlpack(&nine, &t), TPDP_ERR_TOO_MANY_DIMS,

@@ -116,6 +116,19 @@ TEST(Json, Errors) {
                           "\"R\"],\"shape\":[3.5],\"dtype\":\"f32\"}",
                           &s),
       TPDP_ERR_PARSE, "'shape'[0]");
+  // A shape whose size overflows, with a "stride" to check: said, not a
+  // wrapped product (the stride check multiplied in int64 before; found by
+  // tests/fuzz/spec_json_fuzz, corpus input overflow-stride-check).
+  EXPECT_TPDP_ERROR(
+      tpdp_spec_from_json(
+          mesh.m,
+          "{\"mesh\":{\"shape\":[2,2]},\"placements\":[\"S0\",\"R\"],"
+          "\"shape\":[9007199254740992,9007199254740992,9007199254740992],"
+          "\"stride\":[0,9007199254740992,1],\"dtype\":\"f32\"}",
+          &s),
+      TPDP_ERR_INVALID_ARGUMENT,
+      "global shape [9007199254740992, 9007199254740992, 9007199254740992] "
+      "of f32 overflows");
   EXPECT_EQ(s, nullptr);
 }
 

@@ -290,6 +290,56 @@ TEST(Spec, BadInput) {
                     TPDP_ERR_INVALID_ARGUMENT, "rank -1");
 }
 
+// Global shapes whose size overflows are refused; the largest that fit
+// shard without wrapping (ceil(n/k) used to compute n + k - 1, which wraps
+// for n near INT64_MAX into negative local sizes).
+TEST(Spec, OverflowingShapesAreRefusedAndHugeOnesShardExactly) {
+  Mesh two({2});
+  tpdp_placement s0 = tpdp_shard(0);
+  tpdp_spec *s = reinterpret_cast<tpdp_spec *>(0x1);
+  int64_t both_max[2] = {INT64_MAX, INT64_MAX};
+  EXPECT_TPDP_ERROR(
+      tpdp_spec_create(two.m, &s0, 1, 2, both_max, TPDP_F32, kCpu, &s),
+      TPDP_ERR_INVALID_ARGUMENT, "tpdp_spec_create",
+      "global shape [9223372036854775807, 9223372036854775807] of f32 "
+      "overflows");
+  EXPECT_EQ(s, nullptr);
+  // Bytes, not only elements: 2^62 f32 elements are 2^64 bytes.
+  int64_t bytes_over[1] = {int64_t{1} << 62};
+  EXPECT_TPDP_ERROR(
+      tpdp_spec_create(two.m, &s0, 1, 1, bytes_over, TPDP_F32, kCpu, &s),
+      TPDP_ERR_INVALID_ARGUMENT, "[4611686018427387904] of f32 overflows");
+  // A zero size does not excuse the others (their strides would wrap).
+  int64_t empty_huge[3] = {0, int64_t{1} << 32, int64_t{1} << 32};
+  EXPECT_TPDP_ERROR(
+      tpdp_spec_create(two.m, &s0, 1, 3, empty_huge, TPDP_U8, kCpu, &s),
+      TPDP_ERR_INVALID_ARGUMENT, "overflows");
+
+  // INT64_MAX one-byte elements fit. Over 2 ranks: chunk ceil(n/2) =
+  // 2^62; over 3: n = 3 * 3074457345618258602 + 1, chunk
+  // 3074457345618258603, the last rank gets n - 2 * chunk.
+  int64_t max[1] = {INT64_MAX};
+  Spec half;
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(two.m, &s0, 1, 1, max, TPDP_U8, kCpu, &half.s));
+  V off;
+  EXPECT_EQ(Shape(half.s, 0, &off), V({int64_t{1} << 62}));
+  EXPECT_EQ(off, V({0}));
+  EXPECT_EQ(Shape(half.s, 1, &off), V({(int64_t{1} << 62) - 1}));
+  EXPECT_EQ(off, V({int64_t{1} << 62}));
+  EXPECT_EQ(tpdp_spec_global_strides(half.s)[0], 1);
+  Mesh three({3});
+  Spec third;
+  ASSERT_TPDP_OK(
+      tpdp_spec_create(three.m, &s0, 1, 1, max, TPDP_U8, kCpu, &third.s));
+  EXPECT_EQ(Shape(third.s, 0, &off), V({3074457345618258603}));
+  EXPECT_EQ(off, V({0}));
+  EXPECT_EQ(Shape(third.s, 1, &off), V({3074457345618258603}));
+  EXPECT_EQ(off, V({3074457345618258603}));
+  EXPECT_EQ(Shape(third.s, 2, &off), V({3074457345618258601}));
+  EXPECT_EQ(off, V({6148914691236517206}));
+}
+
 TEST(DTensor, FlattenIsZeroCopy) {
   Mesh mesh({2, 2});
   tpdp_placement pl[2] = {tpdp_shard(0), tpdp_shard(1)};

@@ -7,6 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+static FILE *message_stream;
+
+void cli_set_message_stream(FILE *f) { message_stream = f; }
+
+/* Where messages go: stderr unless cli_set_message_stream said otherwise
+ * (stderr is not a constant, so it cannot be the initial value). */
+static FILE *messages(void) { return message_stream ? message_stream : stderr; }
+
 int cli_wants_help(int argc, char **argv) {
   for (int i = 1; i < argc; i++)
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
@@ -14,9 +22,9 @@ int cli_wants_help(int argc, char **argv) {
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
-  fprintf(stderr, "tpdp %s: ", cmd);
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(see tpdp %s --help)\n", cmd);
+  fprintf(messages(), "tpdp %s: ", cmd);
+  fprintf(messages(), fmt, arg);
+  fprintf(messages(), "\n(see tpdp %s --help)\n", cmd);
   return 2;
 }
 
@@ -68,8 +76,8 @@ int cli_int_option(const char *cmd, const char *opt, const char *text,
     range_text(r, min, max, range, sizeof range);
     snprintf(why, sizeof why, "is %s", range);
   }
-  fprintf(stderr, "tpdp %s: %s '%s' %s\n(see tpdp %s --help)\n", cmd, opt, text,
-          why, cmd);
+  fprintf(messages(), "tpdp %s: %s '%s' %s\n(see tpdp %s --help)\n", cmd, opt,
+          text, why, cmd);
   return 2;
 }
 
@@ -93,12 +101,13 @@ int cli_int_list_option(const char *cmd, const char *opt, const char *text,
     else if (r != CLI_INT_OK)
       range_text(r, min, max, why, sizeof why);
     if (r != CLI_INT_OK)
-      fprintf(stderr, "tpdp %s: bad %s value '%s': %s\n(see tpdp %s --help)\n",
-              cmd, opt, *tok ? tok : "(empty)", why, cmd);
+      fprintf(messages(),
+              "tpdp %s: bad %s value '%s': %s\n(see tpdp %s --help)\n", cmd,
+              opt, *tok ? tok : "(empty)", why, cmd);
     free(tok);
     if (r != CLI_INT_OK) return 2;
     if (*n >= maxn) {
-      fprintf(stderr,
+      fprintf(messages(),
               "tpdp %s: %s '%s' has more than %d %s\n(see tpdp %s --help)\n",
               cmd, opt, text, maxn, items, cmd);
       return 2;
@@ -153,7 +162,7 @@ int cli_mesh_create(const char *cmd, const char *text, int allow_sizes,
     for (int d = 0; d < n; d++)
       if (__builtin_mul_overflow(world, sizes[d], &world)) world = INT64_MAX;
     if (world > CLI_MAX_RANKS) {
-      fprintf(stderr,
+      fprintf(messages(),
               "tpdp %s: mesh '%s' has %s%" PRId64
               " ranks: too large (max %d)\n",
               cmd, text, world == INT64_MAX ? "more than " : "", world,
@@ -163,17 +172,40 @@ int cli_mesh_create(const char *cmd, const char *text, int allow_sizes,
     st = tpdp_mesh_create(NULL, n, sizes, NULL, out);
   }
   if (st != TPDP_SUCCESS) {
-    fprintf(stderr, "tpdp %s: bad --mesh: %s\n", cmd, tpdp_last_error());
+    fprintf(messages(), "tpdp %s: bad --mesh: %s\n", cmd, tpdp_last_error());
     return 2;
   }
   int64_t world = tpdp_mesh_size(*out);
   if (world > CLI_MAX_RANKS) {
-    fprintf(stderr,
+    fprintf(messages(),
             "tpdp %s: mesh '%s' has %" PRId64 " ranks: too large (max %d)\n",
             cmd, text, world, CLI_MAX_RANKS);
     tpdp_mesh_destroy(*out);
     *out = NULL;
     return 2;
   }
+  return 0;
+}
+
+int cli_shape_option(const char *cmd, const char *opt, const char *text,
+                     tpdp_dtype dtype, int *ndim, int64_t *shape) {
+  size_t es = tpdp_dtype_size(dtype);
+  int64_t max = INT64_MAX / (int64_t)(es ? es : 1);
+  int rc = cli_int_list_option(cmd, opt, text, "sizes", "10,7", 0, max, 1,
+                               TPDP_MAX_DIMS, shape, ndim);
+  if (rc != 0) return rc;
+  /* The non-zero sizes: a size of 0 empties the tensor but leaves the
+   * strides of the others to compute (tpdp_tensor_init's rule). */
+  int64_t numel = 1;
+  for (int d = 0; d < *ndim; d++)
+    if (shape[d] != 0 &&
+        (__builtin_mul_overflow(numel, shape[d], &numel) || numel > max)) {
+      fprintf(messages(),
+              "tpdp %s: %s '%s': the element count overflows: its bytes "
+              "as %s must fit in int64 (max %" PRId64
+              " elements)\n(see tpdp %s --help)\n",
+              cmd, opt, text, tpdp_dtype_name(dtype), max, cmd);
+      return 2;
+    }
   return 0;
 }

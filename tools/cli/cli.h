@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tools/planning/plan.h"
 #include "tpdp/comm.h"
@@ -16,6 +17,11 @@
  * shard` print a line per rank, `tpdp plan` a plan per tp rank): one limit
  * for all, the planning library's. */
 #define CLI_MAX_RANKS TPDP_PLAN_MAX_RANKS
+
+/* Where the helpers print their messages: stderr (the default, also after
+ * f = NULL) or f. Not thread-safe; the fuzz target sends them to
+ * /dev/null. */
+void cli_set_message_stream(FILE *f);
 
 /* 1 if any argv[i] (i >= 1) is -h or --help. */
 int cli_wants_help(int argc, char **argv);
@@ -58,6 +64,16 @@ int cli_int_list_option(const char *cmd, const char *opt, const char *text,
                         const char *items, const char *example, int64_t min,
                         int64_t max, int allow_empty, int maxn, int64_t *out,
                         int *n);
+
+/* Option `opt`'s value `text` as a tensor shape: at most TPDP_MAX_DIMS
+ * sizes >= 0 (an empty text is a scalar) whose byte size as `dtype`
+ * elements fits in int64, zero sizes aside (the product of the non-zero
+ * sizes, as tpdp_tensor_init requires). Messages as cli_int_list_option's,
+ * and "--shape '2305843009213693951,2': the element count overflows: an
+ * f32 tensor's bytes must fit in int64 (max 2305843009213693951
+ * elements)". */
+int cli_shape_option(const char *cmd, const char *opt, const char *text,
+                     tpdp_dtype dtype, int *ndim, int64_t *shape);
 
 /* --limits-bytes "L1,L2,..." into a new array (*out, free()) of *n bucket
  * size limits, each > 0. */

@@ -31,29 +31,6 @@ static int fail(const char *what, int rc) {
   return rc;
 }
 
-/* Each dim and the element count of the (f32) tensor are bounded so that
- * its byte size fits in int64: beyond it the library's sizes, offsets and
- * chunk arithmetic would wrap around. */
-#define SHARD_MAX_ELEMENTS (INT64_MAX / 4)
-
-static int parse_shape(const char *text, int *ndim, int64_t *shape) {
-  int rc =
-      cli_int_list_option("shard", "--shape", text, "sizes", "10,7", 0,
-                          SHARD_MAX_ELEMENTS, 1, TPDP_MAX_DIMS, shape, ndim);
-  if (rc != 0) return rc;
-  int64_t numel = 1;
-  for (int d = 0; d < *ndim; d++)
-    if (__builtin_mul_overflow(numel, shape[d], &numel) ||
-        numel > SHARD_MAX_ELEMENTS) {
-      fprintf(stderr,
-              "tpdp shard: --shape '%s': the element count overflows: an f32 "
-              "tensor's bytes must fit in int64 (max %lld elements)\n",
-              text, (long long)SHARD_MAX_ELEMENTS);
-      return 2;
-    }
-  return 0;
-}
-
 static void print_list(int n, const int64_t *v, int compact) {
   putchar('[');
   for (int i = 0; i < n; i++)
@@ -88,7 +65,10 @@ int cmd_shard(int argc, char **argv) {
   }
   int ndim = 0;
   int64_t shape[TPDP_MAX_DIMS];
-  int rc = parse_shape(shape_text, &ndim, shape);
+  /* An f32 tensor: its bytes must fit in int64, or the library's sizes,
+   * offsets and chunk arithmetic would wrap around. */
+  int rc =
+      cli_shape_option("shard", "--shape", shape_text, TPDP_F32, &ndim, shape);
   if (rc != 0) return rc;
   tpdp_mesh *mesh = NULL;
   rc = cli_mesh_create("shard", mesh_text, 1, &mesh);

@@ -145,6 +145,13 @@ static tpdp_status parse_param(const cJSON *obj, const char *path,
           cJSON_IsString(dtype) ? dtype->valuestring : "a non-string",
           cJSON_IsString(dtype) ? "\"" : "");
   }
+  /* Plans add up bytes (size_t) and make tensor views of the shape, which
+   * need its byte size in int64. */
+  if (p->numel > INT64_MAX / (int64_t)tpdp_dtype_size(p->dtype))
+    return planning_error(TPDP_ERR_INVALID_ARGUMENT,
+                          "%s.shape: %lld elements of %s overflow: the byte "
+                          "size is above INT64_MAX",
+                          path, (long long)p->numel, tpdp_dtype_name(p->dtype));
   return TPDP_SUCCESS;
 }
 

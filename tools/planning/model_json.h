@@ -94,7 +94,8 @@ typedef struct tpdp_model_desc {
  * TPDP_ERR_BAD_DIM_SIZE (a shape entry that is not a positive integer, or
  * above PLANNING_JSON_INT_MAX: "too large (max 9007199254740991)");
  * TPDP_ERR_TOO_MANY_DIMS; TPDP_ERR_EMPTY_NAME; TPDP_ERR_INVALID_ARGUMENT
- * (a name containing '.', numel overflow, a parameter shared with itself);
+ * (a name containing '.', an element count or byte size that overflows
+ * int64, a parameter shared with itself);
  * TPDP_ERR_DUPLICATE (a name used twice in one module); TPDP_ERR_NOT_FOUND
  * (a "shared" FQN that names no parameter, a "calls" FQN that names no
  * module); TPDP_ERR_INVALID_ARGUMENT (a "calls" entry that is not a leaf,

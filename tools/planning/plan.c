@@ -466,7 +466,17 @@ static tpdp_status assign_buckets(tpdp_plan *plan) {
     tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
     for (int k = 0; k < plan->nparams && st == TPDP_SUCCESS; k++) {
       const tpdp_plan_param *pp = &plan->params[k];
-      plan->tp_bytes[t] += pp->local_bytes[t];
+      /* Each parameter's bytes fit in int64 (model_json.c); their sum, the
+       * buckets' sizes, must too. */
+      if (__builtin_add_overflow(plan->tp_bytes[t], pp->local_bytes[t],
+                                 &plan->tp_bytes[t]) ||
+          plan->tp_bytes[t] > (size_t)INT64_MAX) {
+        free(ts);
+        return planning_error(TPDP_ERR_INVALID_ARGUMENT,
+                              "the local parameters of tp rank %lld overflow: "
+                              "their byte size is above INT64_MAX at '%s'",
+                              (long long)t, pp->param->fqn);
+      }
       st =
           tpdp_tensor_init(&ts[k], NULL, pp->param->dtype, cpu, pp->param->ndim,
                            &pp->local_shapes[t * pp->param->ndim]);

@@ -55,6 +55,9 @@ expect_err 2 "bad --shape value '9223372036854775807': too large (max 2305843009
   shard --shape 9223372036854775807,9223372036854775807 --mesh 2 --placements S0
 expect_err 2 "--shape '2305843009213693951,2': the element count overflows" \
   shard --shape 2305843009213693951,2 --mesh 2 --placements S0
+# A zero size does not excuse the others (their strides would wrap).
+expect_err 2 "--shape '0,2305843009213693951,4': the element count overflows" \
+  shard --shape 0,2305843009213693951,4 --mesh 2 --placements S0
 expect_err 2 "bad --shape value '99999999999999999999': too large (max 2305843009213693951)" \
   shard --shape 99999999999999999999 --mesh 2 --placements S0
 expect_err 2 "bad --shape value '-1': too small (min 0)" \

@@ -302,6 +302,12 @@ const BadCase kBad[] = {
     {R"({"class": "M", "params": {"w": {"shape": [4611686018427387904]}}})",
      TPDP_ERR_BAD_DIM_SIZE, "params.w.shape[0] is too large",
      "(max 9007199254740991)"},
+    // 2^60 f64 elements fit in int64; their 2^63 bytes do not.
+    {R"({"class": "M", "params": {"w": {"shape": [1073741824, 1073741824],
+        "dtype": "f64"}}})",
+     TPDP_ERR_INVALID_ARGUMENT,
+     "params.w.shape: 1152921504606846976 elements of f64 overflow",
+     "above INT64_MAX"},
     {R"({"class": "M", "params": {"w": {"shape": [2, 1e30]}}})",
      TPDP_ERR_BAD_DIM_SIZE, "params.w.shape[1] is too large",
      "(max 9007199254740991)"},

@@ -216,6 +216,21 @@ TEST(Plan, Errors) {
       tpdp_plan_compute(m.d, R"({"mesh": {"dp": 2}})", &zero, 1, &p),
       TPDP_ERR_INVALID_ARGUMENT, "limit 0");
 
+  // Two parameters of 2^63 - 2^33 bytes each (f64 [2^30, 2^30 - 1]): each
+  // fits in int64, their sum, tp rank 0's bytes, does not.
+  Desc huge;
+  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+      R"({"class": "M", "params": {
+          "a": {"shape": [1073741824, 1073741823], "dtype": "f64"},
+          "b": {"shape": [1073741824, 1073741823], "dtype": "f64"}}})",
+      &huge.d));
+  EXPECT_PLANNING_ERROR(
+      tpdp_plan_compute(huge.d, R"({"mesh": {"dp": 2}})", nullptr, 0, &p),
+      TPDP_ERR_INVALID_ARGUMENT,
+      "the local parameters of tp rank 0 overflow: their byte size is above "
+      "INT64_MAX at 'b'");
+  EXPECT_EQ(p, nullptr);
+
   // A colwise style on a module whose weight is not 2-D.
   Desc ln;
   ASSERT_PLANNING_OK(tpdp_model_desc_parse(
