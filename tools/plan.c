@@ -432,7 +432,7 @@ static tpdp_status place_params(const planning_ctx *c,
     }
     tpdp_spec_destroy(spec);
   }
-  tpdp_mesh_destroy(mesh);
+  (void)tpdp_mesh_destroy(mesh); /* layout-only: nothing can fail */
 done:
   free(slot);
   return st;

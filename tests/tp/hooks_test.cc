@@ -91,7 +91,7 @@ struct Fixture : ::testing::Test {
   void TearDown() override {
     EXPECT_EQ(tpdp_module_destroy(root), TPDP_SUCCESS);
     for (tpdp_spec *s : specs) tpdp_spec_destroy(s);
-    tpdp_mesh_destroy(mesh);
+    EXPECT_TPDP_OK(tpdp_mesh_destroy(mesh));
   }
 
   std::vector<tpdp_param *> DParams() { return {scale, bw, iw, ib, lu}; }

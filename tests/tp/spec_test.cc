@@ -20,7 +20,7 @@ struct Mesh {
                          names.empty() ? nullptr : names.data(), &m);
     EXPECT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
   }
-  ~Mesh() { tpdp_mesh_destroy(m); }
+  ~Mesh() { (void)tpdp_mesh_destroy(m); }
 };
 
 struct Spec {
