@@ -17,8 +17,8 @@ namespace fake_backend {
 // What the fake does and what it saw. One at a time (Script::Current).
 struct Script {
   int split_calls = 0;
-  int fail_split_call = -1;         // this split call (0, 1, ...) fails
-  bool split_gives_nothing = false;  // split answers *out = NULL
+  int fail_split_call = -1;            // this split call (0, 1, ...) fails
+  bool split_gives_nothing = false;    // split answers *out = NULL
   std::set<std::string> fail_destroy;  // comm names whose destroy fails
   std::vector<std::string> destroyed;  // comm names, in destroy order
   int live = 0;                        // comms alive (the parent included)
@@ -51,8 +51,7 @@ inline const tpdp_comm_ops *Ops() {
   return &ops;
 }
 
-inline tpdp_status Split(tpdp_comm *comm, int color, int key,
-                         tpdp_comm **out) {
+inline tpdp_status Split(tpdp_comm *comm, int color, int key, tpdp_comm **out) {
   Script *s = Script::Current();
   int call = s->split_calls++;
   if (call == s->fail_split_call)
