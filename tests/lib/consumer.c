@@ -23,22 +23,36 @@ static int rank = -1;
     }                                                                        \
   } while (0)
 
-#define EXPECT(cond, ...)                                         \
-  do {                                                            \
-    if (!(cond)) {                                                \
-      fprintf(stderr, "consumer: rank %d: %s: ", rank, #cond);    \
-      fprintf(stderr, __VA_ARGS__);                               \
-      fprintf(stderr, "\n");                                      \
-      return 1;                                                   \
-    }                                                             \
+#define EXPECT(cond, ...)                                      \
+  do {                                                         \
+    if (!(cond)) {                                             \
+      fprintf(stderr, "consumer: rank %d: %s: ", rank, #cond); \
+      fprintf(stderr, __VA_ARGS__);                            \
+      fprintf(stderr, "\n");                                   \
+      return 1;                                                \
+    }                                                          \
   } while (0)
+
+static float absf(float x) { return x < 0 ? -x : x; }
 
 /* Rank r's gradients: weight element i is (r + 1) * (i + 1), bias element
  * i is 10 * (r + 1) + i: exact in f32. */
-static float absf(float x) { return x < 0 ? -x : x; }
-
 static float grad_w(int r, int i) { return (float)((r + 1) * (i + 1)); }
 static float grad_b(int r, int i) { return (float)(10 * (r + 1) + i); }
+
+/* The reducer's result for p: the mean over ranks of grad(r, i). */
+static int check_average(const tpdp_reducer_param *p, float (*grad)(int, int),
+                         int size) {
+  const float *got = p->grad.data;
+  for (int64_t i = 0; i < tpdp_tensor_numel(&p->grad); i++) {
+    float want = 0;
+    for (int r = 0; r < size; r++) want += grad(r, (int)i);
+    want /= (float)size;
+    EXPECT(absf(got[i] - want) <= 1e-6f * absf(want), "%s[%lld] = %g, want %g",
+           p->fqn, (long long)i, got[i], want);
+  }
+  return 0;
+}
 
 static int run(void) {
   tpdp_comm *world = NULL;
@@ -60,16 +74,15 @@ static int run(void) {
   const int64_t global[2] = {4, 3};
   const tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
   tpdp_spec *spec = NULL;
-  CHECK_OK(tpdp_spec_create(mesh, placements, 2, 2, global, TPDP_F32, cpu,
-                            &spec));
+  CHECK_OK(
+      tpdp_spec_create(mesh, placements, 2, 2, global, TPDP_F32, cpu, &spec));
   int64_t local_shape[2], offset[2];
-  CHECK_OK(tpdp_spec_local_shape(spec, tpdp_mesh_rank(mesh), local_shape,
-                                 offset));
+  CHECK_OK(
+      tpdp_spec_local_shape(spec, tpdp_mesh_rank(mesh), local_shape, offset));
   EXPECT(local_shape[0] == 2 && local_shape[1] == 3 && offset[0] == 2 * rank &&
              offset[1] == 0,
          "local shape [%lld, %lld] at [%lld, %lld]", (long long)local_shape[0],
-         (long long)local_shape[1], (long long)offset[0],
-         (long long)offset[1]);
+         (long long)local_shape[1], (long long)offset[0], (long long)offset[1]);
 
   /* This rank's shard, as a DTensor and back (zero-copy both ways). */
   float w[6], b[3];
@@ -96,8 +109,8 @@ static int run(void) {
   tpdp_reducer_param params[2];
   memset(params, 0, sizeof params);
   params[0].param = flat;
-  CHECK_OK(tpdp_tensor_init(&params[0].grad, gw, TPDP_F32, cpu, 2,
-                            local_shape));
+  CHECK_OK(
+      tpdp_tensor_init(&params[0].grad, gw, TPDP_F32, cpu, 2, local_shape));
   params[0].fqn = "fc.weight";
   params[1].param = tpdp_tensor_1d(b, TPDP_F32, 3);
   params[1].grad = tpdp_tensor_1d(gb, TPDP_F32, 3);
@@ -112,22 +125,9 @@ static int run(void) {
   CHECK_OK(tpdp_reducer_mark_ready(red, 1));
   CHECK_OK(tpdp_reducer_mark_ready(red, 0));
   CHECK_OK(tpdp_reducer_finalize(red));
-  vw = params[0].grad.data;
-  vb = params[1].grad.data;
-  for (int i = 0; i < 6; i++) {
-    float want = 0;
-    for (int r = 0; r < size; r++) want += grad_w(r, i);
-    want /= (float)size;
-    EXPECT(absf(vw[i] - want) <= 1e-6f * absf(want), "fc.weight[%d] = %g, want %g",
-           i, vw[i], want);
-  }
-  for (int i = 0; i < 3; i++) {
-    float want = 0;
-    for (int r = 0; r < size; r++) want += grad_b(r, i);
-    want /= (float)size;
-    EXPECT(absf(vb[i] - want) <= 1e-6f * absf(want), "fc.bias[%d] = %g, want %g",
-           i, vb[i], want);
-  }
+  if (check_average(&params[0], grad_w, size) != 0 ||
+      check_average(&params[1], grad_b, size) != 0)
+    return 1;
   CHECK_OK(tpdp_reducer_destroy(red));
   tpdp_spec_destroy(spec);
   CHECK_OK(tpdp_mesh_destroy(mesh));
