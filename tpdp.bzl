@@ -63,6 +63,22 @@ TPDP_NVCC_FLAGS = [
     # -fPIC: the objects also go into libtpdp.so.
     "-Xcompiler",
     "-fPIC",
+    # As TPDP_COPTS: the kernel launchers stay inside libtpdp.so.
+    "-Xcompiler",
+    "-fvisibility=hidden",
+    # libtpdp.so needs no C++ runtime (tests/lib/exports_test.sh). nvcc's
+    # host stubs would otherwise call libstdc++ (__cxa_guard_*) and libgcc_s
+    # (the exception personality): the code never throws, and the one
+    # function-local static per kernel (CUDA's host_runtime.h, its launch
+    # handle) is set by an idempotent __cudaGetKernel: two threads
+    # launching a kernel for the first time at once both store the same
+    # handle. On x86-64 a thread that sees it initialised sees the handle;
+    # on a weakly ordered CPU (aarch64) such a racing first launch could
+    # read it unset and fail with a CUDA error, reported as TPDP_ERR_CUDA.
+    "-Xcompiler",
+    "-fno-exceptions",
+    "-Xcompiler",
+    "-fno-threadsafe-statics",
 ]
 
 # The GPUs the device code is built for: sm_80 (A100) and sm_90 (H100,
