@@ -53,3 +53,59 @@ def tpdp_mpi_test(name, srcs, np, deps = [], data = [], args = [], tags = [], **
         tags = tags + ["exclusive", "mpi"],
         **kwargs
     )
+
+# nvcc, for every .cu file (tpdp_cuda_object). scripts/gpu-check builds the
+# same objects without Bazel and reads both lists from this file: keep the
+# `NAME = [` ... `]` form with one quoted flag per line.
+TPDP_NVCC_FLAGS = [
+    "-O2",
+    "-std=c++17",
+    # -fPIC: the objects also go into libtpdp.so.
+    "-Xcompiler",
+    "-fPIC",
+    # As TPDP_COPTS: the kernel launchers stay inside libtpdp.so.
+    "-Xcompiler",
+    "-fvisibility=hidden",
+    # libtpdp.so needs no C++ runtime (tests/lib/exports_test.sh). nvcc's
+    # host stubs would otherwise call libstdc++ (__cxa_guard_*) and libgcc_s
+    # (the exception personality): the code never throws, and the one
+    # function-local static per kernel (CUDA's host_runtime.h, its launch
+    # handle) is set by an idempotent __cudaGetKernel: two threads
+    # launching a kernel for the first time at once both store the same
+    # handle. On x86-64 a thread that sees it initialised sees the handle;
+    # on a weakly ordered CPU (aarch64) such a racing first launch could
+    # read it unset and fail with a CUDA error, reported as TPDP_ERR_CUDA.
+    "-Xcompiler",
+    "-fno-exceptions",
+    "-Xcompiler",
+    "-fno-threadsafe-statics",
+]
+
+# The GPUs the device code is built for: sm_80 (A100) and sm_90 (H100,
+# H200), plus sm_90 PTX that the driver compiles for newer GPUs.
+TPDP_CUDA_GENCODE = [
+    "-gencode=arch=compute_80,code=sm_80",
+    "-gencode=arch=compute_90,code=sm_90",
+    "-gencode=arch=compute_90,code=compute_90",
+]
+
+def tpdp_cuda_object(name, src, hdrs = [], extra_flags = []):
+    """`name`.o: nvcc -c of `src` (a .cu file) for TPDP_CUDA_GENCODE.
+
+    `hdrs`: the headers it includes (paths from the repository root, with
+    the root and include/ on the include path). `extra_flags` follow the
+    common TPDP_NVCC_FLAGS (e.g. -fmad=false). Tagged "manual": only
+    --config=cuda builds reach it (through a select on //:cuda), so a
+    default `bazel build //...` never needs the CUDA toolkit."""
+    native.genrule(
+        name = name,
+        srcs = [src] + hdrs,
+        outs = [name + ".o"],
+        cmd = " ".join(
+            ["$(location @cuda//:nvcc)", "-c"] + TPDP_NVCC_FLAGS +
+            TPDP_CUDA_GENCODE + extra_flags +
+            ["-I.", "-Iinclude", "-o", "$@", "$(location %s)" % src],
+        ),
+        tags = ["manual"],
+        tools = ["@cuda//:nvcc"],
+    )

@@ -242,6 +242,6 @@ int main(int argc, char **argv) {
 
   TRY(tpdp_module_destroy(root));
   for (int i = 0; i < NPARAMS; i++) TRY(tpdp_spec_destroy(specs[i]));
-  tpdp_mesh_destroy(mesh);
+  TRY(tpdp_mesh_destroy(mesh));
   return 0;
 }

@@ -125,7 +125,8 @@ int main(int argc, char **argv) {
   tpdp_spec_destroy(spec_s1);
   tpdp_spec_destroy(spec_r);
   tpdp_spec_destroy(spec_p);
-  tpdp_mesh_destroy(mesh);
+  tpdp_status mesh_st = tpdp_mesh_destroy(mesh); /* DIE reads it twice */
+  DIE(mesh_st);
   tpdp_finalize();
   return 0;
 }

@@ -29,7 +29,15 @@ tpdp_status tpdp_init(int *argc, char ***argv) {
   if (initialized) return TPDP_SUCCESS;
   CHECK(comm_mpi_backend_init(argc, argv, &we_initialized_mpi));
   tpdp_status st = comm_mpi_world(&world);
-  if (st != TPDP_SUCCESS) return st;
+  if (st != TPDP_SUCCESS) {
+    /* Leave MPI as it was found, so that a later tpdp_init starts over. */
+    core_first_error f;
+    core_first_error_init(&f);
+    core_first_error_add(&f, st);
+    core_first_error_add(&f, comm_mpi_backend_finalize(we_initialized_mpi));
+    we_initialized_mpi = 0;
+    return f.status;
+  }
   tpdp_log_set_rank(world->rank);
   initialized = 1;
   TPDP_INFO("initialised: %d ranks, tpdp %d", world->size, TPDP_VERSION);
@@ -40,10 +48,12 @@ tpdp_status tpdp_finalize(void) {
   TPDP_API_ENTRY;
   if (!initialized) return TPDP_SUCCESS;
   initialized = 0;
-  tpdp_status st = tpdp_comm_destroy(world);
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, tpdp_comm_destroy(world));
   world = NULL;
-  tpdp_status st2 = comm_mpi_backend_finalize(we_initialized_mpi);
-  return st != TPDP_SUCCESS ? st : st2;
+  core_first_error_add(&f, comm_mpi_backend_finalize(we_initialized_mpi));
+  return f.status;
 }
 
 int tpdp_is_initialized(void) { return initialized; }
@@ -116,13 +126,21 @@ tpdp_status tpdp_comm_order_after(tpdp_comm *comm, void *stream) {
 
 /* ------------------------------------------------------------ work */
 
+/* Release the handle after its wait: both statuses count, the wait's
+ * first. */
+static tpdp_status work_finish(tpdp_work *work, tpdp_status wait_st) {
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, wait_st);
+  core_first_error_add(&f, work->release(work));
+  free(work);
+  return f.status;
+}
+
 tpdp_status tpdp_work_wait(tpdp_work *work) {
   TPDP_API_ENTRY;
   if (work == NULL) return TPDP_SUCCESS;
-  tpdp_status st = work->wait(work);
-  if (work->release) work->release(work);
-  free(work);
-  return st;
+  return work_finish(work, work->wait(work));
 }
 
 tpdp_status tpdp_work_test(tpdp_work *work, int *done) {
@@ -136,10 +154,7 @@ tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream) {
   TPDP_API_ENTRY;
   if (work == NULL) return TPDP_SUCCESS;
   if (work->wait_stream == NULL) return tpdp_work_wait(work);
-  tpdp_status st = work->wait_stream(work, stream);
-  if (work->release) work->release(work);
-  free(work);
-  return st;
+  return work_finish(work, work->wait_stream(work, stream));
 }
 
 /* ------------------------------------------------------------ checks */

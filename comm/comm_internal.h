@@ -9,6 +9,10 @@
 #include "core/check.h"
 #include "tpdp/comm.h"
 
+#ifdef __cplusplus
+extern "C" { /* tests/comm/fake_backend.h plugs a backend in from C++ */
+#endif
+
 typedef enum {
   TPDP_COLL_ALLREDUCE = 0,
   TPDP_COLL_ALLGATHER,
@@ -66,8 +70,9 @@ struct tpdp_work {
   tpdp_status (*test)(tpdp_work *work, int *done);
   /* Make a CUDA stream wait (NCCL); NULL means host wait. */
   tpdp_status (*wait_stream)(tpdp_work *work, void *stream);
-  /* Release backend resources held by the handle. */
-  void (*release)(tpdp_work *work);
+  /* Release backend resources held by the handle (after wait or
+   * wait_stream, whatever they returned); the front end then frees it. */
+  tpdp_status (*release)(tpdp_work *work);
   void *impl;
 };
 
@@ -79,5 +84,9 @@ tpdp_status comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
 tpdp_status comm_mpi_backend_init(int *argc, char ***argv, int *we_initialized);
 tpdp_status comm_mpi_backend_finalize(int we_initialized);
 tpdp_status comm_mpi_world(tpdp_comm **out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TPDP_COMM_INTERNAL_H */

@@ -99,6 +99,22 @@ tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
   return TPDP_SUCCESS;
 }
 
+/* Row-major layout (comm.h). Callers have checked rank and coordinates
+ * against the sizes. */
+static void coords_of(const tpdp_mesh *m, int rank, int64_t *coords) {
+  int64_t r = rank;
+  for (int d = m->ndim - 1; d >= 0; d--) {
+    coords[d] = r % m->sizes[d];
+    r /= m->sizes[d];
+  }
+}
+
+static int rank_at(const tpdp_mesh *m, const int64_t *coords) {
+  int64_t r = 0;
+  for (int d = 0; d < m->ndim; d++) r = r * m->sizes[d] + coords[d];
+  return (int)r;
+}
+
 static tpdp_status validate_dims(int ndim, const int64_t *sizes,
                                  const char *const *names) {
   if (ndim < 1)
@@ -128,6 +144,16 @@ static tpdp_status validate_dims(int ndim, const int64_t *sizes,
                         "mesh dim name '%s' used by dims %d and %d", nm, j, i);
   }
   return TPDP_SUCCESS;
+}
+
+/* Destroy a partly made mesh after `st`, the failure that stopped its
+ * creation: returns st with its message, whatever the destroy does. */
+static tpdp_status destroy_after(tpdp_mesh *m, tpdp_status st) {
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, st);
+  core_first_error_add(&f, tpdp_mesh_destroy(m));
+  return f.status;
 }
 
 tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
@@ -172,15 +198,14 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
   }
   if (comm != NULL) {
     int64_t coords[TPDP_MAX_DIMS];
-    CHECK_GOTO(tpdp_mesh_coords(m, comm->rank, coords), st, fail);
+    coords_of(m, comm->rank, coords);
     for (int d = 0; d < ndim; d++) {
       /* Color: this rank's index with coordinate d zeroed, so ranks that
        * differ only in d share it; key: the coordinate along d. */
       int64_t c0[TPDP_MAX_DIMS];
       memcpy(c0, coords, sizeof c0);
       c0[d] = 0;
-      int color = 0;
-      CHECK_GOTO(tpdp_mesh_rank_of(m, c0, &color), st, fail);
+      int color = rank_at(m, c0);
       CHECK_GOTO(tpdp_comm_split(comm, color, (int)coords[d], &m->dim_comms[d]),
                  st, fail);
       if (m->dim_comms[d] == NULL) {
@@ -198,8 +223,7 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
   *out = m;
   return TPDP_SUCCESS;
 fail:
-  tpdp_mesh_destroy(m);
-  return st;
+  return destroy_after(m, st);
 }
 
 tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
@@ -219,10 +243,17 @@ tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
   return st;
 }
 
-void tpdp_mesh_destroy(tpdp_mesh *mesh) {
-  if (mesh == NULL) return;
-  for (int d = 0; d < mesh->ndim; d++) tpdp_comm_destroy(mesh->dim_comms[d]);
+tpdp_status tpdp_mesh_destroy(tpdp_mesh *mesh) {
+  TPDP_API_ENTRY;
+  if (mesh == NULL) return TPDP_SUCCESS;
+  /* Every dim's communicator is destroyed even when one fails; the first
+   * failure is reported. */
+  core_first_error f;
+  core_first_error_init(&f);
+  for (int d = 0; d < mesh->ndim; d++)
+    core_first_error_add(&f, tpdp_comm_destroy(mesh->dim_comms[d]));
   free(mesh);
+  return f.status;
 }
 
 int tpdp_mesh_ndim(const tpdp_mesh *mesh) { return mesh ? mesh->ndim : 0; }
@@ -264,11 +295,7 @@ tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank, int64_t *coords) {
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "rank %d outside [0, %lld) of the mesh", rank,
                     (long long)mesh->size);
-  int64_t r = rank;
-  for (int d = mesh->ndim - 1; d >= 0; d--) {
-    coords[d] = r % mesh->sizes[d];
-    r /= mesh->sizes[d];
-  }
+  coords_of(mesh, rank, coords);
   return TPDP_SUCCESS;
 }
 
@@ -278,16 +305,13 @@ tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
   CHECK_PTR(mesh);
   CHECK_PTR(coords);
   CHECK_PTR(rank);
-  int64_t r = 0;
-  for (int d = 0; d < mesh->ndim; d++) {
+  for (int d = 0; d < mesh->ndim; d++)
     if (coords[d] < 0 || coords[d] >= mesh->sizes[d])
       return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                       "coordinate %lld outside [0, %lld) of dim '%s'",
                       (long long)coords[d], (long long)mesh->sizes[d],
                       mesh->names[d]);
-    r = r * mesh->sizes[d] + coords[d];
-  }
-  *rank = (int)r;
+  *rank = rank_at(mesh, coords);
   return TPDP_SUCCESS;
 }
 
@@ -303,7 +327,7 @@ tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
   CHECK(tpdp_mesh_coords(mesh, rank, coords));
   for (int64_t i = 0; i < mesh->sizes[dim]; i++) {
     coords[dim] = i;
-    CHECK(tpdp_mesh_rank_of(mesh, coords, &ranks[i]));
+    ranks[i] = rank_at(mesh, coords);
   }
   return TPDP_SUCCESS;
 }

@@ -63,20 +63,26 @@ static int half_ops_ready;
 static long ring_min_bytes = RING_AVG_MIN_BYTES_DEFAULT;
 static long ring_chunk_bytes = RING_CHUNK_BYTES_DEFAULT;
 
-static tpdp_status mpi_error(int code, const char *call, const tpdp_comm *c) {
-  char msg[MPI_MAX_ERROR_STRING];
+/* MPI's text for an error code (its number if MPI has none). */
+static void mpi_error_text(int code, char *msg) {
   int len = 0;
   if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
-    snprintf(msg, sizeof msg, "MPI error %d", code);
+    snprintf(msg, MPI_MAX_ERROR_STRING, "MPI error %d", code);
+}
+
+/* TPDP_ERR_MPI naming the call, the communicator and MPI's text;
+ * TPDP_SUCCESS for MPI_SUCCESS. */
+static tpdp_status mpi_status(int code, const char *call, const tpdp_comm *c) {
+  if (code == MPI_SUCCESS) return TPDP_SUCCESS;
+  char msg[MPI_MAX_ERROR_STRING];
+  mpi_error_text(code, msg);
   return TPDP_ERR(TPDP_ERR_MPI, "%s failed on %s (rank %d): %s", call,
                   c ? c->name : "MPI_COMM_WORLD", c ? c->rank : -1, msg);
 }
 
-#define MPI_CHECK(call, comm)                                             \
-  do {                                                                    \
-    int mpi_rc_ = (call);                                                 \
-    if (mpi_rc_ != MPI_SUCCESS) return mpi_error(mpi_rc_, #call, (comm)); \
-  } while (0)
+/* Call MPI function `fn` with the remaining arguments; on failure return
+ * TPDP_ERR_MPI naming it (and communicator `comm`, NULL: the world). */
+#define MPI_CHECK(comm, fn, ...) CHECK(mpi_status(fn(__VA_ARGS__), #fn, (comm)))
 
 /* ---------------------------------------------------------- half ops */
 
@@ -102,7 +108,7 @@ static tpdp_status create_half_ops(void) {
                                   {bf16_sum, bf16_max, bf16_min}};
   for (int d = 0; d < 2; d++)
     for (int o = 0; o < 3; o++)
-      MPI_CHECK(MPI_Op_create(fns[d][o], 1, &half_ops[d][o]), NULL);
+      MPI_CHECK(NULL, MPI_Op_create, fns[d][o], 1, &half_ops[d][o]);
   half_ops_ready = 1;
   return TPDP_SUCCESS;
 }
@@ -143,23 +149,23 @@ tpdp_status comm_mpi_backend_init(int *argc, char ***argv,
                                   int *we_initialized) {
   int flag = 0, finalized = 0;
   *we_initialized = 0;
-  MPI_CHECK(MPI_Finalized(&finalized), NULL);
+  MPI_CHECK(NULL, MPI_Finalized, &finalized);
   if (finalized)
     return TPDP_ERR(TPDP_ERR_STATE,
                     "MPI has already been finalized; MPI (and so tpdp) "
                     "cannot be initialised again in this process");
-  MPI_CHECK(MPI_Initialized(&flag), NULL);
+  MPI_CHECK(NULL, MPI_Initialized, &flag);
   if (!flag) {
     int provided = 0;
     /* MULTIPLE lets the reducer's communication thread run a bucket's
      * allreduce while the caller's thread runs TP collectives. */
-    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided),
-              NULL);
+    MPI_CHECK(NULL, MPI_Init_thread, argc, argv, MPI_THREAD_MULTIPLE,
+              &provided);
     *we_initialized = 1;
   }
-  MPI_CHECK(MPI_Query_thread(&thread_level), NULL);
+  MPI_CHECK(NULL, MPI_Query_thread, &thread_level);
   /* Errors come back as codes so tpdp can report them, never abort. */
-  MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), NULL);
+  MPI_CHECK(NULL, MPI_Comm_set_errhandler, MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   if (!half_ops_ready) CHECK(create_half_ops());
   ring_min_bytes =
       core_env_long("TPDP_MPI_RING_AVG_MIN_BYTES", RING_AVG_MIN_BYTES_DEFAULT);
@@ -170,22 +176,28 @@ tpdp_status comm_mpi_backend_init(int *argc, char ***argv,
 }
 
 tpdp_status comm_mpi_backend_finalize(int we_initialized) {
+  core_first_error f;
+  core_first_error_init(&f);
   if (half_ops_ready) {
     for (int d = 0; d < 2; d++)
-      for (int o = 0; o < 3; o++) MPI_Op_free(&half_ops[d][o]);
+      for (int o = 0; o < 3; o++)
+        core_first_error_add(
+            &f, mpi_status(MPI_Op_free(&half_ops[d][o]), "MPI_Op_free", NULL));
     half_ops_ready = 0;
   }
   int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (we_initialized && !finalized) MPI_CHECK(MPI_Finalize(), NULL);
-  return TPDP_SUCCESS;
+  tpdp_status st = mpi_status(MPI_Finalized(&finalized), "MPI_Finalized", NULL);
+  core_first_error_add(&f, st);
+  if (st == TPDP_SUCCESS && we_initialized && !finalized)
+    core_first_error_add(&f, mpi_status(MPI_Finalize(), "MPI_Finalize", NULL));
+  return f.status;
 }
 
 static tpdp_status wrap_comm(MPI_Comm mc, const char *name, tpdp_comm **out) {
   int rank = 0, size = 0;
-  MPI_CHECK(MPI_Comm_set_errhandler(mc, MPI_ERRORS_RETURN), NULL);
-  MPI_CHECK(MPI_Comm_rank(mc, &rank), NULL);
-  MPI_CHECK(MPI_Comm_size(mc, &size), NULL);
+  MPI_CHECK(NULL, MPI_Comm_set_errhandler, mc, MPI_ERRORS_RETURN);
+  MPI_CHECK(NULL, MPI_Comm_rank, mc, &rank);
+  MPI_CHECK(NULL, MPI_Comm_size, mc, &size);
   mpi_comm_impl *impl = NULL;
   CHECK(TPDP_CALLOC(impl, 1));
   impl->comm = mc;
@@ -201,43 +213,51 @@ static tpdp_status wrap_comm(MPI_Comm mc, const char *name, tpdp_comm **out) {
   return TPDP_SUCCESS;
 }
 
+/* wrap_comm, freeing `mc` when it fails (its failure reported first). */
+static tpdp_status wrap_or_free(MPI_Comm mc, const char *name,
+                                tpdp_comm **out) {
+  tpdp_status st = wrap_comm(mc, name, out);
+  if (st == TPDP_SUCCESS) return st;
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, st);
+  core_first_error_add(&f,
+                       mpi_status(MPI_Comm_free(&mc), "MPI_Comm_free", NULL));
+  return f.status;
+}
+
 tpdp_status comm_mpi_world(tpdp_comm **out) {
   MPI_Comm dup;
-  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &dup), NULL);
-  tpdp_status st = wrap_comm(dup, "world", out);
-  if (st != TPDP_SUCCESS) MPI_Comm_free(&dup);
-  return st;
+  MPI_CHECK(NULL, MPI_Comm_dup, MPI_COMM_WORLD, &dup);
+  return wrap_or_free(dup, "world", out);
 }
 
 static tpdp_status mpi_destroy(tpdp_comm *comm) {
   mpi_comm_impl *impl = (mpi_comm_impl *)comm->impl;
-  if (impl == NULL) return TPDP_SUCCESS;
   int finalized = 0;
-  MPI_Finalized(&finalized);
-  int rc = finalized ? MPI_SUCCESS : MPI_Comm_free(&impl->comm);
+  tpdp_status st = mpi_status(MPI_Finalized(&finalized), "MPI_Finalized", comm);
+  /* After MPI_Finalize the communicator is gone with MPI. */
+  if (st == TPDP_SUCCESS && !finalized)
+    st = mpi_status(MPI_Comm_free(&impl->comm), "MPI_Comm_free", comm);
   free(impl->scratch);
   free(impl);
   comm->impl = NULL;
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Comm_free", comm);
-  return TPDP_SUCCESS;
+  return st;
 }
 
 static tpdp_status mpi_split(tpdp_comm *comm, int color, int key,
                              tpdp_comm **out) {
   mpi_comm_impl *impl = (mpi_comm_impl *)comm->impl;
   MPI_Comm nc;
-  MPI_CHECK(
-      MPI_Comm_split(impl->comm, color < 0 ? MPI_UNDEFINED : color, key, &nc),
-      comm);
+  MPI_CHECK(comm, MPI_Comm_split, impl->comm, color < 0 ? MPI_UNDEFINED : color,
+            key, &nc);
   if (nc == MPI_COMM_NULL) {
     *out = NULL;
     return TPDP_SUCCESS;
   }
   char name[96];
   snprintf(name, sizeof name, "%.60s/split(%d)", comm->name, color);
-  tpdp_status st = wrap_comm(nc, name, out);
-  if (st != TPDP_SUCCESS) MPI_Comm_free(&nc);
-  return st;
+  return wrap_or_free(nc, name, out);
 }
 
 /* ---------------------------------------------------------- work */
@@ -302,7 +322,7 @@ static tpdp_status mpi_work_wait(tpdp_work *work) {
     int rc = MPI_Wait(&w->request, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
       w->done = 1; /* the request is over, failed: never wait on it again */
-      return mpi_error(rc, "MPI_Wait", work->comm);
+      return mpi_status(rc, "MPI_Wait", work->comm);
     }
     finish(work);
   }
@@ -316,7 +336,7 @@ static tpdp_status mpi_work_test(tpdp_work *work, int *done) {
     int rc = MPI_Test(&w->request, &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
       w->done = 1;
-      return mpi_error(rc, "MPI_Test", work->comm);
+      return mpi_status(rc, "MPI_Test", work->comm);
     }
     if (flag) finish(work);
   }
@@ -324,16 +344,14 @@ static tpdp_status mpi_work_test(tpdp_work *work, int *done) {
   return TPDP_SUCCESS;
 }
 
-static void mpi_work_release(tpdp_work *work) {
+/* Called after mpi_work_wait, which leaves no request in flight (done or
+ * failed). */
+static tpdp_status mpi_work_release(tpdp_work *work) {
   mpi_work_impl *w = (mpi_work_impl *)work->impl;
-  if (w == NULL) return;
-  /* A handle released before completion (only after an error) must not
-   * leave MPI writing into freed memory: wait for it. */
-  if (!w->done && w->request != MPI_REQUEST_NULL)
-    MPI_Wait(&w->request, MPI_STATUS_IGNORE);
   free(w->scratch);
   w->scratch = NULL;
   work->impl = NULL; /* w lives in the same allocation as work */
+  return TPDP_SUCCESS;
 }
 
 /* ---------------------------------------------------------- ring AVG
@@ -437,9 +455,7 @@ static int use_ring_avg(const tpdp_comm *comm, const tpdp_coll_args *a,
 static tpdp_status ring_error(int code, const tpdp_comm *c, const char *phase,
                               int step) {
   char msg[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS)
-    snprintf(msg, sizeof msg, "MPI error %d", code);
+  mpi_error_text(code, msg);
   return TPDP_ERR(
       TPDP_ERR_MPI,
       "MPI_Sendrecv failed on %s (rank %d of %d) in the ring allreduce "
@@ -646,14 +662,13 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
       break;
   }
   if (rc != MPI_SUCCESS) {
-    st = mpi_error(rc, call, comm);
+    st = mpi_status(rc, call, comm);
     goto fail;
   }
   if (b) finish(work);
   *out = work;
   return TPDP_SUCCESS;
-fail:
-  w->done = 1; /* nothing in flight */
+fail: /* nothing in flight */
   free(w->scratch);
   free(blk);
   return st;

@@ -43,12 +43,6 @@ static const tpdp_comm_ops nccl_ops;
 
 /* ---------------------------------------------------------- helpers */
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Spin briefly, then sleep in short steps: a wait for a short collective
  * returns quickly without burning a core on long ones. */
 static void pause_briefly(int iter) {
@@ -71,10 +65,19 @@ static double timeout_from_env(void) {
 
 static tpdp_status nccl_fail(ncclResult_t rc, ncclComm_t h, const char *call,
                              const char *name, int rank) {
-  const char *detail = h != NULL ? ncclGetLastError(h) : ncclGetLastError(NULL);
+  const char *detail = ncclGetLastError(h);
   return TPDP_ERR(TPDP_ERR_NCCL, "%s failed on %s (rank %d): %s%s%s", call,
                   name, rank, ncclGetErrorString(rc),
                   detail && *detail ? ": " : "", detail ? detail : "");
+}
+
+/* ncclCommAbort of `h` (NULL: nothing to abort). A non-blocking
+ * communicator may answer ncclInProgress: the abort goes on in NCCL. */
+static tpdp_status abort_handle(ncclComm_t h, const char *name, int rank) {
+  if (h == NULL) return TPDP_SUCCESS;
+  ncclResult_t rc = ncclCommAbort(h);
+  if (rc == ncclSuccess || rc == ncclInProgress) return TPDP_SUCCESS;
+  return nccl_fail(rc, NULL, "ncclCommAbort", name, rank);
 }
 
 /* Turn the answer of an NCCL call on non-blocking communicator `h` into a
@@ -90,7 +93,7 @@ static tpdp_status settle(ncclComm_t h, ncclResult_t rc, const char *call,
    * state clears ("Attempt to use communicator before the previous
    * operation returned ncclSuccess"). One query when it is already done. */
   if ((rc == ncclInProgress || rc == ncclSuccess) && h != NULL) {
-    double t0 = now_s();
+    double t0 = core_now_s();
     for (int iter = 0;; iter++) {
       ncclResult_t state = ncclSuccess;
       ncclResult_t q = ncclCommGetAsyncError(h, &state);
@@ -100,7 +103,7 @@ static tpdp_status settle(ncclComm_t h, ncclResult_t rc, const char *call,
         rc = state;
         break;
       }
-      if (now_s() - t0 > timeout_s) {
+      if (core_now_s() - t0 > timeout_s) {
         *timed_out = 1;
         return TPDP_ERR(TPDP_ERR_TIMEOUT,
                         "%s on %s (rank %d) still in progress after %.0f s "
@@ -114,16 +117,19 @@ static tpdp_status settle(ncclComm_t h, ncclResult_t rc, const char *call,
   return TPDP_SUCCESS;
 }
 
-static void abort_comm(tpdp_comm *comm) {
+/* Abort comm's NCCL communicator after `st`, the failure that calls for
+ * it; returns st (the abort's own failure is logged). */
+static tpdp_status abort_comm(tpdp_comm *comm, tpdp_status st) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
-  if (impl->aborted || impl->nccl == NULL) return;
-  ncclResult_t rc = ncclCommAbort(impl->nccl);
-  if (rc != ncclSuccess && rc != ncclInProgress)
-    TPDP_WARN("ncclCommAbort on %s failed: %s", comm->name,
-              ncclGetErrorString(rc));
+  if (impl->aborted || impl->nccl == NULL) return st;
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, st);
+  core_first_error_add(&f, abort_handle(impl->nccl, comm->name, comm->rank));
   impl->nccl = NULL;
   impl->aborted = 1;
   TPDP_WARN("NCCL communicator %s (rank %d) aborted", comm->name, comm->rank);
+  return f.status;
 }
 
 /* Settle a call on comm's communicator, aborting it on timeout. */
@@ -133,8 +139,7 @@ static tpdp_status settle_comm(tpdp_comm *comm, ncclResult_t rc,
   int timed_out = 0;
   tpdp_status st = settle(impl->nccl, rc, call, comm->name, comm->rank,
                           impl->timeout_s, &timed_out);
-  if (timed_out) abort_comm(comm);
-  return st;
+  return timed_out ? abort_comm(comm, st) : st;
 }
 
 static tpdp_status aborted_error(const tpdp_comm *comm, const char *what) {
@@ -160,7 +165,7 @@ static ncclDataType_t nccl_dtype(tpdp_dtype d) {
       return ncclInt64;
     case TPDP_U8:
       return ncclUint8;
-    default:
+    default: /* TPDP_U8; comm.c has checked the dtype */
       return ncclUint8;
   }
 }
@@ -179,6 +184,29 @@ static ncclRedOp_t nccl_op(tpdp_reduce_op op) {
 }
 
 /* ---------------------------------------------------------- life cycle */
+
+/* Abort `nc` and free what wrap_comm made of `impl` (may be NULL) after
+ * `st`, the failure that stopped it: returns st with its message. */
+static tpdp_status release_after(ncclComm_t nc, nccl_impl *impl,
+                                 const char *name, int rank, tpdp_status st) {
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, st);
+  core_first_error_add(&f, abort_handle(nc, name, rank));
+  if (impl == NULL) return f.status;
+  if (impl->scratch)
+    core_first_error_add(&f,
+                         core_cuda_status(cudaFree(impl->scratch), "cudaFree"));
+  if (impl->order_event)
+    core_first_error_add(&f,
+                         core_cuda_status(cudaEventDestroy(impl->order_event),
+                                          "cudaEventDestroy"));
+  if (impl->stream)
+    core_first_error_add(&f, core_cuda_status(cudaStreamDestroy(impl->stream),
+                                              "cudaStreamDestroy"));
+  free(impl);
+  return f.status;
+}
 
 /* Wrap a ready NCCL communicator: stream, event, scratch. Takes ownership
  * of `nc` (aborted on failure). */
@@ -220,14 +248,7 @@ static tpdp_status wrap_comm(ncclComm_t nc, int device, const char *name,
             device);
   return TPDP_SUCCESS;
 fail:
-  (void)ncclCommAbort(nc);
-  if (impl != NULL) {
-    if (impl->scratch) (void)cudaFree(impl->scratch);
-    if (impl->order_event) (void)cudaEventDestroy(impl->order_event);
-    if (impl->stream) (void)cudaStreamDestroy(impl->stream);
-    free(impl);
-  }
-  return st;
+  return release_after(nc, impl, name, rank, st);
 }
 
 int tpdp_nccl_available(void) { return 1; }
@@ -344,8 +365,11 @@ tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
   tpdp_status st = settle(nc, rc, "ncclCommInitRankConfig", name, rank,
                           timeout_s, &timed_out);
   if (st != TPDP_SUCCESS) {
-    if (nc != NULL) (void)ncclCommAbort(nc);
-    return st;
+    core_first_error f;
+    core_first_error_init(&f);
+    core_first_error_add(&f, st);
+    core_first_error_add(&f, abort_handle(nc, name, rank));
+    return f.status;
   }
   return wrap_comm(nc, chosen, name, timeout_s, out);
 }
@@ -362,31 +386,35 @@ int tpdp_comm_cuda_device(const tpdp_comm *comm) {
 
 static tpdp_status nccl_destroy(tpdp_comm *comm) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
-  if (impl == NULL) return TPDP_SUCCESS;
-  tpdp_status st = TPDP_SUCCESS;
+  /* Everything is released whatever fails; the first failure is
+   * reported. */
+  core_first_error f;
+  core_first_error_init(&f);
   core_cuda_device_guard g;
   tpdp_status gst = core_cuda_guard_enter(&g, comm->device_index);
+  core_first_error_add(&f, gst);
   if (!impl->aborted && impl->nccl != NULL) {
     /* Finalize flushes outstanding operations (non-blocking: poll). */
-    st = settle_comm(comm, ncclCommFinalize(impl->nccl), "ncclCommFinalize");
-    if (!impl->aborted && impl->nccl != NULL) {
+    core_first_error_add(&f, settle_comm(comm, ncclCommFinalize(impl->nccl),
+                                         "ncclCommFinalize"));
+    /* A timed-out finalize has aborted (and so freed) the communicator. */
+    if (!impl->aborted) {
       ncclResult_t rc = ncclCommDestroy(impl->nccl);
-      if (rc != ncclSuccess && st == TPDP_SUCCESS)
-        st = nccl_fail(rc, NULL, "ncclCommDestroy", comm->name, comm->rank);
+      if (rc != ncclSuccess)
+        core_first_error_add(
+            &f, nccl_fail(rc, NULL, "ncclCommDestroy", comm->name, comm->rank));
     }
   }
-  tpdp_status cst;
-  cst = core_cuda_status(cudaFree(impl->scratch), "cudaFree");
-  if (st == TPDP_SUCCESS) st = cst;
-  cst =
-      core_cuda_status(cudaEventDestroy(impl->order_event), "cudaEventDestroy");
-  if (st == TPDP_SUCCESS) st = cst;
-  cst = core_cuda_status(cudaStreamDestroy(impl->stream), "cudaStreamDestroy");
-  if (st == TPDP_SUCCESS) st = cst;
-  if (gst == TPDP_SUCCESS) core_cuda_guard_exit(&g);
+  core_first_error_add(&f,
+                       core_cuda_status(cudaFree(impl->scratch), "cudaFree"));
+  core_first_error_add(&f, core_cuda_status(cudaEventDestroy(impl->order_event),
+                                            "cudaEventDestroy"));
+  core_first_error_add(&f, core_cuda_status(cudaStreamDestroy(impl->stream),
+                                            "cudaStreamDestroy"));
+  if (gst == TPDP_SUCCESS) core_first_error_add(&f, core_cuda_guard_exit(&g));
   free(impl);
   comm->impl = NULL;
-  return st != TPDP_SUCCESS ? st : gst;
+  return f.status;
 }
 
 static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
@@ -414,15 +442,17 @@ static tpdp_status nccl_split(tpdp_comm *comm, int color, int key,
     st = settle(nc, ncclSuccess, "ncclCommSplit (new communicator)", name,
                 comm->rank, impl->timeout_s, &child_timed_out);
   if (st != TPDP_SUCCESS) {
-    if (nc != NULL) (void)ncclCommAbort(nc);
-    if (timed_out) abort_comm(comm);
+    core_first_error f;
+    core_first_error_init(&f);
+    core_first_error_add(&f, st);
+    core_first_error_add(&f, abort_handle(nc, name, comm->rank));
+    st = timed_out ? abort_comm(comm, f.status) : f.status;
   } else if (nc == NULL) {
     *out = NULL;
   } else {
     st = wrap_comm(nc, comm->device_index, name, impl->timeout_s, out);
   }
-  core_cuda_guard_exit(&g);
-  return st;
+  return core_cuda_guard_leave(&g, st);
 }
 
 static tpdp_status nccl_order_after(tpdp_comm *comm, void *stream) {
@@ -437,8 +467,7 @@ static tpdp_status nccl_order_after(tpdp_comm *comm, void *stream) {
     st = core_cuda_status(
         cudaStreamWaitEvent(impl->stream, impl->order_event, 0),
         "cudaStreamWaitEvent");
-  core_cuda_guard_exit(&g);
-  return st;
+  return core_cuda_guard_leave(&g, st);
 }
 
 /* ---------------------------------------------------------- work */
@@ -453,12 +482,10 @@ static tpdp_status poll_async(tpdp_work *work) {
   if (q != ncclSuccess)
     return nccl_fail(q, impl->nccl, "ncclCommGetAsyncError", comm->name,
                      comm->rank);
-  if (state != ncclSuccess && state != ncclInProgress) {
-    tpdp_status st = nccl_fail(state, impl->nccl, comm_coll_name(work->kind),
-                               comm->name, comm->rank);
-    abort_comm(comm);
-    return st;
-  }
+  if (state != ncclSuccess && state != ncclInProgress)
+    return abort_comm(comm,
+                      nccl_fail(state, impl->nccl, comm_coll_name(work->kind),
+                                comm->name, comm->rank));
   return TPDP_SUCCESS;
 }
 
@@ -491,15 +518,14 @@ static tpdp_status nccl_work_wait(tpdp_work *work) {
     int done = 0;
     CHECK(nccl_work_test(work, &done));
     if (done) return TPDP_SUCCESS;
-    double waited = now_s() - w->queued_at;
-    if (waited > impl->timeout_s) {
-      abort_comm(comm);
-      return TPDP_ERR(TPDP_ERR_TIMEOUT,
-                      "%s on %s (rank %d of %d) did not complete within %.0f s "
-                      "(TPDP_TIMEOUT_S); communicator aborted",
-                      comm_coll_name(work->kind), comm->name, comm->rank,
-                      comm->size, impl->timeout_s);
-    }
+    double waited = core_now_s() - w->queued_at;
+    if (waited > impl->timeout_s)
+      return abort_comm(
+          comm, TPDP_ERR(TPDP_ERR_TIMEOUT,
+                         "%s on %s (rank %d of %d) did not complete within "
+                         "%.0f s (TPDP_TIMEOUT_S); communicator aborted",
+                         comm_coll_name(work->kind), comm->name, comm->rank,
+                         comm->size, impl->timeout_s));
     pause_briefly(iter);
   }
 }
@@ -512,21 +538,83 @@ static tpdp_status nccl_work_wait_stream(tpdp_work *work, void *stream) {
   tpdp_status st =
       core_cuda_status(cudaStreamWaitEvent((cudaStream_t)stream, w->done, 0),
                        "cudaStreamWaitEvent");
-  core_cuda_guard_exit(&g);
+  return core_cuda_guard_leave(&g, st);
+}
+
+static tpdp_status nccl_work_release(tpdp_work *work) {
+  nccl_work_impl *w = (nccl_work_impl *)work->impl;
+  /* Safe even if the event is still pending: CUDA releases it once it
+   * completes. */
+  tpdp_status st =
+      core_cuda_status(cudaEventDestroy(w->done), "cudaEventDestroy");
+  free(w);
+  work->impl = NULL;
   return st;
 }
 
-static void nccl_work_release(tpdp_work *work) {
-  nccl_work_impl *w = (nccl_work_impl *)work->impl;
-  if (w == NULL) return;
-  /* Safe even if the event is still pending: CUDA releases it once it
-   * completes. */
-  (void)cudaEventDestroy(w->done);
-  free(w);
-  work->impl = NULL;
-}
-
 /* ---------------------------------------------------------- collectives */
+
+/* alltoall as grouped ncclSend/ncclRecv, one pair per peer. */
+static tpdp_status enqueue_alltoall(tpdp_comm *comm, const tpdp_coll_args *a) {
+  nccl_impl *impl = (nccl_impl *)comm->impl;
+  ncclComm_t nc = impl->nccl;
+  cudaStream_t s = impl->stream;
+  const tpdp_tensor *send = a->send;
+  tpdp_tensor *recv = a->recv;
+  ncclDataType_t dt = nccl_dtype(recv->dtype);
+  size_t es = tpdp_dtype_size(recv->dtype);
+  size_t rn = (size_t)tpdp_tensor_numel(recv);
+  if (rn == 0) return TPDP_SUCCESS;
+  size_t block = rn / (size_t)comm->size;
+  const char *sb = (const char *)send->data;
+  void *tmp = NULL;
+  tpdp_status st = TPDP_SUCCESS;
+  if (send->data == recv->data) {
+    /* In place: NCCL's send/recv would overwrite blocks still to be sent;
+     * send from a stream-ordered copy freed after the group. */
+    CHECK(
+        core_cuda_status(cudaMallocAsync(&tmp, rn * es, s), "cudaMallocAsync"));
+    st = core_cuda_status(
+        cudaMemcpyAsync(tmp, send->data, rn * es, cudaMemcpyDeviceToDevice, s),
+        "cudaMemcpyAsync");
+    if (st != TPDP_SUCCESS) goto done;
+    sb = (const char *)tmp;
+  }
+  ncclResult_t first = ncclSuccess;
+  const char *first_call = "ncclGroupStart";
+  ncclResult_t rc = ncclGroupStart();
+  if (rc != ncclSuccess && rc != ncclInProgress) {
+    first = rc;
+  } else {
+    for (int p = 0; p < comm->size; p++) {
+      rc = ncclSend(sb + (size_t)p * block * es, block, dt, p, nc, s);
+      if (rc != ncclSuccess && rc != ncclInProgress && first == ncclSuccess) {
+        first = rc;
+        first_call = "ncclSend";
+      }
+      rc = ncclRecv((char *)recv->data + (size_t)p * block * es, block, dt, p,
+                    nc, s);
+      if (rc != ncclSuccess && rc != ncclInProgress && first == ncclSuccess) {
+        first = rc;
+        first_call = "ncclRecv";
+      }
+    }
+    rc = ncclGroupEnd();
+  }
+  st = first != ncclSuccess
+           ? nccl_fail(first, nc, first_call, comm->name, comm->rank)
+           : settle_comm(comm, rc, "ncclGroupEnd");
+done:
+  if (tmp != NULL) {
+    core_first_error f;
+    core_first_error_init(&f);
+    core_first_error_add(&f, st);
+    core_first_error_add(
+        &f, core_cuda_status(cudaFreeAsync(tmp, s), "cudaFreeAsync"));
+    st = f.status;
+  }
+  return st;
+}
 
 static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
   nccl_impl *impl = (nccl_impl *)comm->impl;
@@ -535,7 +623,6 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
   const tpdp_tensor *send = a->send;
   tpdp_tensor *recv = a->recv;
   ncclDataType_t dt = recv ? nccl_dtype(recv->dtype) : ncclFloat32;
-  size_t es = recv ? tpdp_dtype_size(recv->dtype) : 4;
   size_t rn = recv ? (size_t)tpdp_tensor_numel(recv) : 0;
   size_t sn = send ? (size_t)tpdp_tensor_numel(send) : 0;
   switch (a->kind) {
@@ -561,60 +648,31 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
                          ncclBroadcast(sb, recv->data, rn, dt, a->root, nc, s),
                          "ncclBroadcast");
     }
+    case TPDP_COLL_ALLTOALL:
+      return enqueue_alltoall(comm, a);
     case TPDP_COLL_BARRIER:
-      return settle_comm(comm,
-                         ncclAllReduce(impl->scratch, impl->scratch, 1,
-                                       ncclFloat32, ncclSum, nc, s),
-                         "ncclAllReduce (barrier)");
-    case TPDP_COLL_ALLTOALL: {
-      if (rn == 0) return TPDP_SUCCESS;
-      size_t block = rn / (size_t)comm->size;
-      const char *sb = (const char *)send->data;
-      void *tmp = NULL;
-      if (send->data == recv->data) {
-        /* In place: NCCL's send/recv would overwrite blocks still to be
-         * sent; send from a stream-ordered copy freed after the group. */
-        TPDP_CUDA_CHECK(cudaMallocAsync(&tmp, rn * es, s));
-        TPDP_CUDA_CHECK(cudaMemcpyAsync(tmp, send->data, rn * es,
-                                        cudaMemcpyDeviceToDevice, s));
-        sb = (const char *)tmp;
-      }
-      ncclResult_t first = ncclSuccess;
-      const char *first_call = "ncclGroupStart";
-      ncclResult_t rc = ncclGroupStart();
-      if (rc != ncclSuccess && rc != ncclInProgress) {
-        first = rc;
-      } else {
-        for (int p = 0; p < comm->size; p++) {
-          rc = ncclSend(sb + (size_t)p * block * es, block, dt, p, nc, s);
-          if (rc != ncclSuccess && rc != ncclInProgress &&
-              first == ncclSuccess) {
-            first = rc;
-            first_call = "ncclSend";
-          }
-          rc = ncclRecv((char *)recv->data + (size_t)p * block * es, block, dt,
-                        p, nc, s);
-          if (rc != ncclSuccess && rc != ncclInProgress &&
-              first == ncclSuccess) {
-            first = rc;
-            first_call = "ncclRecv";
-          }
-        }
-        rc = ncclGroupEnd();
-      }
-      tpdp_status st =
-          first != ncclSuccess
-              ? nccl_fail(first, nc, first_call, comm->name, comm->rank)
-              : settle_comm(comm, rc, "ncclGroupEnd");
-      if (tmp != NULL) {
-        tpdp_status fst =
-            core_cuda_status(cudaFreeAsync(tmp, s), "cudaFreeAsync");
-        if (st == TPDP_SUCCESS) st = fst;
-      }
-      return st;
-    }
+      break;
   }
-  return TPDP_ERR(TPDP_ERR_INTERNAL, "unknown collective %d", (int)a->kind);
+  /* TPDP_COLL_BARRIER: a one-element allreduce. */
+  return settle_comm(comm,
+                     ncclAllReduce(impl->scratch, impl->scratch, 1, ncclFloat32,
+                                   ncclSum, nc, s),
+                     "ncclAllReduce (barrier)");
+}
+
+/* Free a work handle that could not be queued (and restore the device)
+ * after `st`, the failure: returns st with its message. */
+static tpdp_status work_free_after(tpdp_work *work, nccl_work_impl *w,
+                                   core_cuda_device_guard *g, tpdp_status st) {
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, st);
+  if (w != NULL && w->done != NULL)
+    core_first_error_add(
+        &f, core_cuda_status(cudaEventDestroy(w->done), "cudaEventDestroy"));
+  free(w);
+  free(work);
+  return core_cuda_guard_leave(g, f.status);
 }
 
 static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
@@ -639,20 +697,16 @@ static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   work->test = nccl_work_test;
   work->wait_stream = nccl_work_wait_stream;
   work->release = nccl_work_release;
-  w->queued_at = now_s();
+  w->queued_at = core_now_s();
   CHECK_GOTO(enqueue(comm, a), st, fail);
   CHECK_GOTO(core_cuda_status(cudaEventRecord(w->done, impl->stream),
                               "cudaEventRecord"),
              st, fail);
-  core_cuda_guard_exit(&g);
+  CHECK_GOTO(core_cuda_guard_exit(&g), st, fail);
   *out = work;
   return TPDP_SUCCESS;
 fail:
-  if (w != NULL && w->done != NULL) (void)cudaEventDestroy(w->done);
-  free(w);
-  free(work);
-  core_cuda_guard_exit(&g);
-  return st;
+  return work_free_after(work, w, &g, st);
 }
 
 static const tpdp_comm_ops nccl_ops = {

@@ -46,6 +46,28 @@ tpdp_status core_error(tpdp_status status, const char *file, int line,
 /* The last error's message without the "tpdp_xxx: " prefix. */
 const char *core_error_detail(void);
 
+/* Size of the last-error message buffer (tpdp_last_error()). */
+#define CORE_ERROR_MAX 1024
+
+/* The first failure among steps that must all run (destroy and cleanup
+ * paths free everything, then report the first fault):
+ *   core_first_error f;
+ *   core_first_error_init(&f);
+ *   core_first_error_add(&f, step1()); core_first_error_add(&f, step2());
+ *   return f.status;
+ * A step failing after an earlier one is logged at WARN and the earlier
+ * message is put back, so f.status and tpdp_last_error() describe the same
+ * (first) fault. The message is copied only when a step fails. */
+typedef struct {
+  tpdp_status status;
+  size_t detail_at;
+  char message[CORE_ERROR_MAX];
+} core_first_error;
+static inline void core_first_error_init(core_first_error *f) {
+  f->status = TPDP_SUCCESS;
+}
+void core_first_error_add(core_first_error *f, tpdp_status st);
+
 /* The public function running on this thread: the outermost one's name and
  * the nesting depth. initial-exec: one instruction to reach it, also in
  * libtpdp.so (it is small enough for the static TLS surplus a dlopen uses). */

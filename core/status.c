@@ -8,7 +8,7 @@
 
 #include "core/check.h"
 
-static _Thread_local char last_error[1024];
+static _Thread_local char last_error[CORE_ERROR_MAX];
 /* Where the message proper starts, after "tpdp_xxx: ". */
 static _Thread_local size_t detail_at;
 
@@ -106,6 +106,20 @@ tpdp_status core_error(tpdp_status status, const char *file, int line,
     tpdp_log(TPDP_LOG_TRACE, "%s:%d: %s: %s", file, line,
              tpdp_status_string(status), last_error);
   return status;
+}
+
+void core_first_error_add(core_first_error *f, tpdp_status st) {
+  if (st == TPDP_SUCCESS) return;
+  if (f->status == TPDP_SUCCESS) {
+    f->status = st;
+    memcpy(f->message, last_error, sizeof f->message);
+    f->detail_at = detail_at;
+    return;
+  }
+  TPDP_WARN("after an earlier failure (%s), also %s: %s",
+            tpdp_status_string(f->status), tpdp_status_string(st), last_error);
+  memcpy(last_error, f->message, sizeof last_error);
+  detail_at = f->detail_at;
 }
 
 void core_trace_propagate(const char *file, int line, tpdp_status status) {

@@ -50,8 +50,19 @@ tpdp_status core_cuda_guard_enter(core_cuda_device_guard *g, int dev) {
   return TPDP_SUCCESS;
 }
 
-void core_cuda_guard_exit(core_cuda_device_guard *g) {
-  if (g->changed) (void)cudaSetDevice(g->prev);
+tpdp_status core_cuda_guard_exit(core_cuda_device_guard *g) {
+  if (!g->changed) return TPDP_SUCCESS;
+  g->changed = 0;
+  return core_cuda_status(cudaSetDevice(g->prev), "cudaSetDevice");
+}
+
+tpdp_status core_cuda_guard_leave(core_cuda_device_guard *g, tpdp_status st) {
+  if (!g->changed) return st;
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, st);
+  core_first_error_add(&f, core_cuda_guard_exit(g));
+  return f.status;
 }
 
 tpdp_status core_cuda_tensor_copy_async(tpdp_tensor *dst,
@@ -85,8 +96,7 @@ tpdp_status core_cuda_tensor_copy_async(tpdp_tensor *dst,
       core_cuda_launch_strided_copy(dst->data, src->data,
                                     tpdp_dtype_size(dst->dtype), &l, stream),
       "strided_copy kernel launch");
-  core_cuda_guard_exit(&g);
-  return st;
+  return core_cuda_guard_leave(&g, st);
 }
 
 tpdp_status core_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
@@ -110,8 +120,7 @@ tpdp_status core_cuda_tensor_zero_async(tpdp_tensor *t, void *stream) {
       core_cuda_status(core_cuda_launch_strided_zero(
                            t->data, tpdp_dtype_size(t->dtype), &l, stream),
                        "strided_zero kernel launch");
-  core_cuda_guard_exit(&g);
-  return st;
+  return core_cuda_guard_leave(&g, st);
 }
 
 /* A contiguous view with t's shape and dtype over `data` on `device`. */
@@ -185,7 +194,7 @@ tpdp_status core_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     if (st == TPDP_SUCCESS)
       st = core_cuda_status(cudaStreamSynchronize(NULL),
                             "cudaStreamSynchronize");
-    core_cuda_guard_exit(&g);
+    st = core_cuda_guard_leave(&g, st);
     goto done;
   }
   /* device -> host: pack src on the device if it has strides, copy, then
@@ -200,7 +209,7 @@ tpdp_status core_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
         tpdp_tensor d = contiguous_like(src, dev_tmp, src->device);
         st = core_cuda_tensor_copy_async(&d, src, NULL);
       }
-      core_cuda_guard_exit(&g);
+      st = core_cuda_guard_leave(&g, st);
       if (st != TPDP_SUCCESS) goto done;
       packed = dev_tmp;
     }
@@ -226,7 +235,11 @@ tpdp_status core_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     }
   }
 done:
-  if (dev_tmp != NULL) (void)cudaFree(dev_tmp);
   free(host_tmp);
-  return st;
+  if (dev_tmp == NULL) return st;
+  core_first_error f;
+  core_first_error_init(&f);
+  core_first_error_add(&f, st);
+  core_first_error_add(&f, core_cuda_status(cudaFree(dev_tmp), "cudaFree"));
+  return f.status;
 }

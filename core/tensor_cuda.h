@@ -50,14 +50,19 @@ tpdp_status core_cuda_tensor_zero_async(tpdp_tensor *t, void *stream);
 /* Make a GPU the current device for a few calls and restore the caller's
  * afterwards: streams, kernels and allocations belong to the current one.
  *   core_cuda_device_guard g;
- *   CHECK(core_cuda_guard_enter(&g, dev)); ...; core_cuda_guard_exit(&g); */
+ *   CHECK(core_cuda_guard_enter(&g, dev)); ...; core_cuda_guard_exit(&g);
+ * exit returns the status of restoring the caller's device (cudaSetDevice),
+ * TPDP_SUCCESS when it was not changed. */
 typedef struct {
   int prev;
   int changed;
 } core_cuda_device_guard;
 
 tpdp_status core_cuda_guard_enter(core_cuda_device_guard *g, int dev);
-void core_cuda_guard_exit(core_cuda_device_guard *g);
+tpdp_status core_cuda_guard_exit(core_cuda_device_guard *g);
+/* Exit the guard at the end of a call whose status so far is `st`: returns
+ * st when it failed (its message kept), else the exit's status. */
+tpdp_status core_cuda_guard_leave(core_cuda_device_guard *g, tpdp_status st);
 
 /* Turn a cudaError_t into TPDP_ERR_CUDA naming the call and CUDA's error
  * string; TPDP_SUCCESS for cudaSuccess. */

@@ -214,7 +214,7 @@ int main(int argc, char **argv) {
             cap);
     free(send);
     free(recv);
-    tpdp_mesh_destroy(mesh);
+    (void)tpdp_mesh_destroy(mesh); /* already failing */
     tpdp_finalize();
     return 1;
   }
@@ -297,7 +297,10 @@ int main(int argc, char **argv) {
   if (me == 0) printf("\nmesh_demo: %s\n", rc == 0 ? "ok" : "FAILED");
   free(send);
   free(recv);
-  tpdp_mesh_destroy(mesh);
+  if (tpdp_mesh_destroy(mesh) != TPDP_SUCCESS) {
+    fprintf(stderr, "mesh_demo: rank %d: %s\n", me, tpdp_last_error());
+    rc = 1;
+  }
   tpdp_finalize();
   return rc;
 }

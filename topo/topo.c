@@ -52,14 +52,13 @@ static hwloc_obj_type_t core_type(hwloc_topology_t h) {
   return count_type(h, HWLOC_OBJ_CORE) > 0 ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
 }
 
-static int list_string(hwloc_const_bitmap_t set, char *buf, size_t len) {
+static tpdp_status list_string(hwloc_const_bitmap_t set, char *buf,
+                               size_t len) {
   int n = hwloc_bitmap_list_snprintf(buf, len, set);
-  if (n < 0 || (size_t)n >= len) {
-    TPDP_ERR(TPDP_ERR_INTERNAL, "cpuset list needs %d bytes, more than %zu", n,
-             len);
-    return -1;
-  }
-  return 0;
+  if (n < 0 || (size_t)n >= len)
+    return TPDP_ERR(TPDP_ERR_INTERNAL,
+                    "cpuset list needs %d bytes, more than %zu", n, len);
+  return TPDP_SUCCESS;
 }
 
 /* The one object of `type` whose cpuset intersects `set`, or NULL. */
@@ -76,12 +75,14 @@ static hwloc_obj_t single_intersecting(hwloc_topology_t h,
   return found;
 }
 
-static void destroy_partial(tpdp_topo *t) {
-  if (t == NULL) return;
-  free(t->gpus);
-  free(t->info);
-  if (t->h != NULL) hwloc_topology_destroy(t->h);
-  free(t);
+tpdp_status tpdp_topo_destroy(tpdp_topo *topo) {
+  TPDP_API_ENTRY;
+  if (topo == NULL) return TPDP_SUCCESS;
+  free(topo->gpus);
+  free(topo->info);
+  if (topo->h != NULL) hwloc_topology_destroy(topo->h);
+  free(topo);
+  return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
@@ -99,10 +100,16 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
   }
   /* Keep PCI devices and bridges (hwloc drops I/O objects by default);
    * OS devices and Misc objects are not needed. */
-  hwloc_topology_set_type_filter(t->h, HWLOC_OBJ_PCI_DEVICE,
-                                 HWLOC_TYPE_FILTER_KEEP_ALL);
-  hwloc_topology_set_type_filter(t->h, HWLOC_OBJ_BRIDGE,
-                                 HWLOC_TYPE_FILTER_KEEP_ALL);
+  if (hwloc_topology_set_type_filter(t->h, HWLOC_OBJ_PCI_DEVICE,
+                                     HWLOC_TYPE_FILTER_KEEP_ALL) != 0 ||
+      hwloc_topology_set_type_filter(t->h, HWLOC_OBJ_BRIDGE,
+                                     HWLOC_TYPE_FILTER_KEEP_ALL) != 0) {
+    st = TPDP_ERR(TPDP_ERR_INTERNAL,
+                  "hwloc_topology_set_type_filter (PCI devices, bridges) "
+                  "failed: %s",
+                  strerror(errno));
+    goto fail;
+  }
   if (xml_path != NULL) {
     FILE *f = fopen(xml_path, "r");
     if (f == NULL) {
@@ -171,8 +178,8 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
     gi->package = pkg ? (int)pkg->logical_index : -1;
     gi->ncores =
         hwloc_get_nbobjs_inside_cpuset_by_type(t->h, set, core_type(t->h));
-    if (list_string(set, gi->cpuset, sizeof gi->cpuset) != 0) {
-      st = TPDP_ERR_INTERNAL;
+    st = list_string(set, gi->cpuset, sizeof gi->cpuset);
+    if (st != TPDP_SUCCESS) {
       free(switches);
       goto fail;
     }
@@ -193,11 +200,9 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
   *out = t;
   return TPDP_SUCCESS;
 fail:
-  destroy_partial(t);
+  tpdp_topo_destroy(t); /* cannot fail */
   return st;
 }
-
-void tpdp_topo_destroy(tpdp_topo *topo) { destroy_partial(topo); }
 
 tpdp_status tpdp_topo_get_counts(const tpdp_topo *topo, tpdp_topo_counts *out) {
   TPDP_API_ENTRY;
@@ -279,9 +284,7 @@ tpdp_status topo_binding_set(const tpdp_topo *topo, int local_rank, int nlocal,
   out->sharers = k;
   out->share = j;
   out->ncores = hi - lo;
-  if (list_string(set, out->cpuset, sizeof out->cpuset) != 0)
-    return TPDP_ERR_INTERNAL;
-  return TPDP_SUCCESS;
+  return list_string(set, out->cpuset, sizeof out->cpuset);
 }
 
 tpdp_status tpdp_topo_binding_for(const tpdp_topo *topo, int local_rank,
@@ -352,7 +355,7 @@ tpdp_status tpdp_topo_bind_rank(tpdp_comm *comm, tpdp_binding *out) {
   tpdp_topo *topo = NULL;
   CHECK(tpdp_topo_load(NULL, &topo));
   tpdp_status st = tpdp_topo_bind_self(topo, local_rank, local_size, out);
-  tpdp_topo_destroy(topo);
+  tpdp_topo_destroy(topo); /* cannot fail */
   return st;
 }
 

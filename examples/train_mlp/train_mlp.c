@@ -896,7 +896,10 @@ done:
   free(labels_g);
   free(losses);
   free_tree(&t->tree);
-  tpdp_mesh_destroy(t->mesh);
+  if (tpdp_mesh_destroy(t->mesh) != TPDP_SUCCESS) {
+    fprintf(stderr, "train_mlp: %s\n", tpdp_last_error());
+    exit_code = 1;
+  }
   tpdp_comm_destroy(t->own_comm);
   fflush(stdout);
   if (initialized) tpdp_finalize();

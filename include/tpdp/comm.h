@@ -207,8 +207,11 @@ TPDP_API tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim,
 TPDP_API tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm,
                                                   const char *text,
                                                   tpdp_mesh **out);
-/* Destroys the sub-communicators (not the parent comm). NULL is a no-op. */
-TPDP_API void tpdp_mesh_destroy(tpdp_mesh *mesh);
+/* Destroys the sub-communicators (not the parent comm) and frees the mesh,
+ * all of them even when one fails; call it on every rank (MPI_Comm_free
+ * and ncclCommFinalize are collective). NULL is a no-op returning
+ * TPDP_SUCCESS. Errors: the first failing tpdp_comm_destroy's. */
+TPDP_API tpdp_status tpdp_mesh_destroy(tpdp_mesh *mesh);
 
 TPDP_API int tpdp_mesh_ndim(const tpdp_mesh *mesh);
 TPDP_API int64_t tpdp_mesh_size(const tpdp_mesh *mesh); /* product of dims */

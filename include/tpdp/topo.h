@@ -42,8 +42,9 @@ typedef struct tpdp_topo tpdp_topo; /* opaque */
  * Errors: TPDP_ERR_NULL_POINTER, TPDP_ERR_IO (XML missing or unreadable,
  * naming the file), TPDP_ERR_INTERNAL (hwloc failed, with errno text). */
 TPDP_API tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out);
-/* NULL is a no-op. */
-TPDP_API void tpdp_topo_destroy(tpdp_topo *topo);
+/* Free a topology. NULL is a no-op. Returns TPDP_SUCCESS (hwloc's
+ * release cannot fail); a status, as every tpdp_*_destroy. */
+TPDP_API tpdp_status tpdp_topo_destroy(tpdp_topo *topo);
 
 typedef struct {
   int packages;

@@ -51,7 +51,7 @@ class Comms {
     }
   }
   ~Comms() {
-    for (tpdp_mesh *m : meshes_) tpdp_mesh_destroy(m);
+    for (tpdp_mesh *m : meshes_) EXPECT_TPDP_OK(tpdp_mesh_destroy(m));
   }
   const std::vector<Target> &targets() const { return targets_; }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "tests/comm/coll_util.h"
+#include "tests/comm/fake_backend.h"
 
 namespace {
 
@@ -173,9 +174,9 @@ TEST(Mesh, CoordinatesGroupsAndSubCommunicators) {
   ASSERT_TPDP_OK(tpdp_mesh_create_from_string(nullptr, L.spec, &layout));
   EXPECT_TRUE(tpdp_mesh_equal(m, twin));
   EXPECT_FALSE(tpdp_mesh_equal(m, layout));
-  tpdp_mesh_destroy(layout);
-  tpdp_mesh_destroy(twin);
-  tpdp_mesh_destroy(m);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(layout));
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(twin));
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(m));
 }
 
 TEST(Mesh, OneDimMeshAndThreeDimsWithOnes) {
@@ -192,11 +193,11 @@ TEST(Mesh, OneDimMeshAndThreeDimsWithOnes) {
   EXPECT_EQ(tpdp_comm_rank(dp), me);
   EXPECT_EQ(tpdp_comm_size(pp), 1);
   EXPECT_EQ(Members(pp), std::vector<int>{me});
-  tpdp_mesh_destroy(m);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(m));
   // names NULL: dims are d0, d1, ...
   ASSERT_TPDP_OK(tpdp_mesh_create(w, 1, sizes + 1, nullptr, &m));
   EXPECT_STREQ(tpdp_mesh_dim_name(m, 0), "d0");
-  tpdp_mesh_destroy(m);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(m));
 }
 
 TEST(Mesh, BadInputOverTheWorld) {
@@ -426,6 +427,35 @@ TEST_F(BadInput, WrongDeviceBadRootBadOpBadShape) {
   nine.ndim = 9;
   EXPECT_TPDP_ERROR(tpdp_allreduce(w_, &cpu, &nine, TPDP_OP_SUM),
                     TPDP_ERR_TOO_MANY_DIMS, "recv buffer has ndim 9");
+}
+
+// The front end over a scripted backend (fake_backend.h, this process
+// only): a work handle's wait and release both count, the wait's failure
+// first; the handle is released whatever happens.
+TEST(Work, WaitReportsTheWaitsFailureThenTheReleases) {
+  fake_backend::Script s;
+  fake_backend::Parent parent(&s, 0, 1);
+  tpdp_work *w = nullptr;
+  ASSERT_TPDP_OK(tpdp_barrier_async(parent.get(), &w));
+  s.fail_release = true;
+  EXPECT_TPDP_ERROR(tpdp_work_wait(w), TPDP_ERR_MPI,
+                    "tpdp_work_wait: fake release of barrier failed");
+  EXPECT_EQ(s.released, 1);
+  ASSERT_TPDP_OK(tpdp_barrier_async(parent.get(), &w));
+  s.fail_wait = true;
+  EXPECT_TPDP_ERROR(tpdp_work_wait(w), TPDP_ERR_MPI,
+                    "tpdp_work_wait: fake wait of barrier failed");
+  EXPECT_EQ(s.released, 2);
+  // No wait_stream on a host backend: tpdp_work_wait_stream waits.
+  ASSERT_TPDP_OK(tpdp_barrier_async(parent.get(), &w));
+  s.fail_wait = false;
+  EXPECT_TPDP_ERROR(tpdp_work_wait_stream(w, nullptr), TPDP_ERR_MPI,
+                    "fake release of barrier failed");
+  EXPECT_EQ(s.released, 3);
+  // A blocking collective waits (and releases) inside.
+  s.fail_release = false;
+  EXPECT_TPDP_OK(tpdp_barrier(parent.get()));
+  EXPECT_EQ(s.released, 4);
 }
 
 }  // namespace

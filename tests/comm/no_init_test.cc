@@ -93,10 +93,10 @@ TEST(LayoutMesh, ThreeDimsCoordinatesAndGroups) {
   EXPECT_TRUE(tpdp_mesh_equal(m, same));
   EXPECT_FALSE(tpdp_mesh_equal(m, other));
   EXPECT_FALSE(tpdp_mesh_equal(m, nullptr));
-  tpdp_mesh_destroy(other);
-  tpdp_mesh_destroy(same);
-  tpdp_mesh_destroy(m);
-  tpdp_mesh_destroy(nullptr);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(other));
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(same));
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(m));
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(nullptr));
 }
 
 TEST(LayoutMesh, CreateRejectsBadDims) {
@@ -191,7 +191,7 @@ TEST(MeshParse, AcceptsBlanksAndEightDims) {
   EXPECT_EQ(tpdp_mesh_ndim(m), 8);
   EXPECT_EQ(tpdp_mesh_size(m), 6);
   EXPECT_EQ(tpdp_mesh_dim_index(m, "h"), 7);
-  tpdp_mesh_destroy(m);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(m));
   EXPECT_TPDP_ERROR(
       tpdp_mesh_parse(nullptr, storage.data(), &ndim, sizes, names),
       TPDP_ERR_NULL_POINTER, "'text'");

@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -120,4 +121,40 @@ TEST(Status, TraceLogsWhereAnErrorWasRecordedAndEachPropagation) {
                      " -> TPDP_ERR_INVALID_ARGUMENT"),
             std::string::npos)
       << log;
+}
+
+// core_first_error: cleanup steps that must all run report the first
+// failure, with its own message, and log the later ones.
+static tpdp_status tpdp_fake_cleanup(const std::vector<int> &fails) {
+  TPDP_API_ENTRY;
+  core_first_error f;
+  core_first_error_init(&f);
+  for (size_t i = 0; i < fails.size(); i++)
+    core_first_error_add(
+        &f, fails[i] ? TPDP_ERR(fails[i] == 1 ? TPDP_ERR_MPI : TPDP_ERR_CUDA,
+                                "step %zu failed", i)
+                     : TPDP_SUCCESS);
+  return f.status;
+}
+
+TEST(Status, FirstErrorKeepsTheFirstFailureAndLogsTheLaterOnes) {
+  tpdp_clear_error();
+  EXPECT_EQ(tpdp_fake_cleanup({0, 0, 0}), TPDP_SUCCESS);
+  EXPECT_STREQ(tpdp_last_error(), "");
+  EXPECT_EQ(tpdp_fake_cleanup({0, 1, 0}), TPDP_ERR_MPI);
+  EXPECT_STREQ(tpdp_last_error(), "tpdp_fake_cleanup: step 1 failed");
+  tpdp_log_level saved = tpdp_log_get_level();
+  tpdp_log_set_level(TPDP_LOG_WARN);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(tpdp_fake_cleanup({0, 1, 2, 2}), TPDP_ERR_MPI);
+  std::string log = testing::internal::GetCapturedStderr();
+  tpdp_log_set_level(saved);
+  EXPECT_STREQ(tpdp_last_error(), "tpdp_fake_cleanup: step 1 failed");
+  EXPECT_STREQ(core_error_detail(), "step 1 failed");
+  // Each later failure is logged at WARN, with its status.
+  EXPECT_NE(log.find("after an earlier failure (TPDP_ERR_MPI), also "
+                     "TPDP_ERR_CUDA: tpdp_fake_cleanup: step 2 failed"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("step 3 failed"), std::string::npos) << log;
 }

@@ -502,7 +502,7 @@ TEST(ReducerMesh, DpDimOf2x2Mesh) {
     }
     EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
   }
-  tpdp_mesh_destroy(mesh);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(mesh));
 }
 
 // A larger model over the default limits: many 250k-element parameters go

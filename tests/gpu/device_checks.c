@@ -97,7 +97,10 @@ out:
   if (d_dst) cudaFree(d_dst);
   tpdp_spec_destroy(ss);
   tpdp_spec_destroy(ds);
-  tpdp_mesh_destroy(mesh);
+  if (tpdp_mesh_destroy(mesh) != TPDP_SUCCESS && rc == 0) {
+    snprintf(msg, len, "tpdp_mesh_destroy: %s", tpdp_last_error());
+    rc = 1;
+  }
   tpdp_comm_destroy(c);
   return rc;
 }

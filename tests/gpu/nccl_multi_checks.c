@@ -544,7 +544,10 @@ static int check_mesh_2d(const tpdp_gpu_multi_ctx *ctx, char *msg, size_t len) {
   rc = nbad ? 1 : 0;
 out:
   bufs_close(&b);
-  tpdp_mesh_destroy(mesh);
+  if (tpdp_mesh_destroy(mesh) != TPDP_SUCCESS && rc == 0) {
+    snprintf(msg, len, "tpdp_mesh_destroy: %s", tpdp_last_error());
+    rc = 1;
+  }
   return rc;
 }
 

@@ -11,7 +11,7 @@ TEST(BindRank, EachRankGetsItsShareOfTheCores) {
   ASSERT_TPDP_OK(tpdp_topo_load(nullptr, &topo));
   tpdp_topo_counts c;
   ASSERT_TPDP_OK(tpdp_topo_get_counts(topo, &c));
-  tpdp_topo_destroy(topo);
+  EXPECT_TPDP_OK(tpdp_topo_destroy(topo));
   int local = 0, nlocal = 0;
   ASSERT_TPDP_OK(tpdp_comm_local_rank(tpdp_test::World(), &local, &nlocal));
   // All ranks of this test run on one host.

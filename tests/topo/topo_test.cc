@@ -17,7 +17,7 @@ struct Topo {
     std::string p = tpdp_test::DataPath(file);
     EXPECT_EQ(tpdp_topo_load(p.c_str(), &t), TPDP_SUCCESS) << tpdp_last_error();
   }
-  ~Topo() { tpdp_topo_destroy(t); }
+  ~Topo() { (void)tpdp_topo_destroy(t); }
 };
 
 std::string Binding(tpdp_topo *t, int r, int n, int *gpu = nullptr) {
@@ -346,7 +346,7 @@ TEST(Topo, ThisMachine) {
   ASSERT_TPDP_OK(tpdp_topo_bind_self(t, 0, 1, &b));
   EXPECT_EQ(b.applied, 1);
   EXPECT_EQ(b.ncores, c.gpus > 0 ? b.ncores : c.cores);
-  tpdp_topo_destroy(t);
+  EXPECT_TPDP_OK(tpdp_topo_destroy(t));
 }
 
 }  // namespace

@@ -126,7 +126,7 @@ struct Fixture : ::testing::Test {
   void TearDown() override {
     EXPECT_EQ(tpdp_module_destroy(root), TPDP_SUCCESS);
     for (tpdp_spec *s : specs) EXPECT_TPDP_OK(tpdp_spec_destroy(s));
-    tpdp_mesh_destroy(mesh);
+    EXPECT_TPDP_OK(tpdp_mesh_destroy(mesh));
   }
 
   // Identity, shape, values and gradient of one parameter, plus its form

@@ -125,7 +125,7 @@ struct World {
     coords.resize(shape.size());
     tpdp_mesh_coords(mesh, tpdp_mesh_rank(mesh), coords.data());
   }
-  ~World() { tpdp_mesh_destroy(mesh); }
+  ~World() { (void)tpdp_mesh_destroy(mesh); }
 };
 
 // Expected local values of this rank under `pl` given that the source was

@@ -20,7 +20,7 @@ class StylesErrors : public ::testing::Test {
   }
   void TearDown() override {
     tree_.reset();
-    tpdp_mesh_destroy(mesh_);
+    EXPECT_TPDP_OK(tpdp_mesh_destroy(mesh_));
   }
 
   // Every parameter still views the caller's full tensor, plain, and no
@@ -172,7 +172,7 @@ TEST_F(StylesErrors, LayoutOnlyMesh) {
   EXPECT_TPDP_ERROR(tpdp_parallelize(tree_->root, layout, "tp", plan, 1),
                     TPDP_ERR_STATE, "");
   ExpectUntouched();
-  tpdp_mesh_destroy(layout);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(layout));
 }
 
 TEST_F(StylesErrors, CollectivesNeedAParallelizedModule) {
@@ -266,7 +266,7 @@ TEST(StylesSharedParam, SharedAcrossMatchedModulesIsRefused) {
   EXPECT_EQ(tpdp_param_tensor(p)->data, (void *)w);
   tpdp_param_release(p);
   tpdp_module_destroy(root);
-  tpdp_mesh_destroy(mesh);
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(mesh));
 }
 
 }  // namespace

@@ -347,7 +347,7 @@ TEST_P(StylesMlp, ParallelizeShardsParameters) {
       EXPECT_EQ(text.rfind("[Model]\n", 0), 0u) << text;
       tpdp_tree_report_destroy(r);
     }
-    tpdp_mesh_destroy(pl.mesh);
+    EXPECT_TPDP_OK(tpdp_mesh_destroy(pl.mesh));
   }
 }
 
@@ -408,7 +408,7 @@ TEST_P(StylesMlp, ColwiseRowwiseForwardBackward) {
       for (int64_t i = 0; i < N * kH; i++)
         EXPECT_TRUE(Near(dx[i], d.dx[i], "dx", i));
     }
-    tpdp_mesh_destroy(pl.mesh);
+    EXPECT_TPDP_OK(tpdp_mesh_destroy(pl.mesh));
   }
 }
 
@@ -492,7 +492,7 @@ TEST_P(StylesMlp, SequenceParallelBlock) {
             EXPECT_TRUE(Near(dxs[r * kH + i], d.dx[(ss + r) * kH + i], "dx",
                              (ss + r) * kH + i));
       }
-      tpdp_mesh_destroy(pl.mesh);
+      EXPECT_TPDP_OK(tpdp_mesh_destroy(pl.mesh));
     }
   }
 }
@@ -572,7 +572,7 @@ TEST(StylesSequence, GatherAndReduceScatterOnAnyDim) {
                 }
           }
         }
-        tpdp_mesh_destroy(pl.mesh);
+        EXPECT_TPDP_OK(tpdp_mesh_destroy(pl.mesh));
       }
     }
   }
@@ -644,7 +644,7 @@ TEST(StylesSequence, ReduceReplicatedGradsOverTpOnly) {
       for (int64_t h = 0; h < kH; h++)
         EXPECT_EQ(At1(w, h), t->full.at("norm.weight")[h]);
     }
-    tpdp_mesh_destroy(pl.mesh);
+    EXPECT_TPDP_OK(tpdp_mesh_destroy(pl.mesh));
   }
 }
 

@@ -110,7 +110,7 @@ int cmd_mesh(int argc, char **argv) {
   int *buf = malloc((size_t)maxd * sizeof *buf);
   if (buf == NULL) {
     fprintf(stderr, "tpdp mesh: out of memory\n");
-    tpdp_mesh_destroy(m);
+    (void)tpdp_mesh_destroy(m); /* layout-only: nothing can fail */
     return 1;
   }
   int rc = 0;
@@ -166,6 +166,6 @@ int cmd_mesh(int argc, char **argv) {
   }
   if (rc == 1) fprintf(stderr, "tpdp mesh: %s\n", tpdp_last_error());
   free(buf);
-  tpdp_mesh_destroy(m);
+  (void)tpdp_mesh_destroy(m); /* layout-only: nothing can fail */
   return rc != 0;
 }

@@ -84,7 +84,7 @@ int cmd_shard(int argc, char **argv) {
   }
   if (st != TPDP_SUCCESS) {
     int r = fail("bad --placements/--shape", 2);
-    tpdp_mesh_destroy(mesh);
+    (void)tpdp_mesh_destroy(mesh); /* layout-only: nothing can fail */
     return r;
   }
   int mesh_ndim = tpdp_mesh_ndim(mesh);
@@ -118,7 +118,10 @@ int cmd_shard(int argc, char **argv) {
   }
   if (json) printf("]}\n");
   tpdp_spec_destroy(spec);
-  tpdp_mesh_destroy(mesh);
+  if (st == TPDP_SUCCESS)
+    st = tpdp_mesh_destroy(mesh);
+  else
+    (void)tpdp_mesh_destroy(mesh); /* keep the first error message */
   if (st != TPDP_SUCCESS) return fail("internal", 1);
   return 0;
 }

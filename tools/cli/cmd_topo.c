@@ -111,6 +111,6 @@ int cmd_topo(int argc, char **argv) {
       free(adv);
     }
   }
-  tpdp_topo_destroy(topo);
+  if (tpdp_topo_destroy(topo) != TPDP_SUCCESS && rc == 0) rc = 1;
   return rc;
 }
