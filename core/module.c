@@ -796,6 +796,10 @@ tpdp_status tpdp_module_forward_end(tpdp_module *m) {
   return run_hooks(m, &m->post_hooks);
 }
 
+/* Internal (declared by dp/reducer_internal.h) until core has a public
+ * tpdp_module_in_forward: 1 while m's forward hooks run. */
+int core_module_in_forward(const tpdp_module *m) { return m->running > 0; }
+
 /* ----------------------------------------------------------- extensions */
 
 tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key, void *ptr,

@@ -114,7 +114,8 @@ void core_trace_propagate(const char *file, int line, tpdp_status status) {
 }
 
 tpdp_status core_calloc(void **out, size_t count, size_t size) {
-  void *p = calloc(count ? count : 1, size ? size : 1);
+  void *p =
+      core_alloc_fail_now() ? NULL : calloc(count ? count : 1, size ? size : 1);
   if (p == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "out of memory allocating %zu x %zu bytes", count, size);
@@ -126,7 +127,7 @@ tpdp_status core_grow(void **items, int *cap, int need, size_t elem) {
   if (need <= *cap) return TPDP_SUCCESS;
   int ncap = *cap ? *cap * 2 : 4;
   while (ncap < need) ncap *= 2;
-  void *p = realloc(*items, (size_t)ncap * elem);
+  void *p = core_alloc_fail_now() ? NULL : realloc(*items, (size_t)ncap * elem);
   if (p == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "out of memory growing a list to %d entries", ncap);
