@@ -39,8 +39,7 @@ tpdp_status core_mem_alloc(tpdp_device device, size_t bytes, void **out);
  * none faults in later in a hot path (a first touch costs tens of
  * microseconds a page on some VMs); on a GPU the zeros are complete before
  * any stream uses the memory. */
-tpdp_status core_mem_alloc_zeroed(tpdp_device device, size_t bytes,
-                                  void **out);
+tpdp_status core_mem_alloc_zeroed(tpdp_device device, size_t bytes, void **out);
 /* Free a core_mem_alloc* pointer (NULL: no-op). Device: cudaFree, which
  * waits for work queued on the memory; its failure is returned. */
 tpdp_status core_mem_free(tpdp_device device, void *p);

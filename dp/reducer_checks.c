@@ -27,11 +27,18 @@
 static const struct {
   size_t off, len;
 } fields[] = {
-    DP_FIELD(first_bucket_bytes), DP_FIELD(bucket_cap_bytes),
-    DP_FIELD(gradient_as_bucket_view), DP_FIELD(find_unused_parameters),
-    DP_FIELD(static_graph), DP_FIELD(comm_hook), DP_FIELD(divide_factor),
-    DP_FIELD(hook_fn), DP_FIELD(hook_user_data), DP_FIELD(producer_stream),
-    DP_FIELD(comm_thread), DP_FIELD(module),
+    DP_FIELD(first_bucket_bytes),
+    DP_FIELD(bucket_cap_bytes),
+    DP_FIELD(gradient_as_bucket_view),
+    DP_FIELD(find_unused_parameters),
+    DP_FIELD(static_graph),
+    DP_FIELD(comm_hook),
+    DP_FIELD(divide_factor),
+    DP_FIELD(hook_fn),
+    DP_FIELD(hook_user_data),
+    DP_FIELD(producer_stream),
+    DP_FIELD(comm_thread),
+    DP_FIELD(module),
 };
 
 tpdp_status dp_options_resolve(const tpdp_reducer_options *in,
@@ -190,9 +197,8 @@ tpdp_status dp_agree(tpdp_comm *comm, tpdp_status mine) {
    * ranks: the lowest failing rank and its status, with no buffer per
    * rank to allocate. */
   int size = tpdp_comm_size(comm), me = tpdp_comm_rank(comm);
-  int64_t key = mine != TPDP_SUCCESS
-                    ? ((int64_t)(size - me) << 32) | (int64_t)mine
-                    : 0;
+  int64_t key =
+      mine != TPDP_SUCCESS ? ((int64_t)(size - me) << 32) | (int64_t)mine : 0;
   tpdp_tensor t = tpdp_tensor_1d(&key, TPDP_I64, 1);
   tpdp_status st = dp_buf_host_allreduce(comm, &t, TPDP_OP_MAX);
   if (mine != TPDP_SUCCESS) return mine; /* its own message is kept */
@@ -201,14 +207,14 @@ tpdp_status dp_agree(tpdp_comm *comm, tpdp_status mine) {
   int bad = size - (int)(key >> 32);
   tpdp_status code = (tpdp_status)(key & 0xffffffff);
   /* Shortage of memory is no fault of the parameters. */
-  int resources =
-      code == TPDP_ERR_OUT_OF_MEMORY || code == TPDP_ERR_INTERNAL ||
-      code == TPDP_ERR_CUDA || code == TPDP_ERR_MPI || code == TPDP_ERR_NCCL;
-  return TPDP_ERR(code, "rank %d of %s %s (%s); see that rank's error message",
-                  bad, tpdp_comm_name(comm),
-                  resources ? "could not set up its part"
-                            : "rejected its parameters",
-                  tpdp_status_string(code));
+  int resources = code == TPDP_ERR_OUT_OF_MEMORY || code == TPDP_ERR_INTERNAL ||
+                  code == TPDP_ERR_CUDA || code == TPDP_ERR_MPI ||
+                  code == TPDP_ERR_NCCL;
+  return TPDP_ERR(
+      code, "rank %d of %s %s (%s); see that rank's error message", bad,
+      tpdp_comm_name(comm),
+      resources ? "could not set up its part" : "rejected its parameters",
+      tpdp_status_string(code));
 }
 
 static void fill_desc(const tpdp_tensor *t, int64_t *d) {
@@ -270,8 +276,8 @@ tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
           "parameter %lld '%s' differs across ranks of %s: rank 0 "
           "has %s, rank %d has %s (first mismatching parameter; "
           "this is rank %d)",
-          (long long)i, fqn_or_empty(&params[i]), tpdp_comm_name(comm), a, k,
-          b, me);
+          (long long)i, fqn_or_empty(&params[i]), tpdp_comm_name(comm), a, k, b,
+          me);
       goto done;
     }
   }

@@ -67,9 +67,9 @@ typedef struct {
   int64_t launched;    /* buckets [0, launched) handed over this iteration */
   int64_t finished;    /* buckets [0, finished) reduced (or failed) */
   int stop;
-  tpdp_status status;  /* first failure of this iteration */
-  int64_t failed;      /* its bucket */
-  char message[1024];  /* its tpdp_last_error(), from the thread */
+  tpdp_status status; /* first failure of this iteration */
+  int64_t failed;     /* its bucket */
+  char message[1024]; /* its tpdp_last_error(), from the thread */
 } dp_comm_thread;
 
 typedef struct {
@@ -133,10 +133,10 @@ struct tpdp_reducer {
 
 /* Run `call` (a tpdp_status expression) adding its time to stats.field;
  * the status lands in `st_out`. */
-#define DP_TIMED(r, field, st_out, call) \
-  do {                                   \
-    double t0_ = core_now_s();           \
-    (st_out) = (call);                   \
+#define DP_TIMED(r, field, st_out, call)    \
+  do {                                      \
+    double t0_ = core_now_s();              \
+    (st_out) = (call);                      \
     (r)->stats.field += core_now_s() - t0_; \
   } while (0)
 /* The same, returning a failure as CHECK does. */

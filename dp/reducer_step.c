@@ -136,9 +136,8 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
     if (!touched(r, p))
       DP_CHECK_TIMED(r, data_seconds, core_mem_zero_async(&slot, r->stream));
     else
-      DP_CHECK_TIMED(
-          r, data_seconds,
-          core_mem_copy_async(&slot, &r->params[p].grad, r->stream));
+      DP_CHECK_TIMED(r, data_seconds,
+                     core_mem_copy_async(&slot, &r->params[p].grad, r->stream));
   }
   size_t n = b->bytes / tpdp_dtype_size(b->dtype);
   tpdp_tensor flat = tpdp_tensor_1d(b->buf, b->dtype, (int64_t)n);
@@ -225,9 +224,9 @@ static tpdp_status complete(tpdp_reducer *r, int64_t j) {
     for (int64_t k = 0; k < b->n; k++) {
       tpdp_tensor slot = dp_slot_view(r, b, k);
       if (tpdp_tensor_numel(&slot) == 0) continue;
-      DP_CHECK_TIMED(r, data_seconds,
-                     core_mem_copy_async(&r->params[b->params[k]].grad, &slot,
-                                         r->stream));
+      DP_CHECK_TIMED(
+          r, data_seconds,
+          core_mem_copy_async(&r->params[b->params[k]].grad, &slot, r->stream));
     }
   }
   return TPDP_SUCCESS;
@@ -260,8 +259,9 @@ static tpdp_status fail_iteration(tpdp_reducer *r, tpdp_status st) {
    * seen by the communication thread): `st` is the one to report. */
   (void)dp_abort_iteration(r);
   (void)end_iteration(r); /* IDLE: cannot fail */
-  return TPDP_ERR(st, "%s (the iteration was abandoned: call "
-                      "tpdp_reducer_prepare to start the next one)",
+  return TPDP_ERR(st,
+                  "%s (the iteration was abandoned: call "
+                  "tpdp_reducer_prepare to start the next one)",
                   msg);
 }
 
@@ -327,7 +327,8 @@ static tpdp_status rebuild(tpdp_reducer *r) {
     for (int64_t k = 0; k < nb[j].n; k++) {
       int64_t p = nb[j].params[k];
       r->bucket_of[p] = j;
-      if (r->opt.gradient_as_bucket_view) r->views[p] = dp_slot_view(r, &nb[j], k);
+      if (r->opt.gradient_as_bucket_view)
+        r->views[p] = dp_slot_view(r, &nb[j], k);
     }
   (void)dp_free_buckets(r->buckets, r->nbuckets); /* no work between steps */
   r->buckets = nb;
@@ -373,8 +374,8 @@ static tpdp_status prepare(tpdp_reducer *r) {
                     "finalized: call tpdp_reducer_finalize after backward");
   }
   if (r->opt.module != NULL) {
-    static const tpdp_training_state allowed[2] = {
-        TPDP_STATE_IDLE, TPDP_STATE_FORWARD_BACKWARD};
+    static const tpdp_training_state allowed[2] = {TPDP_STATE_IDLE,
+                                                   TPDP_STATE_FORWARD_BACKWARD};
     CHECK(tpdp_module_check_state(r->opt.module, allowed, 2));
   }
   if (r->rebuild_pending) CHECK(rebuild(r));
@@ -524,7 +525,8 @@ static void learn_static_graph(tpdp_reducer *r) {
   for (int64_t j = 0; j < r->nbuckets; j++) {
     dp_bucket *b = &r->buckets[j];
     b->expect = 0;
-    for (int64_t k = 0; k < b->n; k++) b->expect += r->expected[b->params[k]] > 0;
+    for (int64_t k = 0; k < b->n; k++)
+      b->expect += r->expected[b->params[k]] > 0;
   }
   r->static_learned = 1;
 }
@@ -538,8 +540,7 @@ static tpdp_status finalize(tpdp_reducer *r) {
                     "tpdp_reducer_prepare at the start of the iteration "
                     "(before backward)");
   if (r->opt.module != NULL) {
-    static const tpdp_training_state allowed[1] = {
-        TPDP_STATE_FORWARD_BACKWARD};
+    static const tpdp_training_state allowed[1] = {TPDP_STATE_FORWARD_BACKWARD};
     CHECK(tpdp_module_check_state(r->opt.module, allowed, 1));
     CHECK(check_not_in_forward(r, "finalize called"));
   }

@@ -3,12 +3,13 @@
 // by hand, the first failure kept by core_mem_free_keep, the refusal of
 // device memory in a build without CUDA; and the allocation fault
 // injection of core/util.h that the reducer's tests rely on.
+#include "core/mem.h"
+
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
-#include "core/mem.h"
 #include "tests/test_util.h"
 
 namespace {

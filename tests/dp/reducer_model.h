@@ -14,10 +14,10 @@
 namespace reducer_model {
 
 // Six f32 parameters: 12, 5, 12, 7, 16, 1 elements = 48, 20, 48, 28, 64, 4 B.
-inline const std::vector<std::vector<int64_t>> kShapes = {{3, 4}, {5},  {2, 3, 2},
-                                                   {7},    {16}, {1}};
+inline const std::vector<std::vector<int64_t>> kShapes = {
+    {3, 4}, {5}, {2, 3, 2}, {7}, {16}, {1}};
 inline const char *const kNames[] = {"l0.weight", "l0.bias",     "l1.weight",
-                              "l1.bias",   "head.weight", "head.bias"};
+                                     "l1.bias",   "head.weight", "head.bias"};
 inline const int kN = 6;
 
 // Limits 64 / 100 B. Registration-order walk: p0 48, p1 -> 68 >= 64 closes
@@ -105,7 +105,8 @@ inline std::vector<std::vector<int64_t>> Buckets(tpdp_reducer *r) {
 }
 
 // Write (or, with accumulate, add) this rank's gradients for `step`.
-inline void WriteGrads(Model &m, int rank, int step, bool accumulate, int skip = -1) {
+inline void WriteGrads(Model &m, int rank, int step, bool accumulate,
+                       int skip = -1) {
   for (int p = 0; p < (int)m.params.size(); p++) {
     if (p == skip) continue;
     float *g = m.Grad(p);
@@ -118,7 +119,7 @@ inline void WriteGrads(Model &m, int rank, int step, bool accumulate, int skip =
 
 // Mean over the given ranks of sum over steps of G, for parameter p.
 inline double Mean(const std::vector<int> &ranks, int p, int64_t i,
-            const std::vector<int> &steps, int skip_param_on_odd = -1) {
+                   const std::vector<int> &steps, int skip_param_on_odd = -1) {
   double s = 0;
   for (int r : ranks) {
     if (p == skip_param_on_odd && r % 2 == 1) continue;
@@ -134,8 +135,8 @@ inline std::vector<int> AllRanks(int n) {
 }
 
 inline void ExpectMean(Model &m, const std::vector<int> &ranks,
-                const std::vector<int> &steps, double rel_tol = 1e-6,
-                int skip_param_on_odd = -1) {
+                       const std::vector<int> &steps, double rel_tol = 1e-6,
+                       int skip_param_on_odd = -1) {
   for (int p = 0; p < (int)m.params.size(); p++)
     for (int64_t i = 0; i < m.Numel(p); i++) {
       double want = Mean(ranks, p, i, steps, skip_param_on_odd);
@@ -149,7 +150,6 @@ inline void MarkAll(tpdp_reducer *r, const std::vector<int> &order) {
 }
 
 inline const std::vector<int> kReverse = {5, 4, 3, 2, 1, 0};
-
 
 }  // namespace reducer_model
 

@@ -209,8 +209,8 @@ TEST(ReducerFaults, PrepareShortOfMemoryChangesNothing) {
     core_alloc_fail_at(0, 0);
     if (st == TPDP_SUCCESS) break;
     failures++;
-    EXPECT_EQ(st, TPDP_ERR_OUT_OF_MEMORY) << "allocation " << n << ": "
-                                          << tpdp_last_error();
+    EXPECT_EQ(st, TPDP_ERR_OUT_OF_MEMORY)
+        << "allocation " << n << ": " << tpdp_last_error();
     EXPECT_EQ(tpdp_reducer_rebuilt(r), 0);
     EXPECT_EQ(Buckets(r), kInitialBuckets);
     EXPECT_TPDP_ERROR(tpdp_reducer_mark_ready(r, 0), TPDP_ERR_STATE,

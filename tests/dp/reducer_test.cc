@@ -692,8 +692,9 @@ TEST_P(ReducerModes, CreateCopiesTheParamsArray) {
     ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
     ExpectMean(m, AllRanks(size), {step});
   }
-  if (!GetParam())  // copy mode: the averages land in the caller's buffers
+  if (!GetParam()) {  // copy mode: the averages land in the caller's buffers
     for (int p = 0; p < kN; p++) EXPECT_EQ(m.Grad(p), m.gdata[p].data());
+  }
   // Messages still name the parameters (the FQNs were copied too).
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 2));
