@@ -200,18 +200,27 @@ typedef struct {
 /* Version of the struct above; grows when fields are appended. */
 #define TPDP_REDUCER_OPTIONS_VERSION 1u
 
-/* The documented defaults (designated initialisers: C99/C11, C++20). */
-#define TPDP_REDUCER_OPTIONS_INIT                                            \
-  {                                                                          \
-    .size = sizeof(tpdp_reducer_options),                                    \
-    .version = TPDP_REDUCER_OPTIONS_VERSION,                                 \
-    .first_bucket_bytes = TPDP_BUCKET_FIRST_BYTES,                           \
-    .bucket_cap_bytes = TPDP_BUCKET_CAP_BYTES, .gradient_as_bucket_view = 1, \
-    .find_unused_parameters = 0, .static_graph = 0,                          \
-    .comm_hook = TPDP_REDUCER_HOOK_NONE, .divide_factor = 0.0,               \
-    .hook_fn = NULL, .hook_user_data = NULL, .producer_stream = NULL,        \
-    .comm_thread = 1, .module = NULL,                                        \
+/* The documented defaults (designated initialisers: C99/C11, C++20), one
+ * field a line. */
+/* clang-format off */
+#define TPDP_REDUCER_OPTIONS_INIT                   \
+  {                                                 \
+    .size = sizeof(tpdp_reducer_options),           \
+    .version = TPDP_REDUCER_OPTIONS_VERSION,        \
+    .first_bucket_bytes = TPDP_BUCKET_FIRST_BYTES,  \
+    .bucket_cap_bytes = TPDP_BUCKET_CAP_BYTES,      \
+    .gradient_as_bucket_view = 1,                   \
+    .find_unused_parameters = 0,                    \
+    .static_graph = 0,                              \
+    .comm_hook = TPDP_REDUCER_HOOK_NONE,            \
+    .divide_factor = 0.0,                           \
+    .hook_fn = NULL,                                \
+    .hook_user_data = NULL,                         \
+    .producer_stream = NULL,                        \
+    .comm_thread = 1,                               \
+    .module = NULL,                                 \
   }
+/* clang-format on */
 
 /* The defaults listed above: the same as TPDP_REDUCER_OPTIONS_INIT. */
 TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
