@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "rss") == 0) {
     int view = strcmp(sub, "copy") != 0;
     if (make_params(!view, ps, &pbuf, &gbuf) != 0) return die("alloc");
-    tpdp_reducer_options o = tpdp_reducer_options_default();
+    tpdp_reducer_options o = TPDP_REDUCER_OPTIONS_INIT;
     o.gradient_as_bucket_view = view;
     tpdp_reducer *r = NULL;
     OK(tpdp_reducer_create(world, ps, NT, &o, &r));
@@ -112,7 +112,9 @@ int main(int argc, char **argv) {
        * point into the buckets): untouched calloc'd pages would not count
        * towards RSS and would hide copy mode's extra buffers. */
       for (int p = 0; p < NT; p++) {
-        float *g = (float *)ps[p].grad.data;
+        tpdp_tensor gv; /* view mode: moved by the rebuild after step 1 */
+        OK(tpdp_reducer_grad_view(r, p, &gv));
+        float *g = (float *)gv.data;
         for (int64_t i = 0; i < NUMEL; i++) g[i] = (float)(s + 1);
       }
       if (reducer_step(r)) return 1;
@@ -120,8 +122,9 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     double mb = max_over_ranks(ru.ru_maxrss / 1024.0);
-    /* Steady state too: the peak includes the one-time rebuild after the
-     * first step, when view mode holds the old and new buckets at once. */
+    /* Steady state too: the peak includes the spare buckets that view mode
+     * holds from create until the one-time rebuild after the first step
+     * (the old and the new buckets at once). */
     long pages = 0, resident = 0;
     FILE *f = fopen("/proc/self/statm", "r");
     if (f != NULL) {
@@ -148,7 +151,7 @@ int main(int argc, char **argv) {
   static tpdp_reducer_param ps1[NT];
   float *pbuf1 = NULL, *gbuf1 = NULL;
   if (make_params(0, ps1, &pbuf1, &gbuf1) != 0) return die("alloc");
-  tpdp_reducer_options o1 = tpdp_reducer_options_default();
+  tpdp_reducer_options o1 = TPDP_REDUCER_OPTIONS_INIT;
   o1.divide_factor = 1.0;
   OK(tpdp_reducer_create(world, ps1, NT, &o1, &r1));
   int64_t nb = tpdp_reducer_num_buckets(r);

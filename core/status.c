@@ -132,7 +132,7 @@ tpdp_status core_calloc(void **out, size_t count, size_t size) {
   // Refused before calloc: sanitizers treat an overflowing count * size as
   // a fault rather than returning NULL.
   void *p = NULL;
-  if (size == 0 || count <= SIZE_MAX / size)
+  if (!core_alloc_fail_now() && (size == 0 || count <= SIZE_MAX / size))
     p = calloc(count ? count : 1, size ? size : 1);
   if (p == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
@@ -145,7 +145,7 @@ tpdp_status core_grow(void **items, int *cap, int need, size_t elem) {
   if (need <= *cap) return TPDP_SUCCESS;
   int ncap = *cap ? *cap * 2 : 4;
   while (ncap < need) ncap *= 2;
-  void *p = realloc(*items, (size_t)ncap * elem);
+  void *p = core_alloc_fail_now() ? NULL : realloc(*items, (size_t)ncap * elem);
   if (p == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "out of memory growing a list to %d entries", ncap);

@@ -9,8 +9,32 @@
 
 #include "tpdp/core.h"
 
+/* ------------------------------------------------------ fault injection */
+
+static _Thread_local long fail_thread; /* countdown of this thread */
+static long fail_any;                  /* countdown of every thread */
+
+void core_alloc_fail_at(long n, int any_thread) {
+  if (any_thread)
+    __atomic_store_n(&fail_any, n > 0 ? n : 0, __ATOMIC_RELAXED);
+  else
+    fail_thread = n > 0 ? n : 0;
+}
+
+long core_alloc_fail_left(void) { return fail_thread; }
+
+int core_alloc_fail_now(void) {
+  if (fail_thread > 0 && --fail_thread == 0) return 1;
+  /* Only the thread that takes the count from 1 to 0 fails. */
+  return __atomic_load_n(&fail_any, __ATOMIC_RELAXED) > 0 &&
+         __atomic_sub_fetch(&fail_any, 1, __ATOMIC_RELAXED) == 0;
+}
+
+/* ------------------------------------------------------------ strings */
+
 char *core_strdup(const char *s) {
   if (s == NULL) return NULL;
+  if (core_alloc_fail_now()) return NULL;
   size_t n = strlen(s) + 1;
   char *d = malloc(n);
   if (d) memcpy(d, s, n);

@@ -18,6 +18,21 @@ extern "C" {
 /* malloc'ed copy of s; NULL if s is NULL or memory is short. */
 char *core_strdup(const char *s);
 
+/* Test-only fault injection into the library's allocations (core_calloc,
+ * core_grow, core_strdup and core_mem_alloc's host path count; each asks
+ * core_alloc_fail_now first). core_alloc_fail_at(n, 0) makes the n-th
+ * allocation from now on of the calling thread fail as if memory were
+ * short; core_alloc_fail_at(n, 1) the n-th of any thread (for failures on
+ * a thread of the library's own). n <= 0 disarms that counter. Cheap when
+ * disarmed: one thread-local and one global load per allocation. */
+void core_alloc_fail_at(long n, int any_thread);
+/* Allocations left before the calling thread's counter fires (0: disarmed
+ * or fired): a test arms a large n, runs a call, and reads how many
+ * allocations the call made. */
+long core_alloc_fail_left(void);
+/* 1 if this allocation must fail (counts it); for the allocators above. */
+int core_alloc_fail_now(void);
+
 /* Seconds on CLOCK_MONOTONIC. */
 double core_now_s(void);
 

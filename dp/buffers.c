@@ -1,14 +1,14 @@
-/* The bucket-memory operations (see buffers.h): host implementations,
- * and under TPDP_WITH_CUDA the device ones (cudaMalloc, cudaMemsetAsync /
- * cudaMemcpyAsync and the kernels of dp/buffers_kernels.cu on the
- * communicator's stream). Each public function tests the device once and
- * goes to one branch or the other. */
+/* The passes over bucket data and the metadata staging (see buffers.h):
+ * host implementations, and under TPDP_WITH_CUDA the device ones (the
+ * kernels of dp/buffers_kernels.cu on the communicator's stream). Each
+ * function tests the device once and goes to one branch or the other. */
 #include "dp/buffers.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/check.h"
+#include "core/mem.h"
 
 #ifdef TPDP_WITH_CUDA
 #include <cuda_runtime.h>
@@ -18,149 +18,21 @@
 
 static int on_gpu(tpdp_device d) { return d.type == TPDP_DEVICE_CUDA; }
 
-/* Run one cudaError_t-returning expression with `dev` current; the status
- * names the call. */
-#define ON_DEVICE(dev, call)                                \
-  do {                                                      \
-    core_cuda_device_guard g_;                              \
-    CHECK(core_cuda_guard_enter(&g_, (dev)));               \
-    tpdp_status st_ = core_cuda_status((int)(call), #call); \
-    core_cuda_guard_exit(&g_);                              \
-    return st_;                                             \
-  } while (0)
-
-static tpdp_status dev_alloc(tpdp_device device, size_t bytes, void **out) {
-  core_cuda_device_guard g;
-  void *p = NULL;
-  size_t n = bytes ? bytes : 1;
-  CHECK(core_cuda_guard_enter(&g, device.index));
-  tpdp_status st = core_cuda_status(cudaMalloc(&p, n), "cudaMalloc");
-  /* Zeroed and complete before any stream uses it. */
-  if (st == TPDP_SUCCESS)
-    st = core_cuda_status(cudaMemset(p, 0, n), "cudaMemset");
-  if (st == TPDP_SUCCESS)
-    st = core_cuda_status(cudaStreamSynchronize(NULL), "cudaStreamSynchronize");
-  core_cuda_guard_exit(&g);
-  if (st != TPDP_SUCCESS) {
-    if (p) (void)cudaFree(p);
-    return TPDP_ERR(st, "device bucket buffer of %zu bytes on cuda:%d: %s",
-                    bytes, device.index, tpdp_last_error());
-  }
-  *out = p;
-  return TPDP_SUCCESS;
-}
-
 static tpdp_status dev_divide(tpdp_device device, void *stream,
                               tpdp_dtype src_dtype, const void *src,
                               tpdp_dtype dst_dtype, void *dst, size_t n,
                               double divisor) {
   if (n == 0) return TPDP_SUCCESS;
-  ON_DEVICE(device.index, dp_cuda_launch_cast_divide(src_dtype, src, dst_dtype,
-                                                     dst, n, divisor, stream));
+  core_cuda_device_guard g;
+  CHECK(core_cuda_guard_enter(&g, device.index));
+  tpdp_status st =
+      core_cuda_status(dp_cuda_launch_cast_divide(src_dtype, src, dst_dtype,
+                                                  dst, n, divisor, stream),
+                       "cast_divide kernel launch");
+  core_cuda_guard_exit(&g);
+  return st;
 }
 #endif /* TPDP_WITH_CUDA */
-
-tpdp_status dp_buf_device_supported(tpdp_device device, const char *what) {
-  if (device.type == TPDP_DEVICE_CPU) return TPDP_SUCCESS;
-#ifdef TPDP_WITH_CUDA
-  if (device.type == TPDP_DEVICE_CUDA) return TPDP_SUCCESS;
-#endif
-  char dev[32];
-  tpdp_device_format(device, dev, sizeof dev);
-  return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
-                  "%s is on %s: the reducer's device buffers (allocation, "
-                  "casts) are not built in this build; only host (cpu) "
-                  "parameters with an MPI communicator are supported",
-                  what, dev);
-}
-
-tpdp_status dp_buf_alloc(tpdp_device device, size_t bytes, void **out) {
-  CHECK(dp_buf_device_supported(device, "bucket buffer"));
-#ifdef TPDP_WITH_CUDA
-  if (on_gpu(device)) return dev_alloc(device, bytes, out);
-#endif
-  void *p = calloc(bytes ? bytes : 1, 1);
-  if (p == NULL)
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "bucket buffer of %zu bytes",
-                    bytes);
-  *out = p;
-  return TPDP_SUCCESS;
-}
-
-void dp_buf_free(tpdp_device device, void *p) {
-#ifdef TPDP_WITH_CUDA
-  if (on_gpu(device)) {
-    /* A destructor: nothing to report to (cudaFree waits for the work
-     * still queued on the buffer). */
-    if (p != NULL) (void)cudaFree(p);
-    return;
-  }
-#else
-  (void)device;
-#endif
-  free(p);
-}
-
-tpdp_status dp_buf_zero(tpdp_device device, void *stream, void *p,
-                        size_t bytes) {
-  CHECK(dp_buf_device_supported(device, "bucket buffer"));
-#ifdef TPDP_WITH_CUDA
-  if (on_gpu(device)) {
-    if (bytes == 0) return TPDP_SUCCESS;
-    ON_DEVICE(device.index, cudaMemsetAsync(p, 0, bytes, (cudaStream_t)stream));
-  }
-#else
-  (void)stream;
-#endif
-  if (bytes) memset(p, 0, bytes);
-  return TPDP_SUCCESS;
-}
-
-tpdp_status dp_buf_copy(tpdp_device device, void *stream, void *dst,
-                        const void *src, size_t bytes) {
-  CHECK(dp_buf_device_supported(device, "bucket buffer"));
-#ifdef TPDP_WITH_CUDA
-  if (on_gpu(device)) {
-    if (bytes == 0 || dst == src) return TPDP_SUCCESS;
-    ON_DEVICE(device.index,
-              cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
-                              (cudaStream_t)stream));
-  }
-#else
-  (void)stream;
-#endif
-  if (bytes && dst != src) memmove(dst, src, bytes);
-  return TPDP_SUCCESS;
-}
-
-tpdp_status dp_buf_copy_tensor(void *stream, tpdp_tensor *dst,
-                               const tpdp_tensor *src) {
-  CHECK(dp_buf_device_supported(dst->device, "gradient"));
-#ifdef TPDP_WITH_CUDA
-  if (on_gpu(dst->device) || on_gpu(src->device)) {
-    if (dst->data == src->data && tpdp_tensor_is_contiguous(dst) &&
-        tpdp_tensor_is_contiguous(src))
-      return TPDP_SUCCESS;
-    core_cuda_device_guard g;
-    CHECK(core_cuda_guard_enter(&g, dst->device.index));
-    /* Stream-ordered, any strides; a host side is an error it names. */
-    tpdp_status st = core_cuda_tensor_copy_async(dst, src, stream);
-    core_cuda_guard_exit(&g);
-    return st;
-  }
-#else
-  (void)stream;
-#endif
-  if (dst->data == src->data && tpdp_tensor_is_contiguous(dst) &&
-      tpdp_tensor_is_contiguous(src))
-    return TPDP_SUCCESS;
-  if (tpdp_tensor_is_contiguous(dst) && tpdp_tensor_is_contiguous(src)) {
-    size_t n = tpdp_tensor_nbytes(dst);
-    if (n) memmove(dst->data, src->data, n);
-    return TPDP_SUCCESS;
-  }
-  return tpdp_tensor_copy(dst, src);
-}
 
 static float load_f(tpdp_dtype dt, const void *p, size_t i) {
   switch (dt) {
@@ -198,15 +70,12 @@ static void store_f(tpdp_dtype dt, void *p, size_t i, float v) {
 
 tpdp_status dp_buf_divide(tpdp_device device, void *stream, tpdp_dtype dtype,
                           void *p, size_t n, double divisor) {
-  CHECK(dp_buf_device_supported(device, "bucket buffer"));
   if (divisor == 1.0) return TPDP_SUCCESS;
-  if (!tpdp_dtype_is_float(dtype))
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "cannot divide %s gradients",
-                    tpdp_dtype_name(dtype));
 #ifdef TPDP_WITH_CUDA
   if (on_gpu(device))
     return dev_divide(device, stream, dtype, p, dtype, p, n, divisor);
 #else
+  (void)device;
   (void)stream;
 #endif
   /* A power-of-two divisor (the usual DP size) is an exact multiply by
@@ -232,13 +101,10 @@ tpdp_status dp_buf_divide(tpdp_device device, void *stream, tpdp_dtype dtype,
     } else {
       for (size_t i = 0; i < n; i++) x[i] /= divisor;
     }
-  } else if (dtype == TPDP_F16 || dtype == TPDP_BF16) {
+  } else { /* f16, bf16 */
     const float d = (float)divisor;
     for (size_t i = 0; i < n; i++)
       store_f(dtype, p, i, load_f(dtype, p, i) / d);
-  } else {
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "cannot divide %s gradients",
-                    tpdp_dtype_name(dtype));
   }
   return TPDP_SUCCESS;
 }
@@ -247,15 +113,12 @@ tpdp_status dp_buf_cast_divide(tpdp_device device, void *stream,
                                tpdp_dtype src_dtype, const void *src,
                                tpdp_dtype dst_dtype, void *dst, size_t n,
                                double divisor) {
-  CHECK(dp_buf_device_supported(device, "bucket buffer"));
-  if (!tpdp_dtype_is_float(src_dtype) || !tpdp_dtype_is_float(dst_dtype))
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "cannot cast %s to %s",
-                    tpdp_dtype_name(src_dtype), tpdp_dtype_name(dst_dtype));
 #ifdef TPDP_WITH_CUDA
   if (on_gpu(device))
     return dev_divide(device, stream, src_dtype, src, dst_dtype, dst, n,
                       divisor);
 #else
+  (void)device;
   (void)stream;
 #endif
   if (src_dtype == TPDP_F64 && dst_dtype == TPDP_F64) {
@@ -282,17 +145,6 @@ tpdp_status dp_buf_cast_divide(tpdp_device device, void *stream,
   return TPDP_SUCCESS;
 }
 
-tpdp_status dp_buf_sync(tpdp_device device, void *stream) {
-#ifdef TPDP_WITH_CUDA
-  if (on_gpu(device))
-    ON_DEVICE(device.index, cudaStreamSynchronize((cudaStream_t)stream));
-#else
-  (void)device;
-  (void)stream;
-#endif
-  return TPDP_SUCCESS;
-}
-
 /* ------------------------------------------------ host metadata staging */
 
 #ifdef TPDP_WITH_CUDA
@@ -300,11 +152,11 @@ tpdp_status dp_buf_sync(tpdp_device device, void *stream) {
  * device buffer on the communicator's GPU, the collective run on device
  * views of it, recv copied back; all on the communicator's stream, which is
  * synchronised before the host buffers are read. */
-typedef enum { STAGE_ALLGATHER, STAGE_BROADCAST } stage_kind;
+typedef enum { STAGE_ALLGATHER, STAGE_ALLREDUCE, STAGE_BROADCAST } stage_kind;
 
 static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
                           const tpdp_tensor *send, tpdp_tensor *recv,
-                          int root) {
+                          tpdp_reduce_op op, int root) {
   if (send != NULL && !tpdp_tensor_is_contiguous(send))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "send buffer not contiguous");
   if (!tpdp_tensor_is_contiguous(recv))
@@ -319,9 +171,8 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
   tpdp_tensor sv, rv;
   core_cuda_device_guard g;
   CHECK(core_cuda_guard_enter(&g, dev));
-  tpdp_status st = core_cuda_status(cudaMalloc(&buf, (sb + rb) ? (sb + rb) : 1),
-                                    "cudaMalloc");
-  if (st != TPDP_SUCCESS) goto done;
+  tpdp_status st;
+  CHECK_GOTO(core_mem_alloc(d, sb + rb, &buf), st, done);
   dsend = (char *)buf;
   drecv = (char *)buf + sb;
   if (sb)
@@ -329,7 +180,7 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
                                                 cudaMemcpyHostToDevice, s),
                                 "cudaMemcpyAsync"),
                st, done);
-  if (kind == STAGE_BROADCAST && rb)
+  if (kind != STAGE_ALLGATHER && rb)
     CHECK_GOTO(core_cuda_status(cudaMemcpyAsync(drecv, recv->data, rb,
                                                 cudaMemcpyHostToDevice, s),
                                 "cudaMemcpyAsync"),
@@ -342,6 +193,8 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
     sv.data = dsend;
     sv.device = d;
     CHECK_GOTO(tpdp_allgather(comm, &sv, &rv), st, done);
+  } else if (kind == STAGE_ALLREDUCE) {
+    CHECK_GOTO(tpdp_allreduce(comm, &rv, &rv, op), st, done);
   } else {
     CHECK_GOTO(tpdp_broadcast(comm, &rv, &rv, root), st, done);
   }
@@ -354,11 +207,10 @@ static tpdp_status staged(tpdp_comm *comm, stage_kind kind,
       core_cuda_status(cudaStreamSynchronize(s), "cudaStreamSynchronize"), st,
       done);
 done:
-  if (buf != NULL) {
-    /* After an error, let queued copies drain before freeing. */
-    if (st != TPDP_SUCCESS) (void)cudaStreamSynchronize(s);
-    (void)cudaFree(buf);
-  }
+  /* After an error, let queued copies drain before freeing (cudaFree
+   * would wait for them too, but not report their failure as ours). */
+  if (st != TPDP_SUCCESS && buf != NULL) (void)cudaStreamSynchronize(s);
+  st = core_mem_free_keep(d, buf, st);
   core_cuda_guard_exit(&g);
   return st;
 }
@@ -368,15 +220,24 @@ tpdp_status dp_buf_host_allgather(tpdp_comm *comm, const tpdp_tensor *send,
                                   tpdp_tensor *recv) {
 #ifdef TPDP_WITH_CUDA
   if (tpdp_comm_device_type(comm) == TPDP_DEVICE_CUDA)
-    return staged(comm, STAGE_ALLGATHER, send, recv, 0);
+    return staged(comm, STAGE_ALLGATHER, send, recv, TPDP_OP_SUM, 0);
 #endif
   return tpdp_allgather(comm, send, recv);
+}
+
+tpdp_status dp_buf_host_allreduce(tpdp_comm *comm, tpdp_tensor *t,
+                                  tpdp_reduce_op op) {
+#ifdef TPDP_WITH_CUDA
+  if (tpdp_comm_device_type(comm) == TPDP_DEVICE_CUDA)
+    return staged(comm, STAGE_ALLREDUCE, NULL, t, op, 0);
+#endif
+  return tpdp_allreduce(comm, t, t, op);
 }
 
 tpdp_status dp_buf_host_broadcast(tpdp_comm *comm, tpdp_tensor *t, int root) {
 #ifdef TPDP_WITH_CUDA
   if (tpdp_comm_device_type(comm) == TPDP_DEVICE_CUDA)
-    return staged(comm, STAGE_BROADCAST, NULL, t, root);
+    return staged(comm, STAGE_BROADCAST, NULL, t, TPDP_OP_SUM, root);
 #endif
   return tpdp_broadcast(comm, t, t, root);
 }

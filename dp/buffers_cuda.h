@@ -17,14 +17,9 @@
 extern "C" {
 #endif
 
-/* p[i] = p[i] / divisor, n elements of a float dtype: f64 in double, the
- * others computed in float (f16/bf16 rounded to nearest even on store),
- * as the host path does. */
-int dp_cuda_launch_divide(tpdp_dtype dtype, void *p, size_t n, double divisor,
-                          void *stream);
-
 /* dst[i] = (dst_dtype)(src[i] / divisor) for float dtypes: f64 -> f64 in
- * double, every other pair through float, as the host path does. */
+ * double, every other pair through float, as the host path does. dst may
+ * be src (an in-place divide). */
 int dp_cuda_launch_cast_divide(tpdp_dtype src_dtype, const void *src,
                                tpdp_dtype dst_dtype, void *dst, size_t n,
                                double divisor, void *stream);

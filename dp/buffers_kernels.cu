@@ -113,8 +113,3 @@ extern "C" int dp_cuda_launch_cast_divide(tpdp_dtype src_dtype, const void *src,
       return (int)cudaErrorInvalidValue;
   }
 }
-
-extern "C" int dp_cuda_launch_divide(tpdp_dtype dtype, void *p, size_t n,
-                                     double divisor, void *stream) {
-  return dp_cuda_launch_cast_divide(dtype, p, dtype, p, n, divisor, stream);
-}

@@ -14,11 +14,12 @@
  * into contiguous buffers of equal blocks, one per rank (each block
  * row-major, the shard dim padded to the chunk size, padding zeroed), around
  * the collective; even shards on a leading dim of a contiguous tensor go to
- * the collective directly. All byte movement
- * outside the communicator goes through tp/tp_mem.c.
+ * the collective directly. All byte movement outside the communicator
+ * goes through core/mem.h (host or device memory).
  */
 #include <string.h>
 
+#include "core/mem.h"
 #include "tp/tp_internal.h"
 
 typedef enum {
@@ -188,7 +189,7 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
   int64_t bn = numel_of(x->ndim, B);
   void *buf = NULL;
   tpdp_device dev = x->spec->device;
-  CHECK(tp_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
+  CHECK(core_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
   tpdp_status st;
   tpdp_tensor send = contig_view(buf, x->spec->dtype, dev, x->ndim, B);
   tpdp_tensor part, flat_s, flat_r;
@@ -198,9 +199,9 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
     sbuf = in->data; /* this rank's block is the local tensor as it is */
   } else {
     CHECK_GOTO(tpdp_tensor_narrow(&send, d, 0, sc, &part), st, done);
-    CHECK_GOTO(tp_mem_copy(&part, in), st, done);
+    CHECK_GOTO(core_mem_copy(&part, in), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(&send, d, sc, ch - sc, &part), st, done);
-    CHECK_GOTO(tp_mem_zero(&part), st, done);
+    CHECK_GOTO(core_mem_zero(&part), st, done);
   }
   void *rbuf = byte_at(buf, bn, x->es);
   flat_s = contig_view(sbuf, x->spec->dtype, dev, 1, &bn);
@@ -216,19 +217,18 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
     tpdp_tensor src_part, dst_part;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, d, 0, size, &src_part), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(out, d, start, size, &dst_part), st, done);
-    CHECK_GOTO(tp_mem_copy(&dst_part, &src_part), st, done);
+    CHECK_GOTO(core_mem_copy(&dst_part, &src_part), st, done);
   }
   st = TPDP_SUCCESS;
 done:
-  tp_mem_free(dev, buf);
-  return st;
+  return core_mem_free_keep(dev, buf, st);
 }
 
 static tpdp_status run_allreduce(const ctx *x, tpdp_reduce_op op,
                                  const tpdp_tensor *in, tpdp_tensor *out) {
   if (tpdp_tensor_is_contiguous(in))
     return tpdp_allreduce(x->comm, in, out, op);
-  CHECK(tp_mem_copy(out, in));
+  CHECK(core_mem_copy(out, in));
   return tpdp_allreduce(x->comm, out, out, op);
 }
 
@@ -245,7 +245,7 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   int64_t bn = numel_of(x->ndim, B);
   tpdp_device dev = x->spec->device;
   void *buf = NULL;
-  CHECK(tp_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
+  CHECK(core_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
   tpdp_status st;
   for (int64_t r = 0; r < k; r++) {
     int64_t size, start;
@@ -255,9 +255,9 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
     tpdp_tensor a, b;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, size, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(in, j, start, size, &b), st, done);
-    CHECK_GOTO(tp_mem_copy(&a, &b), st, done);
+    CHECK_GOTO(core_mem_copy(&a, &b), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(&blk, j, size, ch - size, &a), st, done);
-    CHECK_GOTO(tp_mem_zero(&a), st, done);
+    CHECK_GOTO(core_mem_zero(&a), st, done);
   }
   void *rbuf = byte_at(buf, bn * k, x->es);
   int64_t sn = bn * k;
@@ -275,11 +275,10 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   tpdp_tensor blk = contig_view(rbuf, x->spec->dtype, dev, x->ndim, B);
   tpdp_tensor part;
   CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, x->lout[j], &part), st, done);
-  CHECK_GOTO(tp_mem_copy(out, &part), st, done);
+  CHECK_GOTO(core_mem_copy(out, &part), st, done);
   st = TPDP_SUCCESS;
 done:
-  tp_mem_free(dev, buf);
-  return st;
+  return core_mem_free_keep(dev, buf, st);
 }
 
 static tpdp_status run_alltoall(const ctx *x, int i, int j,
@@ -295,7 +294,7 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
   tpdp_device dev = x->spec->device;
   tpdp_dtype dt = x->spec->dtype;
   void *buf = NULL;
-  CHECK(tp_mem_alloc(dev, (size_t)(2 * bn * k) * x->es, &buf));
+  CHECK(core_mem_alloc(dev, (size_t)(2 * bn * k) * x->es, &buf));
   void *rbuf = byte_at(buf, bn * k, x->es);
   tpdp_status st;
   int64_t my_i = x->lin[i]; /* rows of dim i this rank holds */
@@ -303,7 +302,7 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
   if (uneven) {
     int64_t all = bn * k;
     tpdp_tensor z = contig_view(buf, dt, dev, 1, &all);
-    CHECK_GOTO(tp_mem_zero(&z), st, done);
+    CHECK_GOTO(core_mem_zero(&z), st, done);
   }
   for (int64_t r = 0; r < k; r++) {
     int64_t sj, oj;
@@ -313,7 +312,7 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
     tpdp_tensor a, b;
     CHECK_GOTO(narrow2(&blk, i, 0, my_i, j, 0, sj, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(in, j, sj ? oj : 0, sj, &b), st, done);
-    CHECK_GOTO(tp_mem_copy(&a, &b), st, done);
+    CHECK_GOTO(core_mem_copy(&a, &b), st, done);
   }
   int64_t all = bn * k;
   tpdp_tensor fs = contig_view(buf, dt, dev, 1, &all);
@@ -329,13 +328,12 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
     tpdp_tensor a, b;
     CHECK_GOTO(narrow2(&blk, i, 0, si, j, 0, my_j, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(out, i, oi, si, &b), st, done);
-    CHECK_GOTO(tp_mem_copy(&b, &a), st, done);
+    CHECK_GOTO(core_mem_copy(&b, &a), st, done);
   }
   (void)c;
   st = TPDP_SUCCESS;
 done:
-  tp_mem_free(dev, buf);
-  return st;
+  return core_mem_free_keep(dev, buf, st);
 }
 
 static tpdp_status run_slice(const ctx *x, int j, const tpdp_tensor *in,
@@ -344,13 +342,13 @@ static tpdp_status run_slice(const ctx *x, int j, const tpdp_tensor *in,
   tp_chunk(x->lin[j], x->k, x->c, &size, &start);
   tpdp_tensor part;
   CHECK(tpdp_tensor_narrow(in, j, size ? start : 0, size, &part));
-  return tp_mem_copy(out, &part);
+  return core_mem_copy(out, &part);
 }
 
 static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
                                   const tpdp_tensor *in, tpdp_tensor *out) {
-  if (op == TPDP_OP_SUM && x->c != 0) return tp_mem_zero(out);
-  return tp_mem_copy(out, in);
+  if (op == TPDP_OP_SUM && x->c != 0) return core_mem_zero(out);
+  return core_mem_copy(out, in);
 }
 
 /* ------------------------------------------------------------ driver */
@@ -427,7 +425,7 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
   if (ss->device.type != dst_spec->device.type)
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "source and destination specs name different devices");
-  CHECK(tp_mem_supported(ss->device));
+  CHECK(core_mem_supported(ss->device, "the source tensor"));
   CHECK(check_local(ss, &src->local, "source"));
   CHECK(check_local(dst_spec, dst_local, "destination"));
   if (!tpdp_tensor_is_contiguous(dst_local))
@@ -437,7 +435,7 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
   step steps[MAX_STEPS];
   int nsteps = 0;
   CHECK(plan(ss, dst_spec, steps, &nsteps));
-  if (nsteps == 0) return tp_mem_copy(dst_local, &src->local);
+  if (nsteps == 0) return core_mem_copy(dst_local, &src->local);
 
   int64_t coords[TPDP_MAX_DIMS];
   CHECK(tpdp_mesh_coords(ss->mesh, tpdp_mesh_rank(ss->mesh), coords));
@@ -464,8 +462,8 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
     if (s == nsteps - 1) {
       out = *dst_local;
     } else {
-      CHECK_GOTO(tp_mem_alloc(ss->device,
-                              (size_t)numel_of(x.ndim, x.lout) * x.es, &buf),
+      CHECK_GOTO(core_mem_alloc(ss->device,
+                                (size_t)numel_of(x.ndim, x.lout) * x.es, &buf),
                  st, fail);
       out = contig_view(buf, ss->dtype, ss->device, x.ndim, x.lout);
     }
@@ -490,14 +488,13 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
         st = run_partialize(&x, to.op, &cur, &out);
         break;
     }
-    if (owned) tp_mem_free(ss->device, owned);
+    st = core_mem_free_keep(ss->device, owned, st);
     owned = buf;
     cur = out;
     if (st != TPDP_SUCCESS) goto fail;
   }
 fail:
-  if (owned) tp_mem_free(ss->device, owned);
-  return st;
+  return core_mem_free_keep(ss->device, owned, st);
 }
 
 tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
@@ -507,18 +504,17 @@ tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
   CHECK_PTR(src);
   CHECK_PTR(dst_spec);
   CHECK_PTR(out);
-  CHECK(tp_mem_supported(dst_spec->device));
+  CHECK(core_mem_supported(dst_spec->device, "the destination tensor"));
   tpdp_tensor t;
   void *buf = NULL;
   size_t bytes = (size_t)numel_of(dst_spec->ndim, dst_spec->self_shape) *
                  tpdp_dtype_size(dst_spec->dtype);
-  CHECK(tp_mem_alloc(dst_spec->device, bytes, &buf));
+  CHECK(core_mem_alloc(dst_spec->device, bytes, &buf));
   t = contig_view(buf, dst_spec->dtype, dst_spec->device, dst_spec->ndim,
                   dst_spec->self_shape);
   tpdp_status st = tpdp_redistribute(src, dst_spec, &t);
   if (st != TPDP_SUCCESS) {
-    tp_mem_free(dst_spec->device, buf);
-    return st;
+    return core_mem_free_keep(dst_spec->device, buf, st);
   }
   out->local = t;
   out->spec = dst_spec;

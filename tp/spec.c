@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/mem.h"
 #include "tp/tp_internal.h"
 
 /* ------------------------------------------------------------ placements */
@@ -384,7 +385,8 @@ tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
 
 void tpdp_dtensor_free_local(tpdp_dtensor *dt) {
   if (dt == NULL) return;
-  /* host memory from malloc, or device memory from cudaMalloc */
-  tp_mem_free(dt->local.device, dt->local.data);
+  /* host memory from malloc, or device memory from cudaMalloc; a void
+   * function: a failing cudaFree has no one to report to */
+  (void)core_mem_free(dt->local.device, dt->local.data);
   dt->local.data = NULL;
 }

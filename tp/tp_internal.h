@@ -1,5 +1,5 @@
-/* Internal to tp/: the spec's layout and the memory helpers redistribute
- * uses. Not installed. */
+/* Internal to tp/: the spec's layout and the torch.chunk rule. Memory
+ * (host or device) goes through core/mem.h. Not installed. */
 #ifndef TPDP_TP_INTERNAL_H
 #define TPDP_TP_INTERNAL_H
 
@@ -37,23 +37,5 @@ void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size, int64_t *start);
 static inline int64_t tp_ceil_div(int64_t n, int64_t k) {
   return n / k + (n % k != 0);
 }
-
-/* ---- memory: the only place that touches tensor bytes outside the
- * communicator (tp/tp_mem.c). Host memory always; CUDA device memory in a
- * build with TPDP_WITH_CUDA (cudaMalloc/cudaFree and core/tensor_cuda.h's
- * copies and zero fill, synchronous: each returns once the bytes are in
- * place). */
-
-/* TPDP_SUCCESS if redistribute can move memory on `device` (cpu; cuda when
- * built with CUDA), else TPDP_ERR_UNSUPPORTED naming the device. */
-tpdp_status tp_mem_supported(tpdp_device device);
-/* Allocate `bytes` (may be 0: *out gets a non-NULL dummy-free pointer or
- * NULL) on `device`. */
-tpdp_status tp_mem_alloc(tpdp_device device, size_t bytes, void **out);
-void tp_mem_free(tpdp_device device, void *p);
-/* dst = src elementwise (any strides, same shape/dtype/device). */
-tpdp_status tp_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src);
-/* Every element of dst (any strides) = 0. */
-tpdp_status tp_mem_zero(tpdp_tensor *dst);
 
 #endif /* TPDP_TP_INTERNAL_H */

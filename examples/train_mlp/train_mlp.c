@@ -740,11 +740,14 @@ static int train(const options *opt, const train_backend *b, int *argc,
   /* Before the reducer, which broadcasts the parameters from dp rank 0. */
   if (o->load_dir && load_checkpoint(t, world, start) != 0) goto fail;
 
-  tpdp_reducer_options ropts = tpdp_reducer_options_default();
+  tpdp_reducer_options ropts = TPDP_REDUCER_OPTIONS_INIT;
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)
     ropts.first_bucket_bytes = ropts.bucket_cap_bytes;
   ropts.producer_stream = t->grad_stream;
+  /* Training states as FSDP's: prepare moves the root to FORWARD_BACKWARD,
+   * finalize back to IDLE; marks inside its forward are refused. */
+  ropts.module = t->tree.root;
   TRY(tpdp_reducer_create(t->dp_comm, t->rparams, np, &ropts, &t->dp.reducer));
   /* The reducer broadcast the parameters from dp rank 0. */
   if (wait_dp(t) != 0) goto fail;
@@ -883,7 +886,10 @@ static int train(const options *opt, const train_backend *b, int *argc,
 fail:
   exit_code = 1;
 done:
-  tpdp_reducer_destroy(t->dp.reducer);
+  if (tpdp_reducer_destroy(t->dp.reducer) != TPDP_SUCCESS) {
+    fprintf(stderr, "train_mlp: %s\n", tpdp_last_error());
+    exit_code = 1;
+  }
   b->release(t);
   for (int i = 0; i < t->tree.nparams && ref_params; i++) free(ref_params[i]);
   free(ref_params);

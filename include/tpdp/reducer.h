@@ -21,7 +21,8 @@
  *   tpdp_reducer_destroy(r);
  *
  * The reducer knows nothing of DTensors: it sees plain local tensors.
- * Thread-safety: one thread at a time per reducer (and its communicator).
+ * Thread-safety: one thread at a time per reducer (and its communicator;
+ * with a module, the module's tree).
  * Error contract: as stated in tpdp/core.h.
  */
 #ifndef TPDP_REDUCER_H
@@ -29,6 +30,7 @@
 
 #include "tpdp/comm.h"
 #include "tpdp/core.h"
+#include "tpdp/module.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -140,7 +142,19 @@ typedef struct {
  * is returned by the reducer call that launched the bucket. */
 typedef tpdp_status (*tpdp_reducer_hook_fn)(const tpdp_reducer_hook_args *args);
 
+/* Options of tpdp_reducer_create, versioned as NCCL's ncclConfig_t: the
+ * struct carries its own size and version first, so that a program built
+ * against an older (smaller) tpdp_reducer_options keeps working with a newer
+ * library. Initialise with TPDP_REDUCER_OPTIONS_INIT (or
+ * tpdp_reducer_options_default()), then set fields:
+ *
+ *   tpdp_reducer_options o = TPDP_REDUCER_OPTIONS_INIT;
+ *   o.bucket_cap_bytes = 50u << 20;
+ *
+ * New fields are only ever appended. */
 typedef struct {
+  size_t size;      /* sizeof(tpdp_reducer_options) where it was compiled */
+  unsigned version; /* TPDP_REDUCER_OPTIONS_VERSION where it was compiled */
   /* Bucket size limits: the first bucket, then every later one (> 0). */
   size_t first_bucket_bytes; /* default TPDP_BUCKET_FIRST_BYTES (1 MiB) */
   size_t bucket_cap_bytes;   /* default TPDP_BUCKET_CAP_BYTES (25 MiB) */
@@ -159,38 +173,77 @@ typedef struct {
    * (reentrant backward, shared parameters): it is ready at its last mark.
    * Never-marked parameters are treated as unused (zero). */
   int static_graph;
-  /* Gradients are divided by this; 0 (default) = the communicator size. */
+  tpdp_reducer_hook comm_hook; /* default TPDP_REDUCER_HOOK_NONE */
+  /* Gradients are divided by this (finite, >= 0); 0 (default) = the
+   * communicator size. */
   double divide_factor;
-  tpdp_reducer_hook comm_hook;  /* default TPDP_REDUCER_HOOK_NONE */
   tpdp_reducer_hook_fn hook_fn; /* for TPDP_REDUCER_HOOK_USER */
   void *hook_user_data;
   /* NCCL: the cudaStream_t producing the gradients; each bucket's
    * reduction is ordered after it (tpdp_comm_order_after). NULL = the legacy
    * default stream. Ignored on MPI. */
   void *producer_stream;
-  /* 1 (default): on a host (MPI) communicator that allows collectives from
-   * two threads (tpdp_comm_concurrent_threads), a launched bucket's
-   * allreduce runs on the reducer's own communication thread, so it
-   * progresses while the caller's thread goes on with backward (Open MPI's
-   * non-blocking collectives progress only inside MPI calls). Between the
-   * first launch of an iteration and tpdp_reducer_finalize, the caller must
-   * not issue collectives on the reducer's communicator itself (other
-   * communicators, e.g. the TP one, are fine). Not used with a user hook,
-   * which always runs on the caller's thread. 0: non-blocking collectives
-   * from the caller's thread. Ignored on NCCL (streams are asynchronous). */
+  /* 1 (default): on a host (MPI) communicator of two or more ranks that
+   * allows collectives from two threads (tpdp_comm_concurrent_threads), a
+   * launched bucket's allreduce runs on the reducer's own communication
+   * thread, so it progresses while the caller's thread goes on with
+   * backward (Open MPI's non-blocking collectives progress only inside MPI
+   * calls). Between the first launch of an iteration and
+   * tpdp_reducer_finalize, the caller must not issue collectives on the
+   * reducer's communicator itself (other communicators, e.g. the TP one,
+   * are fine). Not used with a user hook, which always runs on the caller's
+   * thread. 0: non-blocking collectives from the caller's thread. Ignored
+   * on NCCL (streams are asynchronous). */
   int comm_thread;
+  /* The model's root module (borrowed: it must outlive the reducer), or
+   * NULL (default) for no training-state tracking. With a module, as
+   * PyTorch FSDP's training states: tpdp_reducer_prepare requires the
+   * module IDLE or FORWARD_BACKWARD and sets FORWARD_BACKWARD (the TP+DP
+   * forward hooks set it at the first forward of a step);
+   * tpdp_reducer_finalize requires FORWARD_BACKWARD and sets IDLE when the
+   * iteration ends (also in a no_sync step); mark_ready(_ptr) and finalize
+   * refuse to run inside the module's forward, where its parameters are
+   * DTensors. Forwards without a backward (evaluation) and forwards
+   * recomputed during backward (activation checkpointing) are fine. */
+  struct tpdp_module *module;
 } tpdp_reducer_options;
 
-/* The defaults listed above. */
+/* Version of the struct above; grows when fields are appended. */
+#define TPDP_REDUCER_OPTIONS_VERSION 1u
+
+/* The documented defaults (designated initialisers: C99/C11, C++20), one
+ * field a line. */
+/* clang-format off */
+#define TPDP_REDUCER_OPTIONS_INIT                   \
+  {                                                 \
+    .size = sizeof(tpdp_reducer_options),           \
+    .version = TPDP_REDUCER_OPTIONS_VERSION,        \
+    .first_bucket_bytes = TPDP_BUCKET_FIRST_BYTES,  \
+    .bucket_cap_bytes = TPDP_BUCKET_CAP_BYTES,      \
+    .gradient_as_bucket_view = 1,                   \
+    .find_unused_parameters = 0,                    \
+    .static_graph = 0,                              \
+    .comm_hook = TPDP_REDUCER_HOOK_NONE,            \
+    .divide_factor = 0.0,                           \
+    .hook_fn = NULL,                                \
+    .hook_user_data = NULL,                         \
+    .producer_stream = NULL,                        \
+    .comm_thread = 1,                               \
+    .module = NULL,                                 \
+  }
+/* clang-format on */
+
+/* The defaults listed above: the same as TPDP_REDUCER_OPTIONS_INIT. */
 TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
 
 /*
  * Create a reducer over `nparams` local parameters and a communicator
  * (normally the mesh's "dp" sub-communicator; never the TP one).
  * Collective over `comm`. It:
- *  - checks the parameters locally, then agrees with the other ranks that
- *    all passed (a rank whose own check passed returns the failing rank's
- *    status with a message naming that rank);
+ *  - checks the options and the parameters locally and sets up its buckets,
+ *    then agrees with the other ranks that all succeeded (a rank whose own
+ *    part succeeded returns the failing rank's status with a message naming
+ *    that rank);
  *  - checks that every rank has the same parameter count, shapes and
  *    dtypes, else fails on every rank naming the first mismatching
  *    parameter (index and FQN) and the two ranks;
@@ -198,20 +251,37 @@ TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
  *  - assigns buckets as DDP: tpdp_bucket_assign over the parameters in
  *    registration order with limits {first, cap}, then the list reversed, so
  *    the bucket of the last-registered parameters launches first;
- *  - in view mode allocates the bucket buffers (zeroed), copies each current
- *    gradient into its slot and re-points params[i].grad at the slot.
- * The `params` array is kept by pointer: it must stay valid until
- * tpdp_reducer_destroy (the reducer reads grad views from it in copy mode,
- * and checks and re-points them in view mode). `options` may be NULL
- * (defaults). On success *out must be freed with tpdp_reducer_destroy.
- * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_INVALID_ARGUMENT (empty parameter
- * list, limits of 0, negative divide factor, non-contiguous parameter, user
- * hook without hook_fn, bad hook); TPDP_ERR_DUPLICATE (the same parameter
- * data twice); TPDP_ERR_DEVICE_MISMATCH (parameters on different devices, or
- * memory the communicator cannot move); TPDP_ERR_UNSUPPORTED (device
- * parameters in a build without CUDA); TPDP_ERR_SHAPE_MISMATCH /
- * TPDP_ERR_DTYPE_MISMATCH (grad unlike its param, non-float dtype, or ranks
- * disagreeing); communicator errors.
+ *  - in view mode copies each current gradient into its bucket slot and
+ *    re-points the caller's params[i].grad at the slot.
+ * Ownership: the reducer copies the `params` array (and the FQNs): the
+ * array may be freed or reused once create returns; in view mode create
+ * writes the slots' views into its params[i].grad. The tensors' memory is
+ * borrowed: parameter data must stay valid until destroy, and so must the
+ * caller's gradient buffers in copy mode (gradients are copied from and to
+ * them). In view mode the caller's original gradient buffers are read once
+ * (their values copied into the slots) and never touched again; the slot
+ * views (params[i].grad as re-pointed, tpdp_reducer_grad_view) become
+ * invalid when the buckets are rebuilt (read them again, see
+ * tpdp_reducer_prepare) and dangle after tpdp_reducer_destroy: re-point
+ * your gradients at buffers of your own before that (the reducer does not
+ * restore the original ones, whose array it no longer has).
+ * `options` may be NULL (defaults); otherwise options->size decides which
+ * fields are read: a smaller size (an older header) takes the fields that
+ * lie wholly within it and the defaults for the rest.
+ * On a communicator of one rank nothing is communicated: no communication
+ * thread, no collectives, no rebuild, and no averaging pass when the divide
+ * factor is 1 (the default there).
+ * On success *out must be freed with tpdp_reducer_destroy.
+ * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_INVALID_ARGUMENT (options->size 0
+ * or larger than this library's struct, naming both sizes; an unknown
+ * options->version; empty parameter list, limits of 0, negative or
+ * non-finite divide factor, non-contiguous parameter, user hook without
+ * hook_fn, bad hook); TPDP_ERR_DUPLICATE (the same parameter data twice);
+ * TPDP_ERR_DEVICE_MISMATCH (parameters on different devices, or memory the
+ * communicator cannot move); TPDP_ERR_UNSUPPORTED (device parameters in a
+ * build without CUDA); TPDP_ERR_SHAPE_MISMATCH / TPDP_ERR_DTYPE_MISMATCH
+ * (grad unlike its param, non-float dtype, or ranks disagreeing);
+ * TPDP_ERR_OUT_OF_MEMORY; communicator errors.
  */
 TPDP_API tpdp_status tpdp_reducer_create(tpdp_comm *comm,
                                          tpdp_reducer_param *params,
@@ -220,18 +290,28 @@ TPDP_API tpdp_status tpdp_reducer_create(tpdp_comm *comm,
                                          tpdp_reducer **out);
 
 /* Wait for reductions still in flight (this blocks if other ranks never
- * launched them), free the buffers and the reducer. In view mode the
- * caller's grad views point into freed memory afterwards. NULL is a no-op. */
+ * launched them), stop the communication thread, free the buffers and the
+ * reducer. Everything is freed even when something fails; the first
+ * failure is returned (e.g. a reduction of an iteration that was never
+ * finalized failed). In view mode the gradient views point into freed
+ * memory afterwards (see tpdp_reducer_create). Does not touch the options'
+ * module. NULL is a no-op. */
 TPDP_API tpdp_status tpdp_reducer_destroy(tpdp_reducer *r);
 
 /* Start an iteration (call before backward). After the first synchronised
  * iteration, the first prepare rebuilds the buckets once in the observed
  * gradient-ready order of rank 0 (broadcast; collective over the comm)
- * unless find_unused_parameters is set without static_graph (as DDP); in
- * view mode the gradients move into the new buffers (values kept): read the
- * grad views again (tpdp_reducer_rebuilt tells whether it happened).
+ * unless find_unused_parameters is set without static_graph (as DDP) or the
+ * communicator has one rank; in view mode the gradients move into the new
+ * buffers (values kept; the memory was set aside at create): read the grad
+ * views again (tpdp_reducer_rebuilt tells whether it happened). A prepare
+ * that fails changes nothing (a failed rebuild fails on every rank and is
+ * tried again by the next prepare).
  * Errors: TPDP_ERR_STATE when the previous iteration's reduction has not
- * finished (naming the parameters never marked ready). */
+ * finished (naming the parameters never marked ready), or when the
+ * options' module is not IDLE or FORWARD_BACKWARD (naming the expected and
+ * actual states); TPDP_ERR_OUT_OF_MEMORY and communicator errors of the
+ * rebuild. */
 TPDP_API tpdp_status tpdp_reducer_prepare(tpdp_reducer *r);
 
 /* Mark parameter `index`'s gradient ready (call from the gradient hook once
@@ -239,11 +319,14 @@ TPDP_API tpdp_status tpdp_reducer_prepare(tpdp_reducer *r);
  * launch order is ready, its reduction starts asynchronously (buckets launch
  * in order; a later bucket that is ready waits for the earlier ones). Also
  * tests in-flight reductions to drive MPI progress. In a no_sync step it
- * only records the mark.
+ * only records the mark. Cost: O(1) outside the launch of a bucket.
  * Errors: TPDP_ERR_NOT_FOUND (index outside [0, nparams)); TPDP_ERR_STATE
- * (no prepare; in view mode a grad view that no longer aliases its bucket);
- * TPDP_ERR_ALREADY (marked twice in one iteration: the message names the
- * parameter and the likely causes); launch errors. */
+ * (no prepare; inside the options' module's forward); TPDP_ERR_ALREADY
+ * (marked twice in one iteration: the message names the parameter and the
+ * likely causes); these leave the iteration as it was. A failed launch or
+ * progress (user hook, communicator, memory) abandons the iteration: what
+ * was started is waited for, no gradient counts as accumulated, the module
+ * (if any) goes back to IDLE, and the next call is tpdp_reducer_prepare. */
 TPDP_API tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index);
 
 /* Same, finding the parameter by its data pointer (params[i].param.data),
@@ -256,11 +339,13 @@ TPDP_API tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r,
  * leave the averaged gradients (divided by divide_factor, or as the comm
  * hook does) in the grad views (copied back in copy mode). In a no_sync step
  * it only ends the iteration: the gradients stay local and keep
- * accumulating until the next synchronised step reduces the sum.
- * Errors: TPDP_ERR_STATE (no prepare; parameters never marked without
- * find_unused_parameters, named; the reducer stays in the iteration so
- * they can still be marked; a grad view no longer aliasing its bucket);
- * communicator and hook errors. */
+ * accumulating until the next synchronised step reduces the sum. With the
+ * options' module, sets it IDLE when the iteration ends.
+ * Errors: TPDP_ERR_STATE (finalize without prepare, naming the expected
+ * and actual state; the module not in FORWARD_BACKWARD, or inside its
+ * forward; parameters never marked without find_unused_parameters, named:
+ * in these cases the reducer stays in the iteration so they can still be
+ * marked); communicator and hook errors (the iteration ends). */
 TPDP_API tpdp_status tpdp_reducer_finalize(tpdp_reducer *r);
 
 /* no_sync: sync = 0 makes the following iterations accumulate gradients
@@ -270,7 +355,9 @@ TPDP_API tpdp_status tpdp_reducer_finalize(tpdp_reducer *r);
 TPDP_API tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync);
 
 /* The current gradient view of parameter `index` (in view mode a slice of
- * its bucket buffer). Errors: TPDP_ERR_NOT_FOUND, NULL pointers. */
+ * its bucket buffer, moved by a rebuild; in copy mode the caller's
+ * gradient as given to create). Errors: TPDP_ERR_NOT_FOUND, NULL
+ * pointers. */
 TPDP_API tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r,
                                             int64_t index, tpdp_tensor *out);
 

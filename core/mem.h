@@ -1,0 +1,69 @@
+/*
+ * Internal: host or device memory for the layers above core (tp/, dp/):
+ * allocation, zero fill, copies and frees of memory that may live on a GPU.
+ * One copy of these helpers; tp/ and dp/ call nothing else to touch tensor
+ * bytes outside their communicators. Not installed.
+ *
+ * Host memory always. CUDA device memory in a build with --config=cuda
+ * (TPDP_WITH_CUDA; cudaMalloc/cudaFree and core/tensor_cuda.h's copies and
+ * zero fill); without it a device is TPDP_ERR_UNSUPPORTED naming it.
+ *
+ * Two kinds of device operations:
+ *  - synchronous (core_mem_copy, core_mem_zero, core_mem_alloc*): on the
+ *    legacy default stream, returning once the bytes are in place;
+ *  - stream-ordered (*_async): queued on `stream` (a cudaStream_t; NULL is
+ *    the legacy default stream), returning at once; core_mem_sync waits.
+ * On the host every operation is done on return and `stream` is ignored.
+ */
+#ifndef TPDP_CORE_MEM_H
+#define TPDP_CORE_MEM_H
+
+#include <stddef.h>
+
+#include "tpdp/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* TPDP_SUCCESS if memory on `device` can be handled in this build (cpu;
+ * cuda when built with CUDA), else TPDP_ERR_UNSUPPORTED naming `what` (e.g.
+ * "parameter 0 'fc.weight'") and the device. */
+tpdp_status core_mem_supported(tpdp_device device, const char *what);
+
+/* `bytes` bytes (0: a valid 1-byte allocation) on `device`, uninitialised.
+ * Errors: TPDP_ERR_UNSUPPORTED, TPDP_ERR_OUT_OF_MEMORY / TPDP_ERR_CUDA
+ * naming the size. */
+tpdp_status core_mem_alloc(tpdp_device device, size_t bytes, void **out);
+/* Same, zero-filled. On the host every page is mapped and written now, so
+ * none faults in later in a hot path (a first touch costs tens of
+ * microseconds a page on some VMs); on a GPU the zeros are complete before
+ * any stream uses the memory. */
+tpdp_status core_mem_alloc_zeroed(tpdp_device device, size_t bytes, void **out);
+/* Free a core_mem_alloc* pointer (NULL: no-op). Device: cudaFree, which
+ * waits for work queued on the memory; its failure is returned. */
+tpdp_status core_mem_free(tpdp_device device, void *p);
+/* core_mem_free for cleanup paths: returns `st` if it is a failure (the
+ * first one wins), else the free's own status. */
+tpdp_status core_mem_free_keep(tpdp_device device, void *p, tpdp_status st);
+
+/* dst = src elementwise: any strides, same shape and dtype (else
+ * SHAPE/DTYPE_MISMATCH naming both), host or device on either side.
+ * Synchronous. */
+tpdp_status core_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src);
+/* Every element of dst (any strides) = 0. Synchronous. */
+tpdp_status core_mem_zero(tpdp_tensor *dst);
+
+/* Stream-ordered forms (both views on the same kind of memory: host, or
+ * device memory the current context can reach). */
+tpdp_status core_mem_copy_async(tpdp_tensor *dst, const tpdp_tensor *src,
+                                void *stream);
+tpdp_status core_mem_zero_async(tpdp_tensor *dst, void *stream);
+/* Wait on the host until the work queued on `stream` of `device` is done
+ * (host device: no-op). */
+tpdp_status core_mem_sync(tpdp_device device, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPDP_CORE_MEM_H */

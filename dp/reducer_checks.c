@@ -1,0 +1,289 @@
+/* The reducer's create-time checks (see reducer_internal.h): the options'
+ * size and values, the parameters on this rank, and what every rank must
+ * agree on before any rank goes on (so that one rank's bad input fails
+ * every rank instead of stranding the others in a collective). */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/mem.h"
+#include "dp/buffers.h"
+#include "dp/reducer_internal.h"
+
+#define DESC_LEN (2 + TPDP_MAX_DIMS) /* dtype, ndim, shape[8] */
+
+/* ------------------------------------------------------------ options */
+
+#define DP_FIELD(f)                                  \
+  {                                                  \
+    offsetof(tpdp_reducer_options, f),               \
+        sizeof(((const tpdp_reducer_options *)0)->f) \
+  }
+
+/* Every field after the header, in layout order: a smaller (older) struct
+ * supplies those that end within its size. */
+static const struct {
+  size_t off, len;
+} fields[] = {
+    DP_FIELD(first_bucket_bytes),
+    DP_FIELD(bucket_cap_bytes),
+    DP_FIELD(gradient_as_bucket_view),
+    DP_FIELD(find_unused_parameters),
+    DP_FIELD(static_graph),
+    DP_FIELD(comm_hook),
+    DP_FIELD(divide_factor),
+    DP_FIELD(hook_fn),
+    DP_FIELD(hook_user_data),
+    DP_FIELD(producer_stream),
+    DP_FIELD(comm_thread),
+    DP_FIELD(module),
+};
+
+tpdp_status dp_options_resolve(const tpdp_reducer_options *in,
+                               tpdp_reducer_options *out) {
+  *out = tpdp_reducer_options_default();
+  if (in == NULL) return TPDP_SUCCESS;
+  const size_t header = offsetof(tpdp_reducer_options, first_bucket_bytes);
+  if (in->size == 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "options->size is 0: initialise the options with "
+                    "TPDP_REDUCER_OPTIONS_INIT or "
+                    "tpdp_reducer_options_default() (size %zu)",
+                    sizeof(tpdp_reducer_options));
+  if (in->size < header || in->size > sizeof(tpdp_reducer_options))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "options->size is %zu bytes but this library's "
+                    "tpdp_reducer_options has %zu (and no version was ever "
+                    "smaller than %zu): the caller was built against another "
+                    "tpdp, or the options were not initialised with "
+                    "TPDP_REDUCER_OPTIONS_INIT",
+                    in->size, sizeof(tpdp_reducer_options), header);
+  if (in->version == 0 || in->version > TPDP_REDUCER_OPTIONS_VERSION)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "options->version is %u but this library knows versions "
+                    "1 to %u of tpdp_reducer_options",
+                    in->version, TPDP_REDUCER_OPTIONS_VERSION);
+  for (size_t k = 0; k < sizeof fields / sizeof fields[0]; k++)
+    if (fields[k].off + fields[k].len <= in->size)
+      memcpy((char *)out + fields[k].off, (const char *)in + fields[k].off,
+             fields[k].len);
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------ local */
+
+static tpdp_status check_options(const tpdp_reducer_options *o) {
+  if (o->first_bucket_bytes == 0 || o->bucket_cap_bytes == 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "bucket size limits must be > 0 bytes (first_bucket_bytes "
+                    "= %zu, bucket_cap_bytes = %zu)",
+                    o->first_bucket_bytes, o->bucket_cap_bytes);
+  if (!isfinite(o->divide_factor))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "divide_factor %g is not a finite number: gradients "
+                    "would all become %s; use a factor > 0 (or 0 for the "
+                    "communicator size)",
+                    o->divide_factor, isnan(o->divide_factor) ? "NaN" : "0");
+  if (o->divide_factor < 0.0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "divide_factor %g must be > 0 (or 0 for the "
+                    "communicator size)",
+                    o->divide_factor);
+  if ((int)o->comm_hook < 0 || o->comm_hook > TPDP_REDUCER_HOOK_USER)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "unknown comm hook %d",
+                    (int)o->comm_hook);
+  if (o->comm_hook == TPDP_REDUCER_HOOK_USER && o->hook_fn == NULL)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "comm_hook is TPDP_REDUCER_HOOK_USER but hook_fn is NULL");
+  return TPDP_SUCCESS;
+}
+
+static const char *fqn_or_empty(const tpdp_reducer_param *p) {
+  return p->fqn ? p->fqn : "";
+}
+
+tpdp_status dp_check_local(tpdp_comm *comm, const tpdp_reducer_param *params,
+                           int64_t n, const tpdp_reducer_options *o) {
+  if (n <= 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "empty parameter list (nparams = %lld): a reducer needs "
+                    "at least one parameter",
+                    (long long)n);
+  if (params == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument 'params' is NULL");
+  CHECK(check_options(o));
+  char a[64], b[64];
+  for (int64_t i = 0; i < n; i++) {
+    const tpdp_reducer_param *p = &params[i];
+    const char *f = fqn_or_empty(p);
+    if (!tpdp_dtype_is_float(p->param.dtype))
+      return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                      "parameter %lld '%s' has dtype %s: gradients must be "
+                      "floating point (f32, f64, f16, bf16)",
+                      (long long)i, f, tpdp_dtype_name(p->param.dtype));
+    if (p->param.ndim < 0 || p->param.ndim > TPDP_MAX_DIMS)
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "parameter %lld '%s' has ndim %d", (long long)i, f,
+                      p->param.ndim);
+    if (!tpdp_device_equal(p->param.device, params[0].param.device)) {
+      tpdp_device_format(params[0].param.device, a, sizeof a);
+      tpdp_device_format(p->param.device, b, sizeof b);
+      return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                      "parameters on mixed devices: parameter 0 '%s' is on %s "
+                      "but parameter %lld '%s' is on %s; one reducer serves "
+                      "one device (one DP communicator per device)",
+                      fqn_or_empty(&params[0]), a, (long long)i, f, b);
+    }
+    if (!tpdp_device_equal(p->grad.device, p->param.device)) {
+      tpdp_device_format(p->param.device, a, sizeof a);
+      tpdp_device_format(p->grad.device, b, sizeof b);
+      return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                      "parameter %lld '%s' is on %s but its gradient on %s",
+                      (long long)i, f, a, b);
+    }
+  }
+  char pn[256];
+  snprintf(pn, sizeof pn, "parameter 0 '%s'", fqn_or_empty(&params[0]));
+  CHECK(core_mem_supported(params[0].param.device, pn));
+  if (params[0].param.device.type != tpdp_comm_device_type(comm)) {
+    tpdp_device_format(params[0].param.device, a, sizeof a);
+    return TPDP_ERR(
+        TPDP_ERR_DEVICE_MISMATCH,
+        "parameters are on %s but communicator %s (%s) moves %s memory", a,
+        tpdp_comm_name(comm), tpdp_comm_backend(comm),
+        tpdp_comm_device_type(comm) == TPDP_DEVICE_CPU ? "host" : "device");
+  }
+  for (int64_t i = 0; i < n; i++) {
+    const tpdp_reducer_param *p = &params[i];
+    const char *f = fqn_or_empty(p);
+    int64_t numel = tpdp_tensor_numel(&p->param);
+    if (numel < 0)
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "parameter %lld '%s' has a negative dimension",
+                      (long long)i, f);
+    if (!tpdp_tensor_is_contiguous(&p->param))
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "parameter %lld '%s' is not contiguous", (long long)i, f);
+    if (numel > 0 && p->param.data == NULL)
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                      "parameter %lld '%s' has NULL data", (long long)i, f);
+    if (p->grad.dtype != p->param.dtype)
+      return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                      "parameter %lld '%s' is %s but its gradient is %s",
+                      (long long)i, f, tpdp_dtype_name(p->param.dtype),
+                      tpdp_dtype_name(p->grad.dtype));
+    if (!tpdp_tensor_same_shape(&p->grad, &p->param)) {
+      tpdp_shape_format(p->param.ndim, p->param.shape, a, sizeof a);
+      tpdp_shape_format(p->grad.ndim, p->grad.shape, b, sizeof b);
+      return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                      "parameter %lld '%s' has shape %s but its gradient %s",
+                      (long long)i, f, a, b);
+    }
+    if (numel > 0 && p->grad.data == NULL && !o->gradient_as_bucket_view)
+      return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                      "parameter %lld '%s' has a NULL gradient (copy mode "
+                      "needs the caller's gradient buffers)",
+                      (long long)i, f);
+  }
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------ across */
+
+tpdp_status dp_agree(tpdp_comm *comm, tpdp_status mine) {
+  /* One allreduce MAX of (size - rank) << 32 | status over the failing
+   * ranks: the lowest failing rank and its status, with no buffer per
+   * rank to allocate. */
+  int size = tpdp_comm_size(comm), me = tpdp_comm_rank(comm);
+  int64_t key =
+      mine != TPDP_SUCCESS ? ((int64_t)(size - me) << 32) | (int64_t)mine : 0;
+  tpdp_tensor t = tpdp_tensor_1d(&key, TPDP_I64, 1);
+  tpdp_status st = dp_buf_host_allreduce(comm, &t, TPDP_OP_MAX);
+  if (mine != TPDP_SUCCESS) return mine; /* its own message is kept */
+  CHECK(st);
+  if (key == 0) return TPDP_SUCCESS;
+  int bad = size - (int)(key >> 32);
+  tpdp_status code = (tpdp_status)(key & 0xffffffff);
+  /* Shortage of memory is no fault of the parameters. */
+  int resources = code == TPDP_ERR_OUT_OF_MEMORY || code == TPDP_ERR_INTERNAL ||
+                  code == TPDP_ERR_CUDA || code == TPDP_ERR_MPI ||
+                  code == TPDP_ERR_NCCL;
+  return TPDP_ERR(
+      code, "rank %d of %s %s (%s); see that rank's error message", bad,
+      tpdp_comm_name(comm),
+      resources ? "could not set up its part" : "rejected its parameters",
+      tpdp_status_string(code));
+}
+
+static void fill_desc(const tpdp_tensor *t, int64_t *d) {
+  d[0] = t->dtype;
+  d[1] = t->ndim;
+  for (int k = 0; k < TPDP_MAX_DIMS; k++)
+    d[2 + k] = k < t->ndim ? t->shape[k] : 0;
+}
+
+static void format_desc(const int64_t *d, char *buf, size_t len) {
+  char shape[128];
+  int64_t sh[TPDP_MAX_DIMS];
+  int nd = (int)d[1];
+  if (nd < 0 || nd > TPDP_MAX_DIMS) nd = 0;
+  for (int k = 0; k < nd; k++) sh[k] = d[2 + k];
+  tpdp_shape_format(nd, sh, shape, sizeof shape);
+  snprintf(buf, len, "%s %s", tpdp_dtype_name((tpdp_dtype)d[0]), shape);
+}
+
+tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
+                            int64_t n) {
+  int size = tpdp_comm_size(comm), me = tpdp_comm_rank(comm);
+  tpdp_status st = TPDP_SUCCESS;
+  int64_t *counts = NULL, *mine = NULL, *all = NULL;
+  /* A rank short of memory must still take part in the allgathers: the
+   * buffers are allocated first and the shortage agreed. */
+  st = TPDP_CALLOC(counts, (size_t)size);
+  if (st == TPDP_SUCCESS) st = TPDP_CALLOC(mine, (size_t)n * DESC_LEN);
+  if (st == TPDP_SUCCESS)
+    st = TPDP_CALLOC(all, (size_t)n * DESC_LEN * (size_t)size);
+  CHECK_GOTO(dp_agree(comm, st), st, done);
+  tpdp_tensor s = tpdp_tensor_1d(&n, TPDP_I64, 1);
+  tpdp_tensor rv = tpdp_tensor_1d(counts, TPDP_I64, size);
+  CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
+  for (int k = 1; k < size; k++)
+    if (counts[k] != counts[0]) {
+      st = TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "parameter count differs across ranks of %s: rank 0 has "
+                    "%lld parameters, rank %d has %lld (this is rank %d)",
+                    tpdp_comm_name(comm), (long long)counts[0], k,
+                    (long long)counts[k], me);
+      goto done;
+    }
+  for (int64_t i = 0; i < n; i++)
+    fill_desc(&params[i].param, mine + i * DESC_LEN);
+  s = tpdp_tensor_1d(mine, TPDP_I64, n * DESC_LEN);
+  rv = tpdp_tensor_1d(all, TPDP_I64, n * DESC_LEN * size);
+  CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t *d0 = all + i * DESC_LEN;
+    for (int k = 1; k < size; k++) {
+      const int64_t *dk = all + ((int64_t)k * n + i) * DESC_LEN;
+      if (memcmp(d0, dk, DESC_LEN * sizeof(int64_t)) == 0) continue;
+      char a[160], b[160];
+      format_desc(d0, a, sizeof a);
+      format_desc(dk, b, sizeof b);
+      st = TPDP_ERR(
+          d0[0] != dk[0] ? TPDP_ERR_DTYPE_MISMATCH : TPDP_ERR_SHAPE_MISMATCH,
+          "parameter %lld '%s' differs across ranks of %s: rank 0 "
+          "has %s, rank %d has %s (first mismatching parameter; "
+          "this is rank %d)",
+          (long long)i, fqn_or_empty(&params[i]), tpdp_comm_name(comm), a, k, b,
+          me);
+      goto done;
+    }
+  }
+done:
+  free(counts);
+  free(mine);
+  free(all);
+  return st;
+}

@@ -1,0 +1,112 @@
+// core/mem.h on the host (the CUDA path is exercised by the GPU checks):
+// zeroed allocation, strided copies and zero fills against values worked
+// by hand, the first failure kept by core_mem_free_keep, the refusal of
+// device memory in a build without CUDA; and the allocation fault
+// injection of core/util.h that the reducer's tests rely on.
+#include "core/mem.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "tests/test_util.h"
+
+namespace {
+const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
+
+// A [rows, cols] f32 view with the given row stride over `data`.
+tpdp_tensor Strided(float *data, int64_t rows, int64_t cols, int64_t stride) {
+  tpdp_tensor t;
+  int64_t shape[2] = {rows, cols};
+  tpdp_tensor_init(&t, data, TPDP_F32, kCpu, 2, shape);
+  t.strides[0] = stride;
+  return t;
+}
+}  // namespace
+
+TEST(Mem, ZeroedAllocationIsZero) {
+  void *p = nullptr;
+  ASSERT_TPDP_OK(core_mem_alloc_zeroed(kCpu, 3 << 20, &p));
+  const unsigned char *b = (const unsigned char *)p;
+  size_t nonzero = 0;
+  for (size_t i = 0; i < (3u << 20); i++) nonzero += b[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  EXPECT_TPDP_OK(core_mem_free(kCpu, p));
+  // 0 bytes: still a pointer to free.
+  ASSERT_TPDP_OK(core_mem_alloc(kCpu, 0, &p));
+  EXPECT_NE(p, nullptr);
+  EXPECT_TPDP_OK(core_mem_free(kCpu, p));
+  EXPECT_TPDP_OK(core_mem_free(kCpu, nullptr));
+}
+
+// dst[2x3] with row stride 5 = src[2x3] with row stride 4; the padding of
+// dst is untouched; then dst's view zeroed, padding still untouched.
+TEST(Mem, StridedCopyAndZero) {
+  std::vector<float> src = {1, 2, 3, -1, 4, 5, 6, -1};
+  std::vector<float> dst(10, 9.f);
+  tpdp_tensor s = Strided(src.data(), 2, 3, 4);
+  tpdp_tensor d = Strided(dst.data(), 2, 3, 5);
+  ASSERT_TPDP_OK(core_mem_copy(&d, &s));
+  EXPECT_EQ(dst, (std::vector<float>{1, 2, 3, 9, 9, 4, 5, 6, 9, 9}));
+  std::vector<float> again(10, 9.f);
+  tpdp_tensor a = Strided(again.data(), 2, 3, 5);
+  ASSERT_TPDP_OK(core_mem_copy_async(&a, &s, nullptr));  // host: done now
+  EXPECT_EQ(again, dst);
+  ASSERT_TPDP_OK(core_mem_zero(&d));
+  EXPECT_EQ(dst, (std::vector<float>{0, 0, 0, 9, 9, 0, 0, 0, 9, 9}));
+  ASSERT_TPDP_OK(core_mem_zero_async(&a, nullptr));
+  EXPECT_EQ(again, dst);
+  EXPECT_TPDP_OK(core_mem_sync(kCpu, nullptr));
+  tpdp_tensor wrong = Strided(dst.data(), 3, 2, 2);
+  EXPECT_TPDP_ERROR(core_mem_copy(&wrong, &s), TPDP_ERR_SHAPE_MISMATCH,
+                    "[3, 2]", "[2, 3]");
+}
+
+TEST(Mem, FreeKeepReturnsTheFirstFailure) {
+  void *p = nullptr;
+  ASSERT_TPDP_OK(core_mem_alloc(kCpu, 64, &p));
+  EXPECT_EQ(core_mem_free_keep(kCpu, p, TPDP_ERR_MPI), TPDP_ERR_MPI);
+  EXPECT_EQ(core_mem_free_keep(kCpu, nullptr, TPDP_SUCCESS), TPDP_SUCCESS);
+}
+
+#ifndef TPDP_WITH_CUDA
+TEST(Mem, DeviceMemoryRefusedWithoutCuda) {
+  tpdp_device gpu = {TPDP_DEVICE_CUDA, 1};
+  void *p = nullptr;
+  EXPECT_TPDP_ERROR(core_mem_supported(gpu, "parameter 0 'w'"),
+                    TPDP_ERR_UNSUPPORTED, "parameter 0 'w' is on cuda:1",
+                    "not built", "host memory only", "--config=cuda");
+  EXPECT_TPDP_ERROR(core_mem_alloc(gpu, 16, &p), TPDP_ERR_UNSUPPORTED,
+                    "cuda:1");
+  EXPECT_EQ(p, nullptr);
+}
+#endif
+
+// The n-th allocation of this thread fails, once; the count is readable.
+TEST(AllocFaults, NthAllocationFailsOnce) {
+  void *p = nullptr;
+  core_alloc_fail_at(2, 0);
+  ASSERT_TPDP_OK(core_mem_alloc(kCpu, 8, &p));  // 1st
+  EXPECT_EQ(core_alloc_fail_left(), 1);
+  EXPECT_TPDP_ERROR(core_mem_alloc(kCpu, 8, &p), TPDP_ERR_OUT_OF_MEMORY,
+                    "out of memory allocating 8 bytes");  // 2nd
+  EXPECT_EQ(core_alloc_fail_left(), 0);
+  void *q = nullptr;
+  EXPECT_TPDP_OK(core_calloc(&q, 1, 8));  // disarmed again
+  free(q);
+  core_alloc_fail_at(1, 0);
+  EXPECT_EQ(core_strdup("x"), nullptr);
+  core_alloc_fail_at(1, 0);
+  EXPECT_TPDP_ERROR(core_calloc(&q, 2, 4), TPDP_ERR_OUT_OF_MEMORY,
+                    "2 x 4 bytes");
+  core_alloc_fail_at(1, 1);  // any thread: this one is as good as any
+  int *items = nullptr, cap = 0;
+  EXPECT_TPDP_ERROR(core_grow((void **)&items, &cap, 3, sizeof *items),
+                    TPDP_ERR_OUT_OF_MEMORY, "growing a list");
+  EXPECT_EQ(cap, 0);
+  core_alloc_fail_at(5, 0);
+  core_alloc_fail_at(0, 0);  // disarmed
+  EXPECT_EQ(core_alloc_fail_left(), 0);
+  EXPECT_TPDP_OK(core_mem_free(kCpu, p));
+}
