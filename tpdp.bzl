@@ -11,6 +11,21 @@ TPDP_COPTS = [
     "-fvisibility=hidden",
 ]
 
+# Who may depend on a layer's own target (//core, //comm, ...): its
+# headers include the internal ones (core/check.h, *_internal.h). The
+# library's packages and the tests only; programs (tools/, examples/,
+# bench/) link //:tpdp and see the API of include/tpdp/.
+TPDP_LIBRARY_VISIBILITY = [
+    "//:__pkg__",
+    "//ckpt:__pkg__",
+    "//comm:__pkg__",
+    "//core:__pkg__",
+    "//dp:__pkg__",
+    "//topo:__pkg__",
+    "//tp:__pkg__",
+    "//tests:__subpackages__",
+]
+
 # Tests: C++17 GoogleTest.
 TPDP_TEST_COPTS = [
     "-std=c++17",
