@@ -622,10 +622,10 @@ tpdp_status ckpt_open_slice(const tpdp_checkpoint *ck, const ckpt_tensor *t,
                     "places there",
                     path, t->name, ck->dir);
   const ckpt_st_tensor *ft = &f->t[k];
-  int same = ft->ndim == t->ndim && ft->dtype == t->dtype;
-  for (int d = 0; same && d < t->ndim; d++) same = ft->shape[d] == s->shape[d];
-  if (!same) {
-    char a[160], b[160];
+  char a[160], b[160];
+  if (core_shapes_differ(ft->ndim, ft->shape, t->ndim, s->shape, a, b,
+                         sizeof a) ||
+      ft->dtype != t->dtype) {
     tpdp_shape_format(ft->ndim, ft->shape, a, sizeof a);
     tpdp_shape_format(t->ndim, s->shape, b, sizeof b);
     return TPDP_ERR(TPDP_ERR_IO,
@@ -676,16 +676,12 @@ tpdp_status tpdp_checkpoint_read_tensor(const tpdp_checkpoint *ck, int i,
   CHECK_PTR(dst);
   CHECK(check_tensor(ck, i));
   const ckpt_tensor *t = &ck->t[i];
-  int same = dst->ndim == t->ndim;
-  for (int d = 0; same && d < t->ndim; d++) same = dst->shape[d] == t->shape[d];
-  if (!same) {
-    char a[160], b[160];
-    tpdp_shape_format(t->ndim, t->shape, a, sizeof a);
-    tpdp_shape_format(dst->ndim, dst->shape, b, sizeof b);
+  char a[160], b[160];
+  if (core_shapes_differ(t->ndim, t->shape, dst->ndim, dst->shape, a, b,
+                         sizeof a))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "tensor '%s' has global shape %s but the destination %s",
                     t->name, a, b);
-  }
   if (!ckpt_dtype_convertible(t->dtype, dst->dtype))
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "tensor '%s' is %s and cannot convert to the "

@@ -383,17 +383,13 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
   const ckpt_st_tensor *t = &f->t[i];
-  int same = dst->ndim == t->ndim;
-  for (int d = 0; same && d < t->ndim; d++) same = dst->shape[d] == t->shape[d];
-  if (!same) {
-    char want[160], got[160];
-    tpdp_shape_format(t->ndim, t->shape, want, sizeof want);
-    tpdp_shape_format(dst->ndim, dst->shape, got, sizeof got);
+  char want[160], got[160];
+  if (core_shapes_differ(t->ndim, t->shape, dst->ndim, dst->shape, want, got,
+                         sizeof want))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "file '%s': tensor '%s' has shape %s but the destination "
                     "%s",
                     f->path, t->name, want, got);
-  }
   if (!ckpt_dtype_convertible(t->dtype, dst->dtype))
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "file '%s': tensor '%s' is %s and cannot convert to the "

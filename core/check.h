@@ -147,6 +147,17 @@ tpdp_status core_grow(void **items, int *cap, int need, size_t elem);
 int core_shape_size(int ndim, const int64_t *shape, size_t elem_size,
                     int64_t *numel);
 
+/* The checks of a shape entering the library: TPDP_ERR_INVALID_ARGUMENT
+ * when its size in bytes as `dtype` (core_shape_size) overflows int64,
+ * naming it as `what` ("shape", "global shape"). Sizes are >= 0. */
+tpdp_status core_check_shape_bytes(int ndim, const int64_t *shape,
+                                   tpdp_dtype dtype, const char *what);
+
+/* 1 when shapes a and b differ, with both formatted ("[2, 3]") into a_s
+ * and b_s of len bytes each, for the caller's message; else 0. */
+int core_shapes_differ(int ndim_a, const int64_t *a, int ndim_b,
+                       const int64_t *b, char *a_s, char *b_s, size_t len);
+
 /* Same shape and dtype, else TPDP_ERR_SHAPE_MISMATCH / DTYPE_MISMATCH
  * naming both. Used by the host and CUDA copies. */
 tpdp_status core_check_copy_pair(const tpdp_tensor *dst,

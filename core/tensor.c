@@ -73,15 +73,7 @@ tpdp_status tpdp_tensor_init(tpdp_tensor *out, void *data, tpdp_dtype dtype,
   }
   /* Refused here, so that numel, nbytes, strides and offsets of every view
    * made by init are exact int64 values. */
-  if (core_shape_size(ndim, shape, tpdp_dtype_size(dtype), NULL) != 0) {
-    char s[TPDP_MAX_DIMS * 24];
-    tpdp_shape_format(ndim, shape, s, sizeof s);
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "shape %s of %s overflows: its size in bytes (the "
-                    "product of its non-zero sizes times %zu) is above "
-                    "INT64_MAX",
-                    s, tpdp_dtype_name(dtype), tpdp_dtype_size(dtype));
-  }
+  CHECK(core_check_shape_bytes(ndim, shape, dtype, "shape"));
   tpdp_tensor t;
   memset(&t, 0, sizeof t);
   t.data = data;
@@ -127,6 +119,28 @@ int core_shape_size(int ndim, const int64_t *shape, size_t elem_size,
     return -2;
   if (numel != NULL) *numel = zero ? 0 : count;
   return 0;
+}
+
+tpdp_status core_check_shape_bytes(int ndim, const int64_t *shape,
+                                   tpdp_dtype dtype, const char *what) {
+  if (core_shape_size(ndim, shape, tpdp_dtype_size(dtype), NULL) == 0)
+    return TPDP_SUCCESS;
+  char s[TPDP_MAX_DIMS * 24];
+  tpdp_shape_format(ndim, shape, s, sizeof s);
+  return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                  "%s %s of %s overflows: its size in bytes (the product of "
+                  "its non-zero sizes times %zu) is above INT64_MAX",
+                  what, s, tpdp_dtype_name(dtype), tpdp_dtype_size(dtype));
+}
+
+int core_shapes_differ(int ndim_a, const int64_t *a, int ndim_b,
+                       const int64_t *b, char *a_s, char *b_s, size_t len) {
+  int same = ndim_a == ndim_b;
+  for (int d = 0; same && d < ndim_a; d++) same = a[d] == b[d];
+  if (same) return 0;
+  tpdp_shape_format(ndim_a, a, a_s, len);
+  tpdp_shape_format(ndim_b, b, b_s, len);
+  return 1;
 }
 
 int64_t tpdp_tensor_numel(const tpdp_tensor *t) {
@@ -233,13 +247,11 @@ static void copy_rec(char *dst, const char *src, const tpdp_tensor *d,
 
 tpdp_status core_check_copy_pair(const tpdp_tensor *dst,
                                  const tpdp_tensor *src) {
-  if (!tpdp_tensor_same_shape(dst, src)) {
-    char a[128], b[128];
-    tpdp_shape_format(dst->ndim, dst->shape, a, sizeof a);
-    tpdp_shape_format(src->ndim, src->shape, b, sizeof b);
+  char a[128], b[128];
+  if (core_shapes_differ(dst->ndim, dst->shape, src->ndim, src->shape, a, b,
+                         sizeof a))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH, "dst shape %s != src shape %s", a,
                     b);
-  }
   if (dst->dtype != src->dtype)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "dst dtype %s != src dtype %s",
                     tpdp_dtype_name(dst->dtype), tpdp_dtype_name(src->dtype));

@@ -224,15 +224,7 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
   if (tpdp_dtype_size(dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)dtype);
   /* The global strides, offsets and byte sizes below stay exact int64. */
-  if (core_shape_size(ndim, global_shape, tpdp_dtype_size(dtype), NULL) != 0) {
-    char g[TPDP_MAX_DIMS * 24];
-    tpdp_shape_format(ndim, global_shape, g, sizeof g);
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "global shape %s of %s overflows: its size in bytes (the "
-                    "product of its non-zero sizes times %zu) is above "
-                    "INT64_MAX",
-                    g, tpdp_dtype_name(dtype), tpdp_dtype_size(dtype));
-  }
+  CHECK(core_check_shape_bytes(ndim, global_shape, dtype, "global shape"));
   CHECK(check_placements(mesh, placements, nplacements, ndim, dtype));
 
   tpdp_spec *s = NULL;
@@ -354,18 +346,13 @@ tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
   CHECK_PTR(local);
   CHECK_PTR(spec);
   CHECK_PTR(out);
-  int same = local->ndim == spec->ndim;
-  for (int d = 0; same && d < spec->ndim; d++)
-    same = local->shape[d] == spec->self_shape[d];
-  if (!same) {
-    char want[128], got[128];
-    tpdp_shape_format(spec->ndim, spec->self_shape, want, sizeof want);
-    tpdp_shape_format(local->ndim, local->shape, got, sizeof got);
+  char want[128], got[128];
+  if (core_shapes_differ(spec->ndim, spec->self_shape, local->ndim,
+                         local->shape, want, got, sizeof want))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "local tensor has shape %s but the spec gives mesh rank "
                     "%d the local shape %s",
                     got, spec->self_rank, want);
-  }
   if (local->dtype != spec->dtype)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "local tensor has dtype %s but the spec says %s",
