@@ -228,7 +228,8 @@ tpdp_status ckpt_check_same_entries(const ckpt_group *g,
 /* What save and load start with: the group of comm, the options (NULL =
  * defaults), every entry checked and the same on every rank; a failure
  * anywhere fails every rank alike. */
-tpdp_status ckpt_prologue(const tpdp_state_dict *sd, tpdp_comm *comm,
+tpdp_status ckpt_prologue(const tpdp_state_dict *sd, const char *dir,
+                          tpdp_comm *comm,
                           const tpdp_checkpoint_options *options, ckpt_group *g,
                           tpdp_checkpoint_options *o);
 /* Intersection of boxes a and b (offset, shape) into out; returns its

@@ -195,11 +195,9 @@ tpdp_status tpdp_checkpoint_load(tpdp_state_dict *sd, const char *dir,
                                  tpdp_comm *comm,
                                  const tpdp_checkpoint_options *options) {
   TPDP_API_ENTRY;
-  CHECK_PTR(sd);
-  CHECK_PTR(dir);
   ckpt_group g;
   tpdp_checkpoint_options o;
-  CHECK(ckpt_prologue(sd, comm, options, &g, &o));
+  CHECK(ckpt_prologue(sd, dir, comm, options, &g, &o));
   tpdp_checkpoint *ck = NULL;
   int *tensor_of = NULL;
   int64_t *table = NULL;

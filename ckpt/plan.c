@@ -149,9 +149,12 @@ done:
   return st;
 }
 
-tpdp_status ckpt_prologue(const tpdp_state_dict *sd, tpdp_comm *comm,
+tpdp_status ckpt_prologue(const tpdp_state_dict *sd, const char *dir,
+                          tpdp_comm *comm,
                           const tpdp_checkpoint_options *options, ckpt_group *g,
                           tpdp_checkpoint_options *o) {
+  CHECK_PTR(sd);
+  CHECK_PTR(dir);
   CHECK(ckpt_group_init(g, comm));
   tpdp_status st = ckpt_options(options, o);
   for (int i = 0; i < sd->n && st == TPDP_SUCCESS; i++)

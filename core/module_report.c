@@ -187,6 +187,16 @@ tpdp_status tpdp_param_fqns_destroy(tpdp_param_fqns *map) {
   return TPDP_SUCCESS;
 }
 
+/* NULL prefixes: the defaults (tpdp_fqn_default_prefixes). */
+static tpdp_status resolve_prefixes(const char *const **prefixes,
+                                    int *nprefixes) {
+  if (*prefixes == NULL) *prefixes = tpdp_fqn_default_prefixes(nprefixes);
+  if (*nprefixes < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0",
+                    *nprefixes);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
                                    const char *const *prefixes, int nprefixes,
                                    tpdp_param_fqns **out) {
@@ -194,9 +204,7 @@ tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(root);
-  if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
-  if (nprefixes < 0)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0", nprefixes);
+  CHECK(resolve_prefixes(&prefixes, &nprefixes));
   tpdp_param_fqns *map = NULL;
   CHECK(TPDP_CALLOC(map, 1));
   tpdp_status st = map_init(&map->index, 64);
@@ -356,9 +364,7 @@ tpdp_status tpdp_tree_report_create(tpdp_module *root,
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(root);
-  if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
-  if (nprefixes < 0)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0", nprefixes);
+  CHECK(resolve_prefixes(&prefixes, &nprefixes));
   rep_ctx c;
   memset(&c, 0, sizeof c);
   c.root = root;

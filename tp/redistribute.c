@@ -527,23 +527,10 @@ static tpdp_status replicated_spec(const tpdp_spec *s, tpdp_spec **out) {
   return tpdp_spec_with_placements(s, pl, s->mesh_ndim, out);
 }
 
-tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
-                                     tpdp_tensor *out) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(src);
-  CHECK_PTR(out);
-  if (src->spec == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
-  tpdp_spec *rep = NULL;
-  CHECK(replicated_spec(src->spec, &rep));
-  tpdp_status st = tpdp_redistribute(src, rep, out);
-  tpdp_spec_destroy(rep);
-  return st;
-}
-
-tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
-                                           tpdp_tensor *out) {
-  TPDP_API_ENTRY;
+/* src redistributed to all-Replicate: into out's memory, or (alloc) into
+ * a new buffer that out then views. */
+static tpdp_status full_tensor(const tpdp_dtensor *src, int alloc,
+                               tpdp_tensor *out) {
   CHECK_PTR(src);
   CHECK_PTR(out);
   if (src->spec == NULL)
@@ -551,8 +538,21 @@ tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
   tpdp_spec *rep = NULL;
   CHECK(replicated_spec(src->spec, &rep));
   tpdp_dtensor d;
-  tpdp_status st = tpdp_redistribute_alloc(src, rep, &d);
-  tpdp_spec_destroy(rep);
-  if (st == TPDP_SUCCESS) *out = d.local;
-  return st;
+  tpdp_status st = alloc ? tpdp_redistribute_alloc(src, rep, &d)
+                         : tpdp_redistribute(src, rep, out);
+  tpdp_status st2 = tpdp_spec_destroy(rep);
+  if (st == TPDP_SUCCESS && alloc) *out = d.local;
+  return st != TPDP_SUCCESS ? st : st2;
+}
+
+tpdp_status tpdp_dtensor_full_tensor(const tpdp_dtensor *src,
+                                     tpdp_tensor *out) {
+  TPDP_API_ENTRY;
+  return full_tensor(src, 0, out);
+}
+
+tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
+                                           tpdp_tensor *out) {
+  TPDP_API_ENTRY;
+  return full_tensor(src, 1, out);
 }
