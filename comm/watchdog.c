@@ -192,8 +192,9 @@ static void report(core_strbuf *b, comm_watch *w, int64_t seq, double since,
   core_sb_printf(b, "[rank %d] tpdp ERROR: %s", cfg->world_rank,
                  func ? func : "tpdp");
   if (label) core_sb_printf(b, " (on %s)", label);
-  core_sb_printf(b, " timed out after %.0f s (TPDP_TIMEOUT_S=%.0f): ",
-                 now - since, cfg->timeout_s);
+  core_sb_printf(b,
+                 " timed out after %.0f s (TPDP_TIMEOUT_S=%.0f): ", now - since,
+                 cfg->timeout_s);
   describe_op(b, op, atomic_load(&w->blocked_dtype),
               atomic_load(&w->blocked_count), seq);
   core_sb_printf(b, " on communicator '%s'", c->name);
@@ -376,7 +377,7 @@ tpdp_status comm_watchdog_stop(void) {
   free_config();
   pthread_mutex_unlock(&wd.mu);
   if (rc != 0)
-    return TPDP_ERR(TPDP_ERR_INTERNAL,
-                    "joining the watchdog thread failed: %s", strerror(rc));
+    return TPDP_ERR(TPDP_ERR_INTERNAL, "joining the watchdog thread failed: %s",
+                    strerror(rc));
   return TPDP_SUCCESS;
 }

@@ -163,8 +163,8 @@ static inline void comm_watch_end(comm_watch *w, int64_t seq) {
 typedef struct {
   double timeout_s; /* > 0 */
   int world_rank;
-  int nregions;           /* ranks on this host (0: no board) */
-  watch_region **regions; /* [host rank]: each rank's region */
+  int nregions;            /* ranks on this host (0: no board) */
+  watch_region **regions;  /* [host rank]: each rank's region */
   const int *region_world; /* [host rank]: its world rank */
   int my_region;
   /* Ends the job after a timeout, with the message already printed (the

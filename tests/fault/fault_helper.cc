@@ -112,10 +112,10 @@ int Collectives(tpdp_comm *world, bool ring, const Fault &f) {
   for (int it = 0; it < 20; it++) {
     for (tpdp_comm *c : comms) {
       bool hit = c == comms[0] && Hits(f, it, what);
-      tpdp_status st = hit && f.action == "skip"
-                           ? tpdp_barrier(c)
-                           : tpdp_allreduce(c, &t, &t,
-                                            ring ? TPDP_OP_AVG : TPDP_OP_SUM);
+      tpdp_status st =
+          hit && f.action == "skip"
+              ? tpdp_barrier(c)
+              : tpdp_allreduce(c, &t, &t, ring ? TPDP_OP_AVG : TPDP_OP_SUM);
       if (st) return Fail(what);
       if (!ring) std::fill(x.begin(), x.end(), 1.0f);
     }
@@ -191,7 +191,7 @@ int Checkpoint(tpdp_comm *world, bool save, const char *dir, const char *v,
     for (int64_t k = 0; k < (int64_t)w.size(); k++) w[k] = want(k);
     for (int k = 0; k < 5; k++) b[k] = (float)(value * 10 + k);
     tpdp_state_dict_set_meta(sd, "value", v);
-    Hits(f, -1, "tpdp_checkpoint_save");
+    Hits(f, f.iter, "tpdp_checkpoint_save"); /* ITER is ignored */
     if (tpdp_checkpoint_save(sd, dir, world, nullptr))
       rc = Fail("tpdp_checkpoint_save");
   } else if (tpdp_checkpoint_load(sd, dir, world, nullptr)) {
