@@ -12,13 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm_internal.h"
+#include "comm/watchdog.h"
 
 typedef struct {
   MPI_Comm comm;
   void *scratch; /* ring allreduce: one received chunk */
   size_t scratch_bytes;
+  comm_watch watch; /* TPDP_TIMEOUT_S (comm/watchdog.h) */
 } mpi_comm_impl;
 
 typedef struct {
@@ -31,6 +34,12 @@ typedef struct {
   const void *move_src;
   size_t move_bytes;
   void *scratch; /* temporary buffer to free */
+  /* The watch record of a non-blocking call: its sequence number and what
+   * it is, for the wait. */
+  comm_watch *watch;
+  int64_t seq;
+  int dtype;
+  int64_t count;
 } mpi_work_impl;
 
 /* A work handle and its MPI state in one allocation; `work` comes first so
@@ -141,6 +150,98 @@ static MPI_Op mpi_op(tpdp_reduce_op op, tpdp_dtype dtype) {
   return idx == 1 ? MPI_MAX : idx == 2 ? MPI_MIN : MPI_SUM;
 }
 
+/* ---------------------------------------------------------- watchdog
+ *
+ * The progress board of comm/watchdog.h: an MPI-3 shared window over the
+ * ranks of this host, one region per rank, so that a rank's watchdog can
+ * read what its peers are doing while its own main thread is stuck inside
+ * MPI. Made at tpdp_init when TPDP_TIMEOUT_S > 0, freed at tpdp_finalize. */
+
+static MPI_Comm board_comm = MPI_COMM_NULL;
+static MPI_Win board_win = MPI_WIN_NULL;
+
+/* After a timeout (the watchdog has printed why). The watchdog thread
+ * calls it while another thread may be inside MPI: tpdp_init asks for
+ * MPI_THREAD_MULTIPLE. */
+static void abort_job(void) {
+  MPI_Abort(MPI_COMM_WORLD, TPDP_ERR_TIMEOUT);
+  _exit(TPDP_ERR_TIMEOUT); /* MPI_Abort does not return; in case it does */
+}
+
+static tpdp_status free_board(void) {
+  core_first_error f;
+  core_first_error_init(&f);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && board_win != MPI_WIN_NULL)
+    core_first_error_add(
+        &f, mpi_status(MPI_Win_free(&board_win), "MPI_Win_free", NULL));
+  if (!finalized && board_comm != MPI_COMM_NULL)
+    core_first_error_add(
+        &f, mpi_status(MPI_Comm_free(&board_comm), "MPI_Comm_free", NULL));
+  board_win = MPI_WIN_NULL;
+  board_comm = MPI_COMM_NULL;
+  return f.status;
+}
+
+/* The board's regions and their world ranks into the caller's arrays of
+ * the host's size (*n). */
+static tpdp_status make_board(int world_rank, watch_region ***regions,
+                              int **world, int *n) {
+  int me = 0;
+  void *base = NULL;
+  MPI_CHECK(NULL, MPI_Comm_split_type, MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0,
+            MPI_INFO_NULL, &board_comm);
+  MPI_CHECK(NULL, MPI_Comm_set_errhandler, board_comm, MPI_ERRORS_RETURN);
+  MPI_CHECK(NULL, MPI_Comm_rank, board_comm, &me);
+  MPI_CHECK(NULL, MPI_Comm_size, board_comm, n);
+  size_t bytes = comm_watch_region_bytes();
+  MPI_CHECK(NULL, MPI_Win_allocate_shared, (MPI_Aint)bytes, 1, MPI_INFO_NULL,
+            board_comm, &base, &board_win);
+  MPI_CHECK(NULL, MPI_Win_set_errhandler, board_win, MPI_ERRORS_RETURN);
+  memset(base, 0, bytes); /* before the allgather: no peer reads it yet */
+  CHECK(TPDP_CALLOC(*regions, (size_t)*n));
+  CHECK(TPDP_CALLOC(*world, (size_t)*n));
+  MPI_CHECK(NULL, MPI_Allgather, &world_rank, 1, MPI_INT, *world, 1, MPI_INT,
+            board_comm);
+  for (int q = 0; q < *n; q++) {
+    MPI_Aint size = 0;
+    int unit = 0;
+    MPI_CHECK(NULL, MPI_Win_shared_query, board_win, q, &size, &unit,
+              &(*regions)[q]);
+  }
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status start_watchdog(void) {
+  comm_watchdog_config cfg = {0};
+  cfg.timeout_s = comm_timeout_read();
+  if (cfg.timeout_s <= 0) return TPDP_SUCCESS; /* no bound, no board */
+  MPI_CHECK(NULL, MPI_Comm_rank, MPI_COMM_WORLD, &cfg.world_rank);
+  watch_region **regions = NULL;
+  int *world = NULL, n = 0;
+  tpdp_status st = make_board(cfg.world_rank, &regions, &world, &n);
+  if (st == TPDP_SUCCESS) {
+    cfg.nregions = n;
+    cfg.regions = regions;
+    cfg.region_world = world;
+    for (int q = 0; q < n; q++)
+      if (world[q] == cfg.world_rank) cfg.my_region = q;
+    cfg.abort_job = abort_job;
+    st = comm_watchdog_start(&cfg); /* copies the arrays */
+  }
+  free(regions);
+  free(world);
+  if (st != TPDP_SUCCESS) {
+    core_first_error f;
+    core_first_error_init(&f);
+    core_first_error_add(&f, st);
+    core_first_error_add(&f, free_board());
+    return f.status;
+  }
+  return TPDP_SUCCESS;
+}
+
 /* ---------------------------------------------------------- life cycle */
 
 static const tpdp_comm_ops mpi_ops;
@@ -172,12 +273,14 @@ tpdp_status comm_mpi_backend_init(int *argc, char ***argv,
   ring_chunk_bytes =
       core_env_long("TPDP_MPI_RING_CHUNK_BYTES", RING_CHUNK_BYTES_DEFAULT);
   if (ring_chunk_bytes < 64) ring_chunk_bytes = 64;
-  return TPDP_SUCCESS;
+  return start_watchdog();
 }
 
 tpdp_status comm_mpi_backend_finalize(int we_initialized) {
   core_first_error f;
   core_first_error_init(&f);
+  core_first_error_add(&f, comm_watchdog_stop());
+  core_first_error_add(&f, free_board());
   if (half_ops_ready) {
     for (int d = 0; d < 2; d++)
       for (int o = 0; o < 3; o++)
@@ -193,30 +296,59 @@ tpdp_status comm_mpi_backend_finalize(int we_initialized) {
   return f.status;
 }
 
-static tpdp_status wrap_comm(MPI_Comm mc, const char *name, tpdp_comm **out) {
+/* The world rank of each rank of mc (size entries) into *out. */
+static tpdp_status world_ranks_of(MPI_Comm mc, int size, int **out) {
+  int *ranks = NULL;
+  CHECK(TPDP_CALLOC(ranks, 2 * (size_t)size));
+  for (int q = 0; q < size; q++) ranks[q] = q;
+  MPI_Group g = MPI_GROUP_NULL, wg = MPI_GROUP_NULL;
+  int rc = MPI_Comm_group(mc, &g);
+  if (rc == MPI_SUCCESS) rc = MPI_Comm_group(MPI_COMM_WORLD, &wg);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Group_translate_ranks(g, size, ranks, wg, ranks + size);
+  if (g != MPI_GROUP_NULL) MPI_Group_free(&g);
+  if (wg != MPI_GROUP_NULL) MPI_Group_free(&wg);
+  if (rc != MPI_SUCCESS) {
+    free(ranks);
+    return mpi_status(rc, "MPI_Group_translate_ranks", NULL);
+  }
+  memmove(ranks, ranks + size, (size_t)size * sizeof *ranks);
+  *out = ranks;
+  return TPDP_SUCCESS;
+}
+
+/* A tpdp_comm over mc, watched under `key` (comm/watchdog.h). */
+static tpdp_status wrap_comm(MPI_Comm mc, const char *name, uint64_t key,
+                             tpdp_comm **out) {
   int rank = 0, size = 0;
   MPI_CHECK(NULL, MPI_Comm_set_errhandler, mc, MPI_ERRORS_RETURN);
   MPI_CHECK(NULL, MPI_Comm_rank, mc, &rank);
   MPI_CHECK(NULL, MPI_Comm_size, mc, &size);
   mpi_comm_impl *impl = NULL;
+  tpdp_comm *c = NULL;
+  int *world = NULL;
+  tpdp_status st = TPDP_SUCCESS;
   CHECK(TPDP_CALLOC(impl, 1));
   impl->comm = mc;
-  tpdp_comm *c = NULL;
-  tpdp_status st = comm_alloc(&mpi_ops, rank, size, name, &c);
-  if (st != TPDP_SUCCESS) {
-    free(impl);
-    return st;
-  }
+  CHECK_GOTO(comm_alloc(&mpi_ops, rank, size, name, &c), st, fail);
   c->impl = impl;
   c->concurrent_threads = thread_level == MPI_THREAD_MULTIPLE;
+  CHECK_GOTO(world_ranks_of(mc, size, &world), st, fail);
+  CHECK_GOTO(comm_watch_register(&impl->watch, c, key, world), st, fail);
+  free(world);
   *out = c;
   return TPDP_SUCCESS;
+fail:
+  free(world);
+  free(c);
+  free(impl);
+  return st;
 }
 
 /* wrap_comm, freeing `mc` when it fails (its failure reported first). */
-static tpdp_status wrap_or_free(MPI_Comm mc, const char *name,
+static tpdp_status wrap_or_free(MPI_Comm mc, const char *name, uint64_t key,
                                 tpdp_comm **out) {
-  tpdp_status st = wrap_comm(mc, name, out);
+  tpdp_status st = wrap_comm(mc, name, key, out);
   if (st == TPDP_SUCCESS) return st;
   core_first_error f;
   core_first_error_init(&f);
@@ -229,11 +361,12 @@ static tpdp_status wrap_or_free(MPI_Comm mc, const char *name,
 tpdp_status comm_mpi_world(tpdp_comm **out) {
   MPI_Comm dup;
   MPI_CHECK(NULL, MPI_Comm_dup, MPI_COMM_WORLD, &dup);
-  return wrap_or_free(dup, "world", out);
+  return wrap_or_free(dup, "world", 1, out);
 }
 
 static tpdp_status mpi_destroy(tpdp_comm *comm) {
   mpi_comm_impl *impl = (mpi_comm_impl *)comm->impl;
+  comm_watch_unregister(&impl->watch);
   int finalized = 0;
   tpdp_status st = mpi_status(MPI_Finalized(&finalized), "MPI_Finalized", comm);
   /* After MPI_Finalize the communicator is gone with MPI. */
@@ -249,15 +382,19 @@ static tpdp_status mpi_split(tpdp_comm *comm, int color, int key,
                              tpdp_comm **out) {
   mpi_comm_impl *impl = (mpi_comm_impl *)comm->impl;
   MPI_Comm nc;
-  MPI_CHECK(comm, MPI_Comm_split, impl->comm, color < 0 ? MPI_UNDEFINED : color,
-            key, &nc);
+  uint64_t child = comm_watch_child_key(&impl->watch, color);
+  int64_t seq = comm_watch_begin(&impl->watch, COMM_OP_SPLIT, 0, 0);
+  int rc =
+      MPI_Comm_split(impl->comm, color < 0 ? MPI_UNDEFINED : color, key, &nc);
+  comm_watch_end(&impl->watch, seq);
+  CHECK(mpi_status(rc, "MPI_Comm_split", comm));
   if (nc == MPI_COMM_NULL) {
     *out = NULL;
     return TPDP_SUCCESS;
   }
   char name[96];
   snprintf(name, sizeof name, "%.60s/split(%d)", comm->name, color);
-  return wrap_or_free(nc, name, out);
+  return wrap_or_free(nc, name, child, out);
 }
 
 /* ---------------------------------------------------------- work */
@@ -319,7 +456,10 @@ static void finish(tpdp_work *work) {
 static tpdp_status mpi_work_wait(tpdp_work *work) {
   mpi_work_impl *w = (mpi_work_impl *)work->impl;
   if (!w->done) {
+    comm_watch_block(w->watch, w->seq, work->kind, w->dtype, w->count,
+                     core_now_s());
     int rc = MPI_Wait(&w->request, MPI_STATUS_IGNORE);
+    comm_watch_end(w->watch, w->seq);
     if (rc != MPI_SUCCESS) {
       w->done = 1; /* the request is over, failed: never wait on it again */
       return mpi_status(rc, "MPI_Wait", work->comm);
@@ -334,6 +474,7 @@ static tpdp_status mpi_work_test(tpdp_work *work, int *done) {
   if (!w->done) {
     int flag = 0;
     int rc = MPI_Test(&w->request, &flag, MPI_STATUS_IGNORE);
+    if (flag || rc != MPI_SUCCESS) comm_watch_finish(w->watch, w->seq);
     if (rc != MPI_SUCCESS) {
       w->done = 1;
       return mpi_status(rc, "MPI_Test", work->comm);
@@ -572,6 +713,14 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   int b = a->blocking;
   int rc = MPI_SUCCESS;
   const char *call = "";
+  /* The watchdog's record (comm/watchdog.h): a blocking call is watched
+   * until it returns, a non-blocking one from its wait. */
+  w->watch = &impl->watch;
+  w->dtype = recv ? (int)recv->dtype : 0;
+  w->count = a->kind == TPDP_COLL_ALLGATHER ? sn : rn;
+  w->seq =
+      b ? comm_watch_begin(w->watch, a->kind, w->dtype, w->count)
+        : comm_watch_enter(w->watch, a->kind, w->dtype, w->count, core_now_s());
   switch (a->kind) {
     case TPDP_COLL_ALLREDUCE: {
       if (use_ring_avg(comm, a, rn)) {
@@ -661,6 +810,7 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
       rc = b ? MPI_Barrier(mc) : MPI_Ibarrier(mc, &w->request);
       break;
   }
+  if (b && rc == MPI_SUCCESS) comm_watch_end(w->watch, w->seq);
   if (rc != MPI_SUCCESS) {
     st = mpi_status(rc, call, comm);
     goto fail;
@@ -669,6 +819,7 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   *out = work;
   return TPDP_SUCCESS;
 fail: /* nothing in flight */
+  if (w->seq > 0) comm_watch_end(w->watch, w->seq);
   free(w->scratch);
   free(blk);
   return st;

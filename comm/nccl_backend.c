@@ -14,6 +14,7 @@
  * host names, the unique id by a broadcast from rank 0. With no bootstrap
  * communicator a single-rank communicator needs nothing else. */
 #include <cuda_runtime.h>
+#include <math.h>
 #include <nccl.h>
 #include <sched.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <time.h>
 
 #include "comm/comm_internal.h"
+#include "comm/watchdog.h"
 #include "core/tensor_cuda.h"
 
 typedef struct {
@@ -54,13 +56,11 @@ static void pause_briefly(int iter) {
   nanosleep(&ts, NULL);
 }
 
+/* TPDP_TIMEOUT_S as on the MPI backend (comm/watchdog.h): 0 or negative
+ * is no bound. */
 static double timeout_from_env(void) {
-  long t = core_env_long("TPDP_TIMEOUT_S", 600);
-  if (t <= 0) {
-    TPDP_WARN("ignoring TPDP_TIMEOUT_S=%ld: must be positive, using 600", t);
-    t = 600;
-  }
-  return (double)t;
+  double t = comm_timeout_read();
+  return t > 0 ? t : INFINITY;
 }
 
 static tpdp_status nccl_fail(ncclResult_t rc, ncclComm_t h, const char *call,

@@ -5,9 +5,12 @@
  * its blocking allreduce, and moves on. A hand-off signals the condition
  * variable only when the thread sleeps on it, so a burst of launches while
  * it is busy costs the caller a lock and an unlock each. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
+#include "comm/watchdog.h"
 #include "dp/buffers.h"
 #include "dp/reducer_internal.h"
 
@@ -32,6 +35,7 @@ static tpdp_status reduce_bucket(tpdp_reducer *r, int64_t j) {
 static void *thread_main(void *arg) {
   tpdp_reducer *r = arg;
   dp_comm_thread *ct = &r->ct;
+  comm_watch_label = "the reducer's communication thread";
   pthread_mutex_lock(&ct->mu);
   for (;;) {
     while (!ct->stop && ct->finished == ct->launched) {
@@ -76,7 +80,13 @@ tpdp_status dp_thread_start(tpdp_reducer *r) {
                     strerror(rc));
   rc = pthread_cond_init(&ct->more, NULL);
   if (rc == 0) {
-    rc = pthread_cond_init(&ct->done, NULL);
+    /* `done` is waited on with a deadline (TPDP_TIMEOUT_S) on the
+     * monotonic clock. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    rc = pthread_cond_init(&ct->done, &ca);
+    pthread_condattr_destroy(&ca);
     if (rc != 0) pthread_cond_destroy(&ct->more);
   }
   if (rc != 0) {
@@ -147,23 +157,50 @@ static tpdp_status thread_failure(const dp_comm_thread *ct) {
                   (long long)ct->failed, ct->message);
 }
 
+/* Wait (ct->mu held) until buckets [0, upto) are done, at most
+ * TPDP_TIMEOUT_S: the thread is normally inside MPI then, where the
+ * watchdog ends the job first; this bounds the wait whatever holds the
+ * thread. Returns the iteration's status, or TPDP_ERR_TIMEOUT. */
+static tpdp_status wait_finished(tpdp_reducer *r, int64_t upto) {
+  dp_comm_thread *ct = &r->ct;
+  double limit = comm_timeout_s(), t0 = core_now_s();
+  struct timespec dl;
+  clock_gettime(CLOCK_MONOTONIC, &dl);
+  dl.tv_sec += (time_t)limit;
+  while (ct->finished < upto) {
+    if (limit <= 0) {
+      pthread_cond_wait(&ct->done, &ct->mu);
+    } else if (pthread_cond_timedwait(&ct->done, &ct->mu, &dl) == ETIMEDOUT &&
+               ct->finished < upto) {
+      return TPDP_ERR(
+          TPDP_ERR_TIMEOUT,
+          "timed out after %.0f s (TPDP_TIMEOUT_S) waiting for bucket %lld "
+          "of %lld, reduced by the reducer's communication thread (allreduce "
+          "on %s, rank %d of %d): a rank of %s has not called its "
+          "allreduce",
+          core_now_s() - t0, (long long)ct->finished, (long long)r->nbuckets,
+          tpdp_comm_name(r->comm), tpdp_comm_rank(r->comm),
+          tpdp_comm_size(r->comm), tpdp_comm_name(r->comm));
+    }
+  }
+  return ct->status == TPDP_SUCCESS ? TPDP_SUCCESS : thread_failure(ct);
+}
+
 tpdp_status dp_thread_wait(tpdp_reducer *r, int64_t j) {
   dp_comm_thread *ct = &r->ct;
   double t0 = core_now_s();
   pthread_mutex_lock(&ct->mu);
-  while (ct->finished <= j) pthread_cond_wait(&ct->done, &ct->mu);
-  tpdp_status st = ct->status;
+  tpdp_status st = wait_finished(r, j + 1);
   pthread_mutex_unlock(&ct->mu);
   r->stats.comm_seconds += core_now_s() - t0;
-  return st == TPDP_SUCCESS ? TPDP_SUCCESS : thread_failure(ct);
+  return st;
 }
 
 tpdp_status dp_thread_drain(tpdp_reducer *r) {
   dp_comm_thread *ct = &r->ct;
   if (!ct->active) return TPDP_SUCCESS;
   pthread_mutex_lock(&ct->mu);
-  while (ct->finished < ct->launched) pthread_cond_wait(&ct->done, &ct->mu);
-  tpdp_status st = ct->status;
+  tpdp_status st = wait_finished(r, ct->launched);
   pthread_mutex_unlock(&ct->mu);
-  return st == TPDP_SUCCESS ? TPDP_SUCCESS : thread_failure(ct);
+  return st;
 }

@@ -60,6 +60,32 @@ TPDP_API tpdp_status tpdp_finalize(void);
 /* 1 between tpdp_init and tpdp_finalize. */
 TPDP_API int tpdp_is_initialized(void);
 
+/* Bounded waits. TPDP_TIMEOUT_S (environment, read by tpdp_init; seconds,
+ * default 600; 0 or negative: no bound) bounds every blocking wait:
+ *  - MPI communicators: blocking MPI calls are not interrupted (they are
+ *    the fast path); a watchdog thread started by tpdp_init (stopped by
+ *    tpdp_finalize) watches every collective, split and wait of an async
+ *    collective. One blocked longer than the timeout ends the job: the
+ *    watchdog prints one message on stderr and calls MPI_Abort (exit code
+ *    TPDP_ERR_TIMEOUT, 10), since a thread stuck inside MPI cannot come
+ *    back. The message names the public function, the operation and its
+ *    sequence number on the communicator (the n-th collective every rank
+ *    makes on it), the communicator and its mesh dim, and the ranks that
+ *    have not arrived, with what each is doing, e.g.
+ *      [rank 0] tpdp ERROR: tpdp_allreduce timed out after 5 s
+ *      (TPDP_TIMEOUT_S=5): allreduce f32 x 1048576 #4 on communicator
+ *      'mesh.tp' (mesh dim tp), rank 0 of 2, did not complete. Not
+ *      arrived: rank 1 has not arrived and is not responding (stopped or
+ *      hung: no sign of life for 6 s); it last finished allreduce f32 x
+ *      1048576 #3 on 'mesh.tp' and is in no collective. Aborting the job.
+ *    Other forms: "rank 1 called barrier #4 instead" (ranks calling
+ *    different collectives), "it is in tpdp_finalize", "it is in
+ *    allreduce ... #7 on 'mesh.dp' for 5 s". Ranks learn about their peers
+ *    through shared memory, so peers on other hosts are "state unknown".
+ *  - Waits tpdp performs outside MPI (the reducer's wait for its
+ *    communication thread) return TPDP_ERR_TIMEOUT with such a message.
+ *  - NCCL communicators: see "No hang on failure" below. */
+
 /* The world communicator (MPI backend, host memory), owned by tpdp: do not
  * destroy it. Errors: TPDP_ERR_NOT_INITIALIZED. */
 TPDP_API tpdp_status tpdp_comm_world(tpdp_comm **out);
@@ -261,7 +287,8 @@ TPDP_API tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh,
  * No hang on failure: communicators are non-blocking (ncclConfig_t
  * blocking = 0). Every wait polls ncclCommGetAsyncError; when an operation
  * has not completed within TPDP_TIMEOUT_S seconds (environment, read when
- * the communicator is created; default 600) the communicator is aborted
+ * the communicator is created; default 600; 0 or negative: no bound) the
+ * communicator is aborted
  * (ncclCommAbort) and the wait returns TPDP_ERR_TIMEOUT naming the
  * operation and the communicator. An aborted communicator refuses further
  * collectives with TPDP_ERR_STATE; destroy it.
