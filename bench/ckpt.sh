@@ -8,10 +8,14 @@
 # removed after: a crash-safe save keeps the last checkpoint until the new
 # one commits); before every timed phase all files are dropped from the
 # page cache with posix_fadvise(DONTNEED) (dropping the whole cache needs
-# root and /proc/sys/vm/drop_caches, which this does not use). Prints the
-# rounds and last `ckpt: save_ratio <x> load_ratio <y>` (plain time / tpdp
-# time, medians; target >= 0.8 each). On a shared, loaded machine the
-# rounds vary a lot: look at them, not only the medians.
+# root and /proc/sys/vm/drop_caches, which this does not use). Loads are
+# also timed with checksum verification off, and each load's CPU seconds
+# (all ranks) are printed: verification hashes (xxhash64) every byte read,
+# about as much CPU as the read itself, so on a CPU-starved machine (4
+# ranks on 2 shared cores) it shows in the load time. Prints the rounds
+# and last `ckpt: save_ratio <x> load_ratio <y>` (plain time / tpdp time,
+# medians, verification on; target >= 0.8 each). On a shared, loaded
+# machine the rounds vary a lot: look at them, not only the medians.
 # Usage: bench/ckpt.sh [--mib N] [--rounds R] [--tensors T]
 # The files go to a temporary directory under $TPDP_BENCH_DIR (default
 # $TMPDIR or /tmp), removed at the end; it needs about 3x the model size.

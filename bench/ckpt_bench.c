@@ -16,12 +16,18 @@
  * slowest rank's (barrier, operation, barrier). Prints per-round times and
  * last `ckpt: save_ratio <x> load_ratio <y>` (baseline median / tpdp
  * median; > 1 means tpdp is faster).
+ * Loads are timed three ways, in rotating order: plain read(), tpdp (the
+ * ratio's side: every slice's xxhash64 checked) and tpdp with
+ * options.verify = 0, whose time and the CPU seconds of each side show
+ * what verification costs (hashing every byte read takes about as much
+ * CPU as the read itself: on a CPU-starved machine that is time).
  * Usage: ckpt_bench --dir DIR [--mib N] [--rounds R] [--tensors T] */
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,6 +46,21 @@ static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* CPU seconds (user + system) of this process so far. */
+static double cpu_now(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + 1e-6 * ru.ru_utime.tv_usec + ru.ru_stime.tv_sec +
+         1e-6 * ru.ru_stime.tv_usec;
+}
+
+/* Sum over the ranks (collective). */
+static double sum_ranks(tpdp_comm *world, double v) {
+  tpdp_tensor t = tpdp_tensor_1d(&v, TPDP_F64, 1);
+  if (tpdp_allreduce(world, &t, &t, TPDP_OP_SUM) != TPDP_SUCCESS) exit(1);
+  return v;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -109,6 +130,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[i], "--rounds") == 0) rounds = atol(argv[i + 1]);
     if (strcmp(argv[i], "--tensors") == 0) ntensors = atol(argv[i + 1]);
   }
+  tpdp_checkpoint_options unverified = TPDP_CHECKPOINT_OPTIONS_INIT;
+  unverified.verify = 0;
   if (dir == NULL || mib < 1 || rounds < 1 || ntensors < 1) {
     fprintf(stderr, "usage: ckpt_bench --dir DIR [--mib N] [--rounds R]\n");
     return 2;
@@ -161,7 +184,10 @@ int main(int argc, char **argv) {
   double *bs = calloc((size_t)rounds, sizeof(double)),
          *ts = calloc((size_t)rounds, sizeof(double)),
          *bl = calloc((size_t)rounds, sizeof(double)),
-         *tl = calloc((size_t)rounds, sizeof(double));
+         *tl = calloc((size_t)rounds, sizeof(double)),
+         *ul = calloc((size_t)rounds, sizeof(double));
+  /* plain, tpdp, tpdp unverified: CPU seconds of all ranks */
+  double cpu_load[3] = {0, 0, 0};
   for (long r = 0; r < rounds; r++) {
     const char *plain = base[r % 2], *old = base[(r + 1) % 2];
     for (int side = 0; side < 2; side++) {
@@ -189,14 +215,15 @@ int main(int argc, char **argv) {
       tpdp_barrier(world);
       (tpdp_side ? ts : bs)[r] = now() - t0;
     }
-    for (int side = 0; side < 2; side++) {
-      int tpdp_side = (side + r) % 2;
+    for (int step = 0; step < 3; step++) {
+      int side = (step + (int)r) % 3; /* 0 plain, 1 tpdp, 2 unverified */
       for (long i = 0; i < ntensors; i++) memset(bufs[i], 0, local_bytes);
       if (rank == 0) drop_cache_dir(dir);
       tpdp_barrier(world);
-      double t0 = now();
-      if (tpdp_side) {
-        OK(tpdp_checkpoint_load(sd, ckdir, world, NULL));
+      double t0 = now(), c0 = cpu_now();
+      if (side > 0) {
+        OK(tpdp_checkpoint_load(sd, ckdir, world,
+                                side == 1 ? NULL : &unverified));
       } else {
         int fd = open(plain, O_RDONLY);
         if (fd < 0) {
@@ -206,34 +233,45 @@ int main(int argc, char **argv) {
         for (long i = 0; i < ntensors; i++) read_all(fd, bufs[i], local_bytes);
         close(fd);
       }
+      double cpu = cpu_now() - c0;
       tpdp_barrier(world);
-      (tpdp_side ? tl : bl)[r] = now() - t0;
-      /* Both sides must have read the data back. */
+      (side == 0 ? bl : side == 1 ? tl : ul)[r] = now() - t0;
+      cpu_load[side] += sum_ranks(world, cpu);
+      /* Every side must have read the data back. */
       float *f = (float *)bufs[ntensors - 1];
       size_t k = local_bytes / 4 - 1;
       if (f[k] !=
           (float)((ntensors - 1) * 131 + rank * 17 + (long)(k % 4099))) {
         fprintf(stderr, "ckpt_bench: rank %d read wrong data (%s)\n", rank,
-                tpdp_side ? "tpdp" : "plain");
+                side ? "tpdp" : "plain");
         return 1;
       }
     }
     if (rank == 0) {
       printf(
           "round %ld: save plain %.3f s, tpdp %.3f s; load plain %.3f s, "
-          "tpdp %.3f s\n",
-          r, bs[r], ts[r], bl[r], tl[r]);
+          "tpdp %.3f s (unverified %.3f s)\n",
+          r, bs[r], ts[r], bl[r], tl[r], ul[r]);
       fflush(stdout);
     }
   }
   if (rank == 0) {
     double b_s = median(bs, (int)rounds), t_s = median(ts, (int)rounds);
     double b_l = median(bl, (int)rounds), t_l = median(tl, (int)rounds);
+    double u_l = median(ul, (int)rounds);
     double gib = (double)mib / 1024;
     printf(
         "median: save plain %.3f s (%.2f GiB/s), tpdp %.3f s (%.2f GiB/s); "
         "load plain %.3f s (%.2f GiB/s), tpdp %.3f s (%.2f GiB/s)\n",
         b_s, gib / b_s, t_s, gib / t_s, b_l, gib / b_l, t_l, gib / t_l);
+    /* What verification costs: the unverified load's time, and the CPU
+     * each load took (all ranks, mean per round). */
+    printf(
+        "load without verification: tpdp %.3f s (ratio %.2f); load CPU "
+        "(all ranks, per round): plain %.3f s, tpdp %.3f s, unverified "
+        "%.3f s\n",
+        u_l, b_l / u_l, cpu_load[0] / rounds, cpu_load[1] / rounds,
+        cpu_load[2] / rounds);
     printf("ckpt: save_ratio %.2f load_ratio %.2f\n", b_s / t_s, b_l / t_l);
   }
   unlink(base[0]);
@@ -244,6 +282,7 @@ int main(int argc, char **argv) {
   free(ts);
   free(bl);
   free(tl);
+  free(ul);
   tpdp_state_dict_destroy(sd);
   tpdp_spec_destroy(spec);
   tpdp_mesh_destroy(mesh);

@@ -13,7 +13,8 @@
  *
  * Launch: mpirun -np D*T train_gpt2 --dp D --tp T --data FILE [flags];
  * --help lists them. --check also trains the same model in one process on
- * rank 0 and compares losses and parameters.
+ * rank 0 and compares losses and parameters. --save / --save-every /
+ * --load write and resume sharded checkpoints (ckpt/, any mesh).
  */
 #include <cblas.h>
 #include <cjson/cJSON.h>
@@ -35,6 +36,19 @@
 
 /* ------------------------------------------------------------ options */
 
+/* Flags given on the command line (--load takes the others from the
+ * checkpoint). */
+enum {
+  G_BATCH = 1,
+  G_SEQ = 2,
+  G_LR = 4,
+  G_BETA1 = 8,
+  G_BETA2 = 16,
+  G_EPS = 32,
+  G_WD = 64,
+  G_SEED = 128
+};
+
 typedef struct {
   const char *model_dir, *data, *device;
   int dp, tp, batch, seq, steps, sp, check, quiet;
@@ -43,6 +57,9 @@ typedef struct {
   nn_adamw_opts adamw;
   double weight_decay, bucket_mib;
   unsigned long long seed;
+  const char *save_dir, *load_dir;
+  int save_every;
+  unsigned given; /* G_* */
 } options;
 
 static void usage(FILE *out) {
@@ -69,6 +86,18 @@ static void usage(FILE *out) {
       "  --check          also train in one process on rank 0 and compare;\n"
       "                   exit 1 if loss or parameters differ by > 1e-4\n"
       "  --quiet          print only the summary lines\n"
+      "  --save DIR       save a sharded checkpoint into DIR when the run "
+      "ends\n"
+      "                   (safetensors files + index.json: Hugging Face\n"
+      "                   names, model config, AdamW state, step, data\n"
+      "                   position); `tpdp ckpt consolidate DIR OUT` makes\n"
+      "                   it a Hugging Face model file\n"
+      "  --save-every N   also save into DIR after every N steps\n"
+      "  --load DIR       resume from the checkpoint in DIR on any mesh (no\n"
+      "                   --model or shape flags); --batch, --seq, --data,\n"
+      "                   AdamW flags: the saved ones unless given. --steps\n"
+      "                   counts all steps: a run saved after step k-1 goes\n"
+      "                   on with steps k .. N-1\n"
       "random init (without --model), GPT-2's: N(0, 0.02), residual\n"
       "projections N(0, 0.02/sqrt(2L)), from --seed N (default 1):\n"
       "  --layers L --embd C --heads H --vocab V --positions P --inner F\n"
@@ -86,7 +115,17 @@ static int parse_options(int argc, char **argv, options *o) {
   o->adamw = (nn_adamw_opts){3e-4, 0.9, 0.95, 1e-8};
   o->bucket_mib = 25;
   o->seed = 1;
-  enum { O_BETA1 = 256, O_BETA2, O_EPS, O_WD, O_SP, O_INNER };
+  enum {
+    O_BETA1 = 256,
+    O_BETA2,
+    O_EPS,
+    O_WD,
+    O_SP,
+    O_INNER,
+    O_SAVE,
+    O_SAVE_EVERY,
+    O_LOAD
+  };
   static const struct option longopts[] = {
       {"data", required_argument, 0, 'D'},
       {"model", required_argument, 0, 'M'},
@@ -112,6 +151,9 @@ static int parse_options(int argc, char **argv, options *o) {
       {"vocab", required_argument, 0, 'V'},
       {"positions", required_argument, 0, 'P'},
       {"inner", required_argument, 0, O_INNER},
+      {"save", required_argument, 0, O_SAVE},
+      {"save-every", required_argument, 0, O_SAVE_EVERY},
+      {"load", required_argument, 0, O_LOAD},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
@@ -131,27 +173,43 @@ static int parse_options(int argc, char **argv, options *o) {
         break;
       case 'B':
         o->batch = atoi(optarg);
+        o->given |= G_BATCH;
         break;
       case 'T':
         o->seq = atoi(optarg);
+        o->given |= G_SEQ;
         break;
       case 'S':
         o->steps = atoi(optarg);
         break;
       case 'r':
         o->adamw.lr = atof(optarg);
+        o->given |= G_LR;
         break;
       case O_BETA1:
         o->adamw.beta1 = atof(optarg);
+        o->given |= G_BETA1;
         break;
       case O_BETA2:
         o->adamw.beta2 = atof(optarg);
+        o->given |= G_BETA2;
         break;
       case O_EPS:
         o->adamw.eps = atof(optarg);
+        o->given |= G_EPS;
         break;
       case O_WD:
         o->weight_decay = atof(optarg);
+        o->given |= G_WD;
+        break;
+      case O_SAVE:
+        o->save_dir = optarg;
+        break;
+      case O_SAVE_EVERY:
+        o->save_every = atoi(optarg);
+        break;
+      case O_LOAD:
+        o->load_dir = optarg;
         break;
       case O_SP:
         o->sp = 1;
@@ -170,6 +228,7 @@ static int parse_options(int argc, char **argv, options *o) {
         break;
       case 's':
         o->seed = strtoull(optarg, NULL, 10);
+        o->given |= G_SEED;
         break;
       case 'L':
         o->shape.n_layer = atoi(optarg);
@@ -219,16 +278,26 @@ static int check_options(const options *o, ex_error *e) {
                      "CUDA path (use --device cpu)");
     return ex_fail(e, "--device must be cpu or cuda, not '%s'", o->device);
   }
-  if (o->data == NULL)
+  if (o->data == NULL && o->load_dir == NULL)
     return ex_fail(e,
                    "--data FILE is required (scripts/make-tokens FILE OUT "
                    "writes a token file from any text)");
   if (o->dp < 1 || o->tp < 1) return ex_fail(e, "--dp and --tp must be >= 1");
   if (o->batch < 1 || o->seq < 1 || o->steps < 1)
     return ex_fail(e, "--batch, --seq and --steps must be >= 1");
-  if (o->batch % o->dp != 0)
+  /* With --load and no --batch the batch is the checkpoint's: setup checks
+   * it. */
+  if (o->batch % o->dp != 0 && (o->load_dir == NULL || (o->given & G_BATCH)))
     return ex_fail(e, "--batch %d is not divisible by --dp %d", o->batch,
                    o->dp);
+  if (o->save_every < 0 || (o->save_every > 0 && o->save_dir == NULL))
+    return ex_fail(e, "--save-every N needs N >= 1 and --save DIR");
+  if (o->load_dir != NULL && (o->model_dir != NULL || o->shape_flags))
+    return ex_fail(e,
+                   "--load %s resumes the model saved there (its config is "
+                   "in the checkpoint): leave out --model and "
+                   "--layers/--embd/--heads/--vocab/--positions/--inner",
+                   o->load_dir);
   if (o->bucket_mib <= 0) return ex_fail(e, "--bucket-mib must be > 0");
   if (!(o->adamw.lr >= 0) || !(o->adamw.beta1 >= 0 && o->adamw.beta1 < 1) ||
       !(o->adamw.beta2 >= 0 && o->adamw.beta2 < 1) || !(o->adamw.eps >= 0) ||
@@ -283,6 +352,9 @@ static int json_int(const cJSON *root, const char *key, const char *path,
   return 0;
 }
 
+static int parse_config(const char *text, const char *path, gpt2_config *c,
+                        ex_error *e);
+
 /* Hugging Face's GPT2Config: the sizes, and refusal of the variants this
  * trainer does not implement. */
 static int read_config(const char *dir, gpt2_config *c, ex_error *e) {
@@ -292,8 +364,6 @@ static int read_config(const char *dir, gpt2_config *c, ex_error *e) {
   if (fp == NULL) return ex_fail(e, "%s: cannot open", path);
   char *text = NULL;
   size_t len = 0, cap = 0;
-  int rc = -1;
-  cJSON *root = NULL;
   for (;;) {
     if (len + 4096 > cap) {
       char *grown = realloc(text, cap = 2 * cap + 8192);
@@ -307,7 +377,16 @@ static int read_config(const char *dir, gpt2_config *c, ex_error *e) {
   fclose(fp);
   if (text == NULL) return ex_fail(e, "%s: cannot read", path);
   text[len] = '\0';
-  root = cJSON_Parse(text);
+  int rc = parse_config(text, path, c, e);
+  free(text);
+  return rc;
+}
+
+/* config.json's text (path names it in messages) into *c. */
+static int parse_config(const char *text, const char *path, gpt2_config *c,
+                        ex_error *e) {
+  int rc = -1;
+  cJSON *root = cJSON_Parse(text);
   if (!cJSON_IsObject(root)) {
     ex_fail(e, "%s: not a JSON object", path);
     goto done;
@@ -356,8 +435,22 @@ static int read_config(const char *dir, gpt2_config *c, ex_error *e) {
   rc = check_shape(c, path, e);
 done:
   cJSON_Delete(root);
-  free(text);
   return rc;
+}
+
+/* Hugging Face's config.json of c (what --model reads). */
+static void config_json(const gpt2_config *c, char *buf, size_t len) {
+  char inner[32] = "null"; /* GPT-2's default, 4 * n_embd */
+  if (c->n_inner != 4 * c->n_embd)
+    snprintf(inner, sizeof inner, "%d", c->n_inner);
+  snprintf(buf, len,
+           "{\"architectures\":[\"GPT2LMHeadModel\"],\"model_type\":\"gpt2\","
+           "\"activation_function\":\"gelu_new\",\"layer_norm_epsilon\":1e-05,"
+           "\"n_layer\":%d,\"n_embd\":%d,\"n_head\":%d,\"vocab_size\":%d,"
+           "\"n_positions\":%d,\"n_ctx\":%d,\"n_inner\":%s,"
+           "\"scale_attn_weights\":true,\"tie_word_embeddings\":true}",
+           c->n_layer, c->n_embd, c->n_head, c->vocab, c->n_positions,
+           c->n_positions, inner);
 }
 
 /* ------------------------------------------------------------ trainer */
@@ -366,6 +459,7 @@ typedef struct {
   double hooks, data, optim;
   gpt2_timers model;
   double mark; /* inside reducer mark_ready (the grad_ready callback) */
+  double ckpt; /* saving checkpoints */
 } times;
 
 typedef struct {
@@ -396,15 +490,21 @@ typedef struct {
   gpt2_dims dims;
   gpt2_model model;
   int model_ready;
-  int fill_failed; /* fill_shard failed; err says why */
+  int fill_failed;       /* fill_shard failed; err says why */
+  int start;             /* the first step (the checkpoint's with --load) */
+  int64_t resume_pos;    /* --load: the data position to go on from */
+  char saved_data[4096]; /* --load without --data: the saved token file */
   times tm;
   ex_error err;
 } trainer;
 
 /* The result of a run, for --check. */
 typedef struct {
-  double *losses; /* [steps] */
-  float **params; /* [np] full parameters (rank 0), NULL unless wanted */
+  double *losses;  /* [steps] */
+  int want_params; /* gather the full parameters on rank 0 */
+  float **params;  /* [np] then (rank 0; the caller frees them) */
+  int np;
+  int start; /* the first step trained */
 } run_out;
 
 /* All ranks of comm fail together: the message of the lowest failing rank
@@ -519,6 +619,7 @@ static int param_index(const trainer *t, const char *fqn) {
  * from the file, or GPT-2's initialisation. */
 static int load_box(trainer *t, int i, int ndim, const int64_t *view,
                     const int64_t *offset, const int64_t *local, float *out) {
+  if (t->o.load_dir != NULL) return 0; /* the checkpoint fills it */
   if (t->o.model_dir == NULL) {
     gpt2_init_box(&t->c, i, t->o.seed, ndim, view, offset, local, out);
     return 0;
@@ -792,13 +893,240 @@ static tpdp_status keep_gradients(const tpdp_reducer_hook_args *args) {
   return TPDP_SUCCESS;
 }
 
+/* ------------------------------------------------------------ checkpoints
+ *
+ * A checkpoint holds what a resume needs: the weights under the tree's
+ * Hugging Face FQNs ("transformer.*"; the tied lm_head.weight once, as
+ * transformer.wte.weight, as save_pretrained writes it), the AdamW moments
+ * as optim.exp_avg.<fqn> and optim.exp_avg_sq.<fqn> (sharded as their
+ * weights), and metadata: "hf_config" (config.json's text), "train"
+ * (batch, seq, AdamW, seed, token file), "step" (the steps done: the next
+ * step's index and AdamW's count) and "data_pos" (the loader's position).
+ * "consolidate_exclude" and "consolidate_shapes" make `tpdp ckpt
+ * consolidate` write a Hugging Face model file: no optimizer state, and the
+ * head-sharded views ([C, 3, H, hd], [3, H, hd], [H, hd, C]) under their
+ * Conv1D shapes ([C, 3C], [3C], [C, C]): the same bytes. */
+
+/* Weights, then first and second moments, each in Hugging Face's order. */
+static int build_state(trainer *t, tpdp_state_dict *sd) {
+  tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+  char name[160];
+  for (int kind = 0; kind < 3; kind++)
+    for (int i = 0; i < t->np; i++) {
+      const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(t->params[i]);
+      const tpdp_tensor *p = &t->rparams[i].param;
+      if (kind == 0) {
+        TRY(tpdp_state_dict_add(sd, t->fqn[i], p, spec));
+        continue;
+      }
+      tpdp_tensor m;
+      TRY(tpdp_tensor_init(&m, kind == 1 ? t->m1[i] : t->m2[i], TPDP_F32, cpu,
+                           p->ndim, p->shape));
+      snprintf(name, sizeof name, "optim.%s.%s",
+               kind == 1 ? "exp_avg" : "exp_avg_sq", t->fqn[i]);
+      TRY(tpdp_state_dict_add(sd, name, &m, spec));
+    }
+  return 0;
+}
+
+/* "consolidate_shapes": the Hugging Face shape of every parameter whose
+ * DTensor is a view of another shape. cJSON_free the result. */
+static char *consolidate_shapes(const trainer *t) {
+  cJSON *root = cJSON_CreateObject();
+  for (int i = 0; i < t->np; i++) {
+    const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(t->params[i]);
+    const gpt2_param_info *in = &t->info[i];
+    if (spec == NULL) continue;
+    int same = tpdp_spec_ndim(spec) == in->ndim;
+    for (int d = 0; d < in->ndim && same; d++)
+      same = tpdp_spec_global_shape(spec)[d] == in->shape[d];
+    if (same) continue;
+    cJSON *a = cJSON_CreateArray();
+    for (int d = 0; d < in->ndim; d++)
+      cJSON_AddItemToArray(a, cJSON_CreateNumber((double)in->shape[d]));
+    cJSON_AddItemToObject(root, t->fqn[i], a);
+  }
+  char *text = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  return text;
+}
+
+/* The metadata of a checkpoint saved after `step` steps. */
+static int set_meta(trainer *t, tpdp_state_dict *sd, int step,
+                    const char *train, const char *shapes) {
+  char cfg[1024], num[32];
+  config_json(&t->c, cfg, sizeof cfg);
+  TRY(tpdp_state_dict_set_meta(sd, "hf_config", cfg));
+  TRY(tpdp_state_dict_set_meta(sd, "train", train));
+  snprintf(num, sizeof num, "%d", step);
+  TRY(tpdp_state_dict_set_meta(sd, "step", num));
+  snprintf(num, sizeof num, "%lld", (long long)t->tok.pos);
+  TRY(tpdp_state_dict_set_meta(sd, "data_pos", num));
+  TRY(tpdp_state_dict_set_meta(sd, "consolidate_exclude", "[\"optim.\"]"));
+  TRY(tpdp_state_dict_set_meta(sd, "consolidate_shapes", shapes));
+  return 0;
+}
+
+/* Save after `step` steps into --save DIR (collective over t->comm). */
+static int save_checkpoint(trainer *t, int step) {
+  const options *o = &t->o;
+  double t0 = ex_now();
+  cJSON *tj = cJSON_CreateObject();
+  cJSON_AddNumberToObject(tj, "batch", o->batch);
+  cJSON_AddNumberToObject(tj, "seq", o->seq);
+  cJSON_AddNumberToObject(tj, "lr", o->adamw.lr);
+  cJSON_AddNumberToObject(tj, "beta1", o->adamw.beta1);
+  cJSON_AddNumberToObject(tj, "beta2", o->adamw.beta2);
+  cJSON_AddNumberToObject(tj, "eps", o->adamw.eps);
+  cJSON_AddNumberToObject(tj, "weight_decay", o->weight_decay);
+  cJSON_AddNumberToObject(tj, "seed", (double)o->seed);
+  cJSON_AddStringToObject(tj, "data", o->data);
+  char *train = cJSON_PrintUnformatted(tj);
+  char *shapes = consolidate_shapes(t);
+  cJSON_Delete(tj);
+  tpdp_state_dict *sd = NULL;
+  int bad = 0;
+  if (train == NULL || shapes == NULL)
+    bad = ex_fail(&t->err, "out of memory");
+  else if (tpdp_state_dict_create(&sd) != TPDP_SUCCESS)
+    bad = tpdp_fail(t, "tpdp_state_dict_create", TPDP_ERR_OUT_OF_MEMORY);
+  else
+    bad = build_state(t, sd) != 0 || set_meta(t, sd, step, train, shapes) != 0;
+  cJSON_free(train);
+  cJSON_free(shapes);
+  int rc = agree(t, bad);
+  if (rc == 0) {
+    tpdp_status st = tpdp_checkpoint_save(sd, o->save_dir, t->comm, NULL);
+    if (st != TPDP_SUCCESS) {
+      rc = tpdp_fail(t, "tpdp_checkpoint_save", st);
+      t->err_agreed = 1; /* the library agrees on its errors */
+    }
+  }
+  tpdp_state_dict_destroy(sd);
+  if (rc == 0 && t->print) {
+    printf("checkpoint: step %d saved to %s in %.3f s\n", step, o->save_dir,
+           ex_now() - t0);
+    fflush(stdout);
+  }
+  t->tm.ckpt += ex_now() - t0;
+  return rc;
+}
+
+static int json_number(const cJSON *obj, const char *key, const char *src,
+                       double *out, ex_error *e) {
+  const cJSON *j = cJSON_GetObjectItemCaseSensitive(obj, key);
+  if (!cJSON_IsNumber(j))
+    return ex_fail(e, "%s lacks the number \"%s\"", src, key);
+  *out = j->valuedouble;
+  return 0;
+}
+
+/* --load, before building the model: the saved config, training flags
+ * (unless given), step and data position. Collective over t->comm. */
+static int read_checkpoint(trainer *t) {
+  options *o = &t->o;
+  tpdp_checkpoint *ck = NULL;
+  tpdp_status st = tpdp_checkpoint_open(o->load_dir, t->comm, &ck);
+  if (st != TPDP_SUCCESS) return tpdp_fail(t, "tpdp_checkpoint_open", st);
+  const char *cfg = tpdp_checkpoint_meta(ck, "hf_config");
+  const char *train = tpdp_checkpoint_meta(ck, "train");
+  const char *step = tpdp_checkpoint_meta(ck, "step");
+  const char *pos = tpdp_checkpoint_meta(ck, "data_pos");
+  char src[4200];
+  cJSON *tj = NULL;
+  long long k = -1, p = -1;
+  int rc = -1;
+  if (cfg == NULL || train == NULL || step == NULL || pos == NULL ||
+      sscanf(step, "%lld", &k) != 1 || sscanf(pos, "%lld", &p) != 1 || k < 0 ||
+      k > 1000000000 || p < 0) {
+    ex_fail(&t->err,
+            "--load %s: not a train_gpt2 checkpoint (its metadata lacks "
+            "\"hf_config\", \"train\", \"step\" or \"data_pos\")",
+            o->load_dir);
+    goto done;
+  }
+  snprintf(src, sizeof src, "%s/index.json: metadata \"hf_config\"",
+           o->load_dir);
+  if (parse_config(cfg, src, &t->c, &t->err) != 0) goto done;
+  snprintf(src, sizeof src, "%s/index.json: metadata \"train\"", o->load_dir);
+  tj = cJSON_Parse(train);
+  double v[8];
+  static const char *const keys[] = {"batch", "seq", "lr",           "beta1",
+                                     "beta2", "eps", "weight_decay", "seed"};
+  for (int i = 0; i < 8; i++)
+    if (json_number(tj, keys[i], src, &v[i], &t->err) != 0) goto done;
+  const cJSON *data = cJSON_GetObjectItemCaseSensitive(tj, "data");
+  if (!cJSON_IsString(data)) {
+    ex_fail(&t->err, "%s lacks the string \"data\"", src);
+    goto done;
+  }
+  if (!(o->given & G_BATCH)) o->batch = (int)v[0];
+  if (!(o->given & G_SEQ)) o->seq = (int)v[1];
+  if (!(o->given & G_LR)) o->adamw.lr = v[2];
+  if (!(o->given & G_BETA1)) o->adamw.beta1 = v[3];
+  if (!(o->given & G_BETA2)) o->adamw.beta2 = v[4];
+  if (!(o->given & G_EPS)) o->adamw.eps = v[5];
+  if (!(o->given & G_WD)) o->weight_decay = v[6];
+  if (!(o->given & G_SEED)) o->seed = (unsigned long long)v[7];
+  if (o->data == NULL) {
+    snprintf(t->saved_data, sizeof t->saved_data, "%s", data->valuestring);
+    o->data = t->saved_data;
+  }
+  if (o->batch < 1 || o->seq < 1)
+    ex_fail(&t->err, "%s: batch %d and seq %d must be >= 1", src, o->batch,
+            o->seq);
+  else if (o->batch % o->dp != 0)
+    ex_fail(&t->err,
+            "the checkpoint's batch %d (%s) is not divisible by --dp %d: "
+            "pass --batch",
+            o->batch, o->load_dir, o->dp);
+  else if (k >= o->steps)
+    ex_fail(&t->err,
+            "the checkpoint in %s is at step %lld: --steps counts all steps "
+            "and must be above it",
+            o->load_dir, k);
+  else
+    rc = 0;
+  t->start = (int)k;
+  t->resume_pos = p;
+done:
+  cJSON_Delete(tj);
+  tpdp_checkpoint_close(ck);
+  return rc;
+}
+
+/* --load, once the model and the AdamW state exist: fill them with this
+ * mesh's shards of the checkpoint (collective over t->comm). */
+static int load_checkpoint(trainer *t) {
+  double t0 = ex_now();
+  tpdp_state_dict *sd = NULL;
+  int bad = tpdp_state_dict_create(&sd) != TPDP_SUCCESS
+                ? tpdp_fail(t, "tpdp_state_dict_create", TPDP_ERR_OUT_OF_MEMORY)
+                : build_state(t, sd) != 0;
+  int rc = agree(t, bad);
+  if (rc == 0) {
+    tpdp_status st = tpdp_checkpoint_load(sd, t->o.load_dir, t->comm, NULL);
+    if (st != TPDP_SUCCESS) {
+      rc = tpdp_fail(t, "tpdp_checkpoint_load", st);
+      t->err_agreed = 1; /* the library agrees on its errors */
+    }
+  }
+  tpdp_state_dict_destroy(sd);
+  if (rc == 0 && t->print)
+    printf("checkpoint: resumed at step %d from %s in %.3f s\n", t->start,
+           t->o.load_dir, ex_now() - t0);
+  return rc;
+}
+
 /* Everything up to the first step. Returns 0, or -1 with t->err set
  * (identical on every rank: see agree). */
 static int setup(trainer *t) {
   const options *o = &t->o;
   /* 1. inputs every rank checks alike */
   int bad = 0;
-  if (o->model_dir != NULL) {
+  if (o->load_dir != NULL) {
+    bad = read_checkpoint(t) != 0;
+  } else if (o->model_dir != NULL) {
     snprintf(t->model_path, sizeof t->model_path, "%s/model.safetensors",
              o->model_dir);
     bad = read_config(o->model_dir, &t->c, &t->err) != 0 ||
@@ -832,6 +1160,16 @@ static int setup(trainer *t) {
   }
   if (!bad && o->model_dir != NULL) bad = check_file(t) != 0;
   if (!bad) bad = tok_open(o->data, &t->tok, &t->err) != 0;
+  if (!bad && o->load_dir != NULL) {
+    if (t->resume_pos > t->tok.count)
+      bad = ex_fail(&t->err,
+                    "%s: %lld tokens, but the checkpoint in %s goes on from "
+                    "position %lld (another token file?)",
+                    o->data, (long long)t->tok.count, o->load_dir,
+                    (long long)t->resume_pos) != 0;
+    else
+      t->tok.pos = t->resume_pos;
+  }
   if (!bad && (int64_t)o->batch * o->seq + 1 > t->tok.count)
     bad = ex_fail(&t->err,
                   "%s: %lld tokens, but a batch needs B*T+1 = %lld (use a "
@@ -903,6 +1241,8 @@ static int setup(trainer *t) {
     return ex_fail(&t->err, "out of memory for %lld bytes of activations",
                    (long long)gpt2_activation_bytes(d));
   t->model_ready = 1;
+  /* Before the reducer, which broadcasts the parameters from dp rank 0. */
+  if (o->load_dir != NULL && load_checkpoint(t) != 0) return -1;
   tpdp_reducer_options ropts = tpdp_reducer_options_default();
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)
@@ -966,6 +1306,21 @@ static int train(trainer *t, run_out *out) {
   int32_t *tokens = NULL;
   int rc = -1;
   if (setup(t) != 0) goto done;
+  out->start = t->start;
+  if (out->want_params && t->rank == 0) {
+    out->params = calloc((size_t)t->np, sizeof *out->params);
+    out->np = out->params ? t->np : 0;
+    for (int i = 0; i < out->np; i++) {
+      const gpt2_param_info *in = &t->info[i];
+      int64_t n = in->ndim == 2 ? in->shape[0] * in->shape[1] : in->shape[0];
+      out->params[i] = calloc((size_t)n + 1, sizeof(float));
+      if (out->params[i] == NULL) out->np = 0;
+    }
+    if (out->np == 0) {
+      ex_fail(&t->err, "out of memory for --check's parameters");
+      goto done;
+    }
+  }
   tokens = malloc(sizeof(int32_t) * ((size_t)o->batch * o->seq + 1));
   if (tokens == NULL) {
     ex_fail(&t->err, "out of memory");
@@ -980,8 +1335,9 @@ static int train(trainer *t, run_out *out) {
   times tm0;
   memset(&tm0, 0, sizeof tm0);
   double t_first = 0, t_data0 = 0, rebuild_s = 0;
-  for (int step = 0; step < o->steps; step++) {
-    if (step == 1) { /* step 0 is warm-up: the summary starts here */
+  const int first = t->start;
+  for (int step = first; step < o->steps; step++) {
+    if (step == first + 1) { /* the first is warm-up: the summary starts */
       t_first = ex_now();
       tm0 = t->tm;
       t_data0 = t->tm.data;
@@ -1058,14 +1414,23 @@ static int train(trainer *t, run_out *out) {
       printf("step %d loss %.6f\n", step, out->losses[step]);
       fflush(stdout);
     }
+    if (o->save_every > 0 && (step + 1) % o->save_every == 0 &&
+        save_checkpoint(t, step + 1) != 0)
+      goto done;
   }
-  double elapsed = ex_now() - t_first - (t->tm.data - t_data0) - rebuild_s;
+  /* Data reads and checkpoint saves are not training time. */
+  double elapsed = ex_now() - t_first - (t->tm.data - t_data0) -
+                   (t->tm.ckpt - tm0.ckpt) - rebuild_s;
+  if (o->save_dir != NULL &&
+      (o->save_every == 0 || o->steps % o->save_every != 0) &&
+      save_checkpoint(t, o->steps) != 0)
+    goto done;
   tpdp_reducer_stats rs;
   if (tpdp_reducer_get_stats(t->reducer, &rs) != TPDP_SUCCESS) goto done;
-  if (t->summary && o->steps == 1)
+  if (t->summary && o->steps - first == 1)
     printf("throughput: n/a (one step, and the first step is warm-up)\n");
-  if (t->summary && o->steps > 1) {
-    int n = o->steps - 1;
+  if (t->summary && o->steps - first > 1) {
+    int n = o->steps - first - 1;
     double comm = rs.comm_seconds - rs0.comm_seconds;
     double data = rs.data_seconds - rs0.data_seconds;
     double total = rs.total_seconds - rs0.total_seconds;
@@ -1074,11 +1439,11 @@ static int train(trainer *t, run_out *out) {
     double overhead = hooks + bookkeeping;
     double tokens_n = (double)n * o->batch * o->seq;
     printf(
-        "throughput: %.1f tokens/s, %.1f ms/step (steps 1..%d: %d x %d tokens "
-        "in %.3f s; step 0, loading and the one-time bucket rebuild "
-        "(%.3f s) excluded)\n",
-        tokens_n / elapsed, 1e3 * elapsed / n, o->steps - 1, n,
-        o->batch * o->seq, elapsed, rebuild_s);
+        "throughput: %.1f tokens/s, %.1f ms/step (steps %d..%d: %d x %d "
+        "tokens in %.3f s; step %d, loading, checkpoints and the one-time "
+        "bucket rebuild (%.3f s) excluded)\n",
+        tokens_n / elapsed, 1e3 * elapsed / n, first + 1, o->steps - 1, n,
+        o->batch * o->seq, elapsed, first, rebuild_s);
     printf(
         "time: compute %.3f s, tp collectives %.3f s, dp reduction %.3f s "
         "(collectives %.3f, averaging %.3f), optimizer %.3f s\n",
@@ -1095,7 +1460,7 @@ static int train(trainer *t, run_out *out) {
   }
   if (t->summary) fflush(stdout);
   peak_memory_line(t);
-  if (out->params != NULL || o->check) {
+  if (out->want_params || o->check) {
     for (int i = 0; i < t->np; i++)
       if (gather_param(
               t, i, t->rank == 0 && out->params ? out->params[i] : NULL) != 0)
@@ -1182,35 +1547,13 @@ int main(int argc, char **argv) {
 
   double *losses = calloc((size_t)o.steps, sizeof(double));
   double *ref_losses = calloc((size_t)o.steps, sizeof(double));
-  float **full = NULL, **ref = NULL;
   gpt2_config shape;
-  int np = 0, exit_code = 1;
-  run_out out = {losses, NULL};
+  int exit_code = 1;
+  /* With --check, rank 0 keeps the gathered parameters of the distributed
+   * run. */
+  run_out out = {losses, o.check, NULL, 0, 0};
+  run_out rout = {ref_losses, 1, NULL, 0, 0};
   if (losses == NULL || ref_losses == NULL) goto done;
-  if (o.check) {
-    /* rank 0 keeps the gathered parameters of the distributed run (sized
-     * from the config here; a config that does not read fails the run) */
-    gpt2_config c = o.shape;
-    if (o.model_dir != NULL) {
-      ex_error ce;
-      if (read_config(o.model_dir, &c, &ce) != 0) c = o.shape;
-    }
-    if (c.n_inner == 0) c.n_inner = 4 * c.n_embd;
-    np = gpt2_num_params(&c);
-    if (rank == 0) {
-      full = calloc((size_t)np, sizeof *full);
-      ref = calloc((size_t)np, sizeof *ref);
-      if (full == NULL || ref == NULL) goto done;
-      for (int i = 0; i < np; i++) {
-        gpt2_param_info in;
-        gpt2_param_info_get(&c, i, &in);
-        full[i] = calloc((size_t)full_numel(&in) + 1, sizeof(float));
-        ref[i] = calloc((size_t)full_numel(&in) + 1, sizeof(float));
-        if (full[i] == NULL || ref[i] == NULL) goto done;
-      }
-    }
-    out.params = full;
-  }
   int trc = run(&o, world, 1, &out, &shape);
   if (trc != 0) goto done;
   exit_code = 0;
@@ -1224,25 +1567,29 @@ int main(int argc, char **argv) {
       goto done;
     }
     if (rank == 0) {
+      /* With --load, the reference resumes from the same checkpoint. */
       options r = o;
       r.dp = r.tp = 1;
       r.sp = 0;
       r.check = 0;
       r.quiet = 1;
-      run_out rout = {ref_losses, ref};
+      r.save_dir = NULL;
+      r.save_every = 0;
       gpt2_config rshape;
       int ref_rc = run(&r, self, 0, &rout, &rshape);
+      if (rout.np != out.np) ref_rc = 1;
       double max_rel = 0, max_abs = 0;
-      for (int s = 0; s < o.steps; s++) {
+      for (int s = out.start; s < o.steps; s++) {
         double rel =
             fabs(losses[s] - ref_losses[s]) / fmax(fabs(ref_losses[s]), 1e-12);
         if (rel > max_rel || rel != rel) max_rel = rel; /* NaN fails */
       }
-      for (int i = 0; i < np; i++) {
+      for (int i = 0; i < out.np && ref_rc == 0; i++) {
         gpt2_param_info in;
         gpt2_param_info_get(&shape, i, &in);
         for (int64_t k = 0; k < full_numel(&in); k++) {
-          double dd = fabs((double)full[i][k] - (double)ref[i][k]);
+          double dd =
+              fabs((double)out.params[i][k] - (double)rout.params[i][k]);
           if (dd > max_abs || dd != dd) max_abs = dd;
         }
       }
@@ -1258,10 +1605,10 @@ int main(int argc, char **argv) {
     }
   }
 done:
-  for (int i = 0; i < np && full; i++) free(full[i]);
-  for (int i = 0; i < np && ref; i++) free(ref[i]);
-  free(full);
-  free(ref);
+  for (int i = 0; i < out.np; i++) free(out.params[i]);
+  for (int i = 0; i < rout.np; i++) free(rout.params[i]);
+  free(out.params);
+  free(rout.params);
   free(losses);
   free(ref_losses);
   fflush(stdout);

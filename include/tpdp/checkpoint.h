@@ -265,7 +265,14 @@ TPDP_API tpdp_status tpdp_checkpoint_read_tensor(const tpdp_checkpoint *ck,
  * `out_path`: every global tensor under its saved name, in index order, in
  * its saved dtype; "__metadata__" holds {"format":"pt"} and the saved
  * metadata. Written to a temporary name, fsync'ed and renamed. One tensor
- * at a time in memory; not collective. */
+ * at a time in memory; not collective.
+ * Two optional metadata keys of the saver shape the file (and are not
+ * copied into it): "consolidate_exclude", a JSON array of name prefixes
+ * left out (training state such as "optim."), and "consolidate_shapes", a
+ * JSON object name -> shape to write that tensor under instead of its
+ * saved global shape, with the same element count (a row-major view: e.g.
+ * a head-sharded [C, 3, H, C/H] saved as Hugging Face's [C, 3C]). A
+ * malformed rule is TPDP_ERR_PARSE naming the key and tensor. */
 TPDP_API tpdp_status tpdp_checkpoint_consolidate(const char *dir,
                                                  const char *out_path);
 

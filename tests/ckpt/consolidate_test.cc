@@ -66,4 +66,70 @@ TEST(CheckpointConsolidate, WritesOneUnshardedFile) {
   tpdp_safetensors_close(st);
 }
 
+// The saver's rules: "consolidate_exclude" leaves training state out,
+// "consolidate_shapes" writes a tensor under another row-major shape of the
+// same elements (a head-sharded [C, 3, H, hd] as Hugging Face's [C, 3C]);
+// neither key reaches the file's metadata.
+TEST(CheckpointConsolidate, SaverRulesReshapeAndExclude) {
+  std::vector<TensorDef> defs = {
+      {"transformer.h.0.attn.c_attn.weight", {2, 3, 2, 2}, "S2"},
+      {"optim.exp_avg.transformer.h.0.attn.c_attn.weight", {2, 3, 2, 2}, "S2"},
+      {"transformer.ln_f.bias", {4}, ""}};
+  std::string dir = TempDir(tpdp_test::World(), "consolidate_rules");
+  {
+    Model m(tpdp_test::World(), "tp=2", defs, TPDP_F32, true);
+    ASSERT_TPDP_OK(tpdp_state_dict_set_meta(m.sd(), "step", "3"));
+    ASSERT_TPDP_OK(tpdp_state_dict_set_meta(m.sd(), "consolidate_exclude",
+                                            R"(["optim."])"));
+    ASSERT_TPDP_OK(tpdp_state_dict_set_meta(
+        m.sd(), "consolidate_shapes",
+        R"({"transformer.h.0.attn.c_attn.weight":[2,12]})"));
+    ASSERT_TPDP_OK(
+        tpdp_checkpoint_save(m.sd(), dir.c_str(), tpdp_test::World(), nullptr));
+  }
+  if (tpdp_test::WorldRank() != 0) return;
+  std::string out = dir + "/model.safetensors";
+  ASSERT_TPDP_OK(tpdp_checkpoint_consolidate(dir.c_str(), out.c_str()));
+  tpdp_safetensors *st = nullptr;
+  ASSERT_TPDP_OK(tpdp_safetensors_open(out.c_str(), &st));
+  ASSERT_EQ(tpdp_safetensors_count(st), 2);
+  tpdp_safetensors_tensor t;
+  ASSERT_TPDP_OK(tpdp_safetensors_tensor_at(st, 0, &t));
+  EXPECT_STREQ(t.name, "transformer.h.0.attn.c_attn.weight");
+  ASSERT_EQ(t.ndim, 2);
+  EXPECT_EQ(t.shape[0], 2);
+  EXPECT_EQ(t.shape[1], 12);
+  // The same elements in the same order as the saved global tensor.
+  std::vector<float> v(24);
+  int64_t shape[2] = {2, 12};
+  tpdp_tensor dst;
+  ASSERT_TPDP_OK(tpdp_tensor_init(&dst, v.data(), TPDP_F32, kCpu, 2, shape));
+  ASSERT_TPDP_OK(tpdp_safetensors_read(st, 0, &dst));
+  for (int64_t k = 0; k < 24; k++) ASSERT_EQ(v[k], Value(0, k)) << k;
+  ASSERT_TPDP_OK(tpdp_safetensors_tensor_at(st, 1, &t));
+  EXPECT_STREQ(t.name, "transformer.ln_f.bias");
+  EXPECT_STREQ(tpdp_safetensors_meta(st, "step"), "3");
+  EXPECT_EQ(tpdp_safetensors_meta(st, "consolidate_shapes"), nullptr);
+  EXPECT_EQ(tpdp_safetensors_meta(st, "consolidate_exclude"), nullptr);
+  tpdp_safetensors_close(st);
+}
+
+// A shape rule with another element count is refused, naming the tensor.
+TEST(CheckpointConsolidate, BadShapeRuleIsRefused) {
+  std::vector<TensorDef> defs = {{"w", {2, 6}, "S0"}};
+  std::string dir = TempDir(tpdp_test::World(), "consolidate_bad_rule");
+  {
+    Model m(tpdp_test::World(), "tp=2", defs, TPDP_F32, true);
+    ASSERT_TPDP_OK(tpdp_state_dict_set_meta(m.sd(), "consolidate_shapes",
+                                            R"({"w":[13]})"));
+    ASSERT_TPDP_OK(
+        tpdp_checkpoint_save(m.sd(), dir.c_str(), tpdp_test::World(), nullptr));
+  }
+  if (tpdp_test::WorldRank() != 0) return;
+  std::string out = dir + "/model.safetensors";
+  EXPECT_TPDP_ERROR(tpdp_checkpoint_consolidate(dir.c_str(), out.c_str()),
+                    TPDP_ERR_PARSE, "consolidate_shapes", "tensor 'w'",
+                    "12 elements");
+}
+
 }  // namespace

@@ -31,7 +31,12 @@ void cmd_ckpt_usage(void) {
       "            \"unchecked\"}]}],\"bad_slices\":N}\n"
       "consolidate: write every global tensor, under its saved name, into\n"
       "  one unsharded safetensors file (\"__metadata__\": format pt and the\n"
-      "  checkpoint's metadata); checksums are verified on the way.\n\n"
+      "  checkpoint's metadata); checksums are verified on the way. The\n"
+      "  saver's consolidate_exclude / consolidate_shapes metadata leave\n"
+      "  training state out and give views their model's shapes (a\n"
+      "  train_gpt2 checkpoint becomes a Hugging Face GPT-2 file); a\n"
+      "  checkpoint with \"hf_config\" metadata also gets config.json\n"
+      "  written next to OUT, so OUT's folder is a --model DIR.\n\n"
       "exit status: 0 ok, 1 failure or a bad checksum, 2 bad arguments\n");
 }
 
@@ -184,6 +189,36 @@ static int inspect(const char *dir, int json, int verify) {
   return bad ? 1 : 0;
 }
 
+/* The checkpoint's "hf_config" metadata (a Hugging Face config.json) as
+ * config.json in OUT's folder, written to a temporary name and renamed. 0
+ * (also when there is none) or 1. */
+static int write_hf_config(const char *dir, const char *out) {
+  tpdp_checkpoint *ck = NULL;
+  if (tpdp_checkpoint_open(dir, NULL, &ck) != TPDP_SUCCESS)
+    return fail("cannot open the checkpoint");
+  const char *cfg = tpdp_checkpoint_meta(ck, "hf_config");
+  int rc = 0;
+  if (cfg != NULL) {
+    char path[4096], tmp[4200];
+    const char *slash = strrchr(out, '/');
+    int n = slash ? (int)(slash - out) : 1;
+    snprintf(path, sizeof path, "%.*s/config.json", n, slash ? out : ".");
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f != NULL && fputs(cfg, f) >= 0 && fputc('\n', f) != EOF;
+    if (f != NULL && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) == 0) {
+      printf("wrote %s (the checkpoint's hf_config)\n", path);
+    } else {
+      fprintf(stderr, "tpdp ckpt: cannot write %s\n", path);
+      remove(tmp);
+      rc = 1;
+    }
+  }
+  tpdp_checkpoint_close(ck);
+  return rc;
+}
+
 int cmd_ckpt(int argc, char **argv) {
   if (argc < 2)
     return cli_usage_error("ckpt", "%s", "missing inspect or consolidate");
@@ -195,7 +230,7 @@ int cmd_ckpt(int argc, char **argv) {
     if (tpdp_checkpoint_consolidate(argv[2], argv[3]) != TPDP_SUCCESS)
       return fail("consolidate");
     printf("wrote %s\n", argv[3]);
-    return 0;
+    return write_hf_config(argv[2], argv[3]);
   }
   if (strcmp(sub, "inspect") != 0)
     return cli_usage_error("ckpt", "unknown subcommand '%s'", sub);

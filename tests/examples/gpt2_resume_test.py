@@ -1,0 +1,208 @@
+"""Checkpoints of train_gpt2 (--save, --save-every, --load) and their
+consolidation into a Hugging Face GPT-2 file.
+
+An uninterrupted 10-step run on dp=2,tp=2 against a run saved after step 5
+(--steps 6 --save-every 3 --save DIR) and resumed with --load DIR --steps
+10 on dp=1,tp=2 (also with --sequence-parallel), dp=1,tp=4 (5 heads and
+259 vocabulary rows uneven over 4), dp=4,tp=1 and one process: each resumed
+run prints steps 6..9 with the uninterrupted run's losses (within 1e-4) and
+passes its own --check (the same resume in one process). A model flag next
+to --load and --steps not above the saved step are refused.
+
+Then `tpdp ckpt consolidate DIR OUT/model.safetensors`: the file's header,
+read with json/struct (the `safetensors` package is not needed), holds
+exactly GPT-2's parameters under Hugging Face's names and Conv1D shapes (no
+optimizer state), contiguous F32 data to the end of the file, and
+config.json is written next to it; train_gpt2 --model OUT on the tokens
+from the saved data position has the resumed run's step-6 loss as its
+first loss.
+
+Usage: gpt2_resume_test.py TRAIN_GPT2 MAKE_TOKENS TPDP
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_files as gf  # noqa: E402
+
+MODEL = ["--layers", "2", "--embd", "20", "--heads", "5", "--vocab", "259",
+         "--positions", "16", "--batch", "4", "--seq", "5", "--lr", "1e-3",
+         "--weight-decay", "0.1", "--seed", "7", "--bucket-mib", "0.001"]
+N_LAYER, N_EMBD, VOCAB, N_POS = 2, 20, 259, 16
+
+
+def losses(out):
+    """{step: loss} of train_gpt2's step lines."""
+    got = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0] == "step" and f[2] == "loss":
+            got[int(f[1])] = float(f[3])
+    return got
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1.0)
+
+
+def main():
+    binary, make_tokens, tpdp = sys.argv[1], sys.argv[2], sys.argv[3]
+    tmp = tempfile.mkdtemp(prefix="gpt2_resume_")
+    tokens = os.path.join(tmp, "tokens.bin")
+    ck = os.path.join(tmp, "ck")
+    subprocess.run([sys.executable, make_tokens, os.path.abspath(__file__),
+                    tokens], check=True, capture_output=True)
+    data = ["--data", tokens]
+    cases = []
+
+    def case(name, fn):
+        start = time.time()
+        try:
+            fail = fn()
+        except Exception as e:  # a crash of the check is a failure
+            fail = "%s: %r" % (name, e)
+        print("[%s] %s" % (name, "ok" if fail is None else "FAILED: " + fail))
+        cases.append((name, time.time() - start, fail))
+
+    rc, out, err = gf.run_train(binary, data + MODEL + [
+        "--dp", "2", "--tp", "2", "--steps", "10"], 4)
+    full = losses(out)
+    if rc != 0 or sorted(full) != list(range(10)):
+        print(out[-2000:] + err[-2000:])
+        return gf.finish("Gpt2Resume", "gpt2 resume",
+                         [("uninterrupted", 0, "rc=%d" % rc)])
+
+    def save():
+        rc, out, err = gf.run_train(binary, data + MODEL + [
+            "--dp", "2", "--tp", "2", "--steps", "6", "--save-every", "3",
+            "--save", ck], 4)
+        got = losses(out)
+        if rc != 0 or "checkpoint: step 3 saved" not in out or \
+                "checkpoint: step 6 saved" not in out:
+            return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
+        if any(rel(got[s], full[s]) > 1e-4 for s in range(6)):
+            return "steps 0..5 differ from the uninterrupted run: %s" % got
+        return None
+    case("save dp=2,tp=2 after step 5", save)
+
+    resumed = {}
+
+    def resume(np_, dp, tp, extra=()):
+        def fn():
+            rc, out, err = gf.run_train(binary, [
+                "--load", ck, "--steps", "10", "--dp", str(dp), "--tp",
+                str(tp), "--check"] + list(extra), np_)
+            got = losses(out)
+            if rc != 0 or "check: ok" not in out:
+                return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
+            if "checkpoint: resumed at step 6" not in out:
+                return "no 'resumed at step 6' line:\n" + out[-1500:]
+            if sorted(got) != [6, 7, 8, 9]:
+                return "printed steps %s, not 6..9" % sorted(got)
+            worst = max(rel(got[s], full[s]) for s in got)
+            print("  steps 6..9 max rel diff %.3e" % worst)
+            if worst > 1e-4:
+                return "losses %s vs uninterrupted %s" % (got, full)
+            resumed[(dp, tp)] = got
+            return None
+        return fn
+    case("resume dp=1,tp=2", resume(2, 1, 2))
+    case("resume dp=1,tp=2 sequence parallel",
+         resume(2, 1, 2, ["--sequence-parallel"]))
+    case("resume dp=1,tp=4", resume(4, 1, 4))
+    case("resume dp=4,tp=1", resume(4, 4, 1))
+    case("resume on 1 process", resume(1, 1, 1))
+
+    def refused(args, needle):
+        def fn():
+            rc, out, err = gf.run_train(binary, args, 1)
+            if rc == 0 or needle not in err:
+                return "rc=%d, stderr lacks %r:\n%s" % (rc, needle, err[-800:])
+            return None
+        return fn
+    case("--load with a model flag is refused",
+         refused(["--load", ck, "--steps", "10", "--layers", "3"],
+                 "leave out --model and"))
+    case("--steps not above the saved step is refused",
+         refused(["--load", ck, "--steps", "6"],
+                 "is at step 6: --steps counts all steps"))
+
+    hf = os.path.join(tmp, "hf")
+    os.makedirs(hf)
+    out_file = os.path.join(hf, "model.safetensors")
+
+    def consolidate():
+        p = subprocess.run([tpdp, "ckpt", "consolidate", ck, out_file],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            return "consolidate rc=%d %s" % (p.returncode, p.stderr)
+        with open(out_file, "rb") as f:
+            raw = f.read()
+        (n,) = struct.unpack("<Q", raw[:8])
+        header = json.loads(raw[8:8 + n])
+        meta = header.pop("__metadata__")
+        if meta.get("format") != "pt":
+            return "__metadata__ lacks format pt: %s" % meta
+        want = [("transformer." + name, shape) for name, shape in
+                gf.param_shapes(N_LAYER, N_EMBD, VOCAB, N_POS)]
+        have = [(k, v["shape"]) for k, v in header.items()]
+        if sorted(have) != sorted(want):
+            return "tensors %s, want Hugging Face's %s" % (have, want)
+        end = 0
+        for k, v in sorted(header.items(), key=lambda kv:
+                           kv[1]["data_offsets"][0]):
+            size = 4
+            for s in v["shape"]:
+                size *= s
+            if v["dtype"] != "F32" or v["data_offsets"] != [end, end + size]:
+                return "%s: %s (expected F32 at [%d, %d])" % (k, v, end,
+                                                            end + size)
+            end += size
+        if 8 + n + end != len(raw):
+            return "data ends at %d, the file at %d" % (8 + n + end, len(raw))
+        with open(os.path.join(hf, "config.json")) as f:
+            cfg = json.load(f)
+        if (cfg.get("model_type"), cfg.get("n_layer"), cfg.get("n_embd"),
+                cfg.get("n_head"), cfg.get("vocab_size"),
+                cfg.get("n_positions")) != ("gpt2", 2, 20, 5, 259, 16):
+            return "config.json: %s" % cfg
+        return None
+    case("consolidate: Hugging Face names, shapes, config.json", consolidate)
+
+    def train_from_consolidated():
+        p = subprocess.run([tpdp, "ckpt", "inspect", ck, "--json"],
+                           capture_output=True, text=True)
+        pos = int(json.loads(p.stdout)["metadata"]["data_pos"])
+        # The same batch as the resumed step 6: the tokens from the saved
+        # position on.
+        with open(tokens, "rb") as f:
+            f.seek(256 * 4)
+            body = f.read()
+        toks = list(struct.unpack("<%dH" % (len(body) // 2), body))[pos:]
+        shifted = os.path.join(tmp, "shifted.bin")
+        gf.write_tokens(shifted, toks)
+        rc, out, err = gf.run_train(binary, [
+            "--model", hf, "--data", shifted, "--batch", "4", "--seq", "5",
+            "--steps", "1"], 1)
+        got = losses(out)
+        if rc != 0 or 0 not in got:
+            return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
+        want = resumed.get((1, 1), full)[6]
+        print("  first loss %.6f, resumed step 6 %.6f" % (got[0], want))
+        if rel(got[0], want) > 1e-5:
+            return "first loss %.6f, resumed step 6 %.6f" % (got[0], want)
+        return None
+    case("train_gpt2 --model on the consolidated file", train_from_consolidated)
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    return gf.finish("Gpt2Resume", "gpt2 resume", cases)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
