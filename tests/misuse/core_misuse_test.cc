@@ -36,9 +36,9 @@ TEST(CoreMisuse, DtypeParseNullName) {
 
 TEST(CoreMisuse, TensorInitNullOut) {
   int64_t shape[1] = {4};
-  EXPECT_TPDP_ERROR(tpdp_tensor_init(nullptr, nullptr, TPDP_F32, kCpu, 1, shape),
-                    TPDP_ERR_NULL_POINTER, "tpdp_tensor_init: ",
-                    "'out' is NULL");
+  EXPECT_TPDP_ERROR(
+      tpdp_tensor_init(nullptr, nullptr, TPDP_F32, kCpu, 1, shape),
+      TPDP_ERR_NULL_POINTER, "tpdp_tensor_init: ", "'out' is NULL");
 }
 
 TEST(CoreMisuse, TensorInitTooManyAndNegativeDims) {
@@ -103,9 +103,9 @@ TEST(CoreMisuse, NarrowDimOutOfRange) {
   int64_t shape[2] = {2, 3};
   tpdp_tensor t, v;
   ASSERT_TPDP_OK(tpdp_tensor_init(&t, buf, TPDP_F32, kCpu, 2, shape));
-  EXPECT_TPDP_ERROR(tpdp_tensor_narrow(&t, 2, 0, 1, &v),
-                    TPDP_ERR_INVALID_ARGUMENT, "tpdp_tensor_narrow: ",
-                    "dim 2 outside [0, 2) of a 2-d tensor");
+  EXPECT_TPDP_ERROR(
+      tpdp_tensor_narrow(&t, 2, 0, 1, &v), TPDP_ERR_INVALID_ARGUMENT,
+      "tpdp_tensor_narrow: ", "dim 2 outside [0, 2) of a 2-d tensor");
 }
 
 TEST(CoreMisuse, NarrowPastTheEnd) {
@@ -137,8 +137,9 @@ TEST(CoreMisuse, CopyShapeMismatchNamesBothShapes) {
   tpdp_tensor ta, tb;
   ASSERT_TPDP_OK(tpdp_tensor_init(&ta, a, TPDP_F32, kCpu, 2, sa));
   ASSERT_TPDP_OK(tpdp_tensor_init(&tb, b, TPDP_F32, kCpu, 2, sb));
-  EXPECT_TPDP_ERROR(tpdp_tensor_copy(&ta, &tb), TPDP_ERR_SHAPE_MISMATCH,
-                    "tpdp_tensor_copy: ", "dst shape [2, 3] != src shape [3, 2]");
+  EXPECT_TPDP_ERROR(
+      tpdp_tensor_copy(&ta, &tb), TPDP_ERR_SHAPE_MISMATCH,
+      "tpdp_tensor_copy: ", "dst shape [2, 3] != src shape [3, 2]");
 }
 
 TEST(CoreMisuse, CopyDtypeMismatchNamesBothDtypes) {

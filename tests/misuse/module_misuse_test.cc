@@ -71,8 +71,8 @@ TEST(ModuleMisuse, AddChildCycle) {
   EXPECT_TPDP_ERROR(tpdp_module_add_child(t.enc, "loop", t.root),
                     TPDP_ERR_CYCLE, "adding module '[Net]' as child 'loop'",
                     "of 'enc[Block]'", "an ancestor of the parent");
-  EXPECT_TPDP_ERROR(tpdp_module_add_child(t.enc, "self", t.enc),
-                    TPDP_ERR_CYCLE, "the parent itself");
+  EXPECT_TPDP_ERROR(tpdp_module_add_child(t.enc, "self", t.enc), TPDP_ERR_CYCLE,
+                    "the parent itself");
 }
 
 TEST(ModuleMisuse, AddChildThatHasAParent) {
@@ -94,8 +94,7 @@ TEST(ModuleMisuse, ChildNamesEmptyDottedTaken) {
   EXPECT_TPDP_ERROR(tpdp_module_add_child(t.root, "a.b", c),
                     TPDP_ERR_INVALID_ARGUMENT,
                     "child name 'a.b' in module '[Net]' contains '.'");
-  EXPECT_TPDP_ERROR(tpdp_module_add_child(t.root, "enc", c),
-                    TPDP_ERR_DUPLICATE,
+  EXPECT_TPDP_ERROR(tpdp_module_add_child(t.root, "enc", c), TPDP_ERR_DUPLICATE,
                     "module '[Net]' already has a child named 'enc'");
   EXPECT_TPDP_OK(tpdp_module_destroy(c));  // still ours: every add failed
 }
@@ -107,9 +106,9 @@ TEST(ModuleMisuse, ParamAndBufferNameTakenOrNull) {
                     "module 'enc[Block]' already has a parameter named "
                     "'weight' (adding parameter)");
   tpdp_tensor b = tpdp_tensor_1d(t.data, TPDP_F32, 2);
-  EXPECT_TPDP_ERROR(tpdp_module_add_buffer(t.enc, "weight", &b),
-                    TPDP_ERR_DUPLICATE, "already has a parameter named 'weight'",
-                    "(adding buffer)");
+  EXPECT_TPDP_ERROR(
+      tpdp_module_add_buffer(t.enc, "weight", &b), TPDP_ERR_DUPLICATE,
+      "already has a parameter named 'weight'", "(adding buffer)");
   EXPECT_TPDP_ERROR(tpdp_module_add_param(t.enc, nullptr, t.w),
                     TPDP_ERR_NULL_POINTER, "parameter name is NULL");
 }
@@ -158,17 +157,16 @@ TEST(ModuleMisuse, StatesOutOfRange) {
 TEST(ModuleMisuse, SetFormStateBadArguments) {
   Tree t;
   tpdp_param *ps[2] = {t.w, nullptr};
-  EXPECT_TPDP_ERROR(tpdp_params_set_form_state(ps, -1, TPDP_PARAM_DTENSOR,
-                                               TPDP_HANDLE_IDLE),
-                    TPDP_ERR_INVALID_ARGUMENT,
-                    "parameter count n = -1 is negative");
-  EXPECT_TPDP_ERROR(tpdp_params_set_form_state(ps, 2, TPDP_PARAM_DTENSOR,
-                                               TPDP_HANDLE_IDLE),
-                    TPDP_ERR_STATE, "params[0] has no spec");
+  EXPECT_TPDP_ERROR(
+      tpdp_params_set_form_state(ps, -1, TPDP_PARAM_DTENSOR, TPDP_HANDLE_IDLE),
+      TPDP_ERR_INVALID_ARGUMENT, "parameter count n = -1 is negative");
+  EXPECT_TPDP_ERROR(
+      tpdp_params_set_form_state(ps, 2, TPDP_PARAM_DTENSOR, TPDP_HANDLE_IDLE),
+      TPDP_ERR_STATE, "params[0] has no spec");
   ps[0] = nullptr;
-  EXPECT_TPDP_ERROR(tpdp_params_set_form_state(ps, 1, TPDP_PARAM_DTENSOR,
-                                               TPDP_HANDLE_IDLE),
-                    TPDP_ERR_NULL_POINTER, "params[0] is NULL");
+  EXPECT_TPDP_ERROR(
+      tpdp_params_set_form_state(ps, 1, TPDP_PARAM_DTENSOR, TPDP_HANDLE_IDLE),
+      TPDP_ERR_NULL_POINTER, "params[0] is NULL");
 }
 
 TEST(ModuleMisuse, CheckStateNamesExpectedAndActual) {
@@ -190,7 +188,8 @@ TEST(ModuleMisuse, RootModulesBadArguments) {
   tpdp_module *set[2] = {t.root, nullptr}, *out[2];
   int n = -1;
   EXPECT_TPDP_ERROR(tpdp_module_root_modules(set, -3, out, &n),
-                    TPDP_ERR_INVALID_ARGUMENT, "module count n = -3 is negative");
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "module count n = -3 is negative");
   EXPECT_TPDP_ERROR(tpdp_module_root_modules(set, 2, out, &n),
                     TPDP_ERR_NULL_POINTER, "set[1] is NULL");
 }
@@ -211,8 +210,7 @@ TEST(ModuleMisuse, UnitTwiceEmptyKindAndClearOfNoUnit) {
 TEST(ModuleMisuse, HookRemovedTwiceOrNeverIssued) {
   Tree t;
   tpdp_hook_handle h;
-  ASSERT_TPDP_OK(
-      tpdp_module_register_forward_hook(t.enc, OkHook, nullptr, &h));
+  ASSERT_TPDP_OK(tpdp_module_register_forward_hook(t.enc, OkHook, nullptr, &h));
   ASSERT_TPDP_OK(tpdp_hook_remove(h));
   EXPECT_TPDP_ERROR(tpdp_hook_remove(h), TPDP_ERR_ALREADY,
                     "of module 'enc[Block]' was already removed");
@@ -234,8 +232,8 @@ TEST(ModuleMisuse, FqnsFindOfAParameterNotInTheTree) {
   ASSERT_TPDP_OK(tpdp_param_create(&x, &stranger));
   int idx = -1;
   EXPECT_TPDP_ERROR(tpdp_param_fqns_find(map, stranger, &idx),
-                    TPDP_ERR_NOT_FOUND, "tpdp_param_fqns_find: ",
-                    "is not registered in the tree");
+                    TPDP_ERR_NOT_FOUND,
+                    "tpdp_param_fqns_find: ", "is not registered in the tree");
   tpdp_param_release(stranger);
   EXPECT_TPDP_OK(tpdp_param_fqns_destroy(map));
 }
