@@ -57,44 +57,43 @@ TEST(CommMisuse, DestroyOfTheWorld) {
 TEST(CommMisuse, NullCommunicatorAndTensors) {
   Buf a(4), b(4);
   EXPECT_TPDP_ERROR(tpdp_allreduce(nullptr, &a.t, &b.t, TPDP_OP_SUM),
-                    TPDP_ERR_NULL_POINTER, "tpdp_allreduce: ",
-                    "communicator is NULL");
+                    TPDP_ERR_NULL_POINTER,
+                    "tpdp_allreduce: ", "communicator is NULL");
   EXPECT_TPDP_ERROR(
       tpdp_allreduce(tpdp_test::World(), &a.t, nullptr, TPDP_OP_SUM),
       TPDP_ERR_NULL_POINTER, "recv tensor is NULL (world)");
   EXPECT_TPDP_ERROR(tpdp_allgather(tpdp_test::World(), nullptr, &b.t),
-                    TPDP_ERR_NULL_POINTER, "tpdp_allgather: ",
-                    "send tensor is NULL (world)");
+                    TPDP_ERR_NULL_POINTER,
+                    "tpdp_allgather: ", "send tensor is NULL (world)");
 }
 
 TEST(CommMisuse, AsyncWithoutWorkPointer) {
   Buf a(4), b(4);
   EXPECT_TPDP_ERROR(tpdp_allreduce_async(tpdp_test::World(), &a.t, &b.t,
                                          TPDP_OP_SUM, nullptr),
-                    TPDP_ERR_NULL_POINTER, "tpdp_allreduce_async: ",
-                    "work handle pointer is NULL");
+                    TPDP_ERR_NULL_POINTER,
+                    "tpdp_allreduce_async: ", "work handle pointer is NULL");
 }
 
 TEST(CommMisuse, SendRecvDtypeMismatch) {
   Buf a(4), b(4, TPDP_F64);
   const std::string where = "(world, " + Rank() + ")";
-  EXPECT_TPDP_ERROR(
-      tpdp_allreduce(tpdp_test::World(), &a.t, &b.t, TPDP_OP_SUM),
-      TPDP_ERR_DTYPE_MISMATCH, "send dtype f32 != recv dtype f64",
-      where.c_str());
+  EXPECT_TPDP_ERROR(tpdp_allreduce(tpdp_test::World(), &a.t, &b.t, TPDP_OP_SUM),
+                    TPDP_ERR_DTYPE_MISMATCH, "send dtype f32 != recv dtype f64",
+                    where.c_str());
 }
 
 TEST(CommMisuse, InvalidDtypeAndNegativeSize) {
   Buf a(4), b(4);
   b.t.dtype = (tpdp_dtype)99;
-  EXPECT_TPDP_ERROR(
-      tpdp_allreduce(tpdp_test::World(), &a.t, &b.t, TPDP_OP_SUM),
-      TPDP_ERR_DTYPE_MISMATCH, "recv buffer has invalid dtype 99 on world");
+  EXPECT_TPDP_ERROR(tpdp_allreduce(tpdp_test::World(), &a.t, &b.t, TPDP_OP_SUM),
+                    TPDP_ERR_DTYPE_MISMATCH,
+                    "recv buffer has invalid dtype 99 on world");
   Buf c(4);
   c.t.shape[0] = -4;
-  EXPECT_TPDP_ERROR(
-      tpdp_allreduce(tpdp_test::World(), &a.t, &c.t, TPDP_OP_SUM),
-      TPDP_ERR_BAD_DIM_SIZE, "recv buffer has shape[0] = -4 (world)");
+  EXPECT_TPDP_ERROR(tpdp_allreduce(tpdp_test::World(), &a.t, &c.t, TPDP_OP_SUM),
+                    TPDP_ERR_BAD_DIM_SIZE,
+                    "recv buffer has shape[0] = -4 (world)");
 }
 
 TEST(CommMisuse, NonContiguousBuffer) {
@@ -139,8 +138,8 @@ TEST(CommMisuse, InvalidReduceOp) {
 TEST(CommMisuse, BroadcastRootOutOfRange) {
   Buf a(4);
   EXPECT_TPDP_ERROR(tpdp_broadcast(tpdp_test::World(), &a.t, &a.t, 2),
-                    TPDP_ERR_INVALID_ARGUMENT, "tpdp_broadcast: ",
-                    "root 2 outside [0, 2) of world");
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "tpdp_broadcast: ", "root 2 outside [0, 2) of world");
   EXPECT_TPDP_ERROR(tpdp_broadcast(tpdp_test::World(), &a.t, &a.t, -1),
                     TPDP_ERR_INVALID_ARGUMENT, "root -1 outside [0, 2)");
 }
@@ -185,18 +184,18 @@ TEST(CommMisuse, WorkSplitOrderAfterNulls) {
   EXPECT_TPDP_ERROR(tpdp_work_test(nullptr, &done), TPDP_ERR_NULL_POINTER,
                     "tpdp_work_test: ", "'work' is NULL");
   EXPECT_TPDP_ERROR(tpdp_comm_split(nullptr, 0, 0, nullptr),
-                    TPDP_ERR_NULL_POINTER, "tpdp_comm_split: ",
-                    "'comm' is NULL");
+                    TPDP_ERR_NULL_POINTER,
+                    "tpdp_comm_split: ", "'comm' is NULL");
   EXPECT_TPDP_ERROR(tpdp_comm_order_after(nullptr, nullptr),
-                    TPDP_ERR_NULL_POINTER, "tpdp_comm_order_after: ",
-                    "'comm' is NULL");
+                    TPDP_ERR_NULL_POINTER,
+                    "tpdp_comm_order_after: ", "'comm' is NULL");
 }
 
 TEST(CommMisuse, MeshSpecTextErrors) {
   tpdp_comm *w = tpdp_test::World();
   tpdp_mesh *m = nullptr;
-  EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(w, "dp:2", &m),
-                    TPDP_ERR_PARSE, "tpdp_mesh_create_from_string: ",
+  EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(w, "dp:2", &m), TPDP_ERR_PARSE,
+                    "tpdp_mesh_create_from_string: ",
                     "mesh spec 'dp:2': item 0 'dp:2' is not NAME=SIZE");
   EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(w, "dp=two", &m),
                     TPDP_ERR_PARSE, "size 'two' of dim 'dp' is not an integer");
@@ -214,10 +213,9 @@ TEST(CommMisuse, MeshSpecTextErrors) {
                     TPDP_ERR_PARSE, "dim name 'd p' has character ' '");
   EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(w, "tp=1,tp=2", &m),
                     TPDP_ERR_DUPLICATE, "dim name 'tp' appears twice");
-  EXPECT_TPDP_ERROR(
-      tpdp_mesh_create_from_string(w, "a=1,b=1,c=1,d=1,e=1,f=1,g=1,h=1,i=2",
-                                   &m),
-      TPDP_ERR_TOO_MANY_DIMS, "has more than 8 dims");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(
+                        w, "a=1,b=1,c=1,d=1,e=1,f=1,g=1,h=1,i=2", &m),
+                    TPDP_ERR_TOO_MANY_DIMS, "has more than 8 dims");
   EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(w, "  ", &m), TPDP_ERR_PARSE,
                     "empty mesh spec (expected e.g. dp=2,tp=2)");
   EXPECT_EQ(m, nullptr);
@@ -247,13 +245,15 @@ TEST(CommMisuse, MeshDimsBadCountNullAndDuplicateNames) {
   tpdp_mesh *m = nullptr;
   int64_t sizes[2] = {1, 2};
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 0, sizes, nullptr, &m),
-                    TPDP_ERR_INVALID_ARGUMENT, "mesh needs at least 1 dim, got 0");
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "mesh needs at least 1 dim, got 0");
   const char *null_name[2] = {"dp", nullptr};
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, sizes, null_name, &m),
                     TPDP_ERR_NULL_POINTER, "mesh dim 1 name is NULL");
   const char *dup[2] = {"tp", "tp"};
   EXPECT_TPDP_ERROR(tpdp_mesh_create(nullptr, 2, sizes, dup, &m),
-                    TPDP_ERR_DUPLICATE, "mesh dim name 'tp' used by dims 0 and 1");
+                    TPDP_ERR_DUPLICATE,
+                    "mesh dim name 'tp' used by dims 0 and 1");
 }
 
 struct Mesh {
@@ -268,8 +268,8 @@ TEST(CommMisuse, MeshDimCommOutOfRangeOrUnknown) {
   Mesh mesh(tpdp_test::World(), "dp=2,tp=1");
   tpdp_comm *c = nullptr;
   EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm(mesh.m, 2, &c),
-                    TPDP_ERR_INVALID_ARGUMENT, "tpdp_mesh_dim_comm: ",
-                    "dim 2 outside [0, 2)");
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "tpdp_mesh_dim_comm: ", "dim 2 outside [0, 2)");
   EXPECT_TPDP_ERROR(tpdp_mesh_dim_comm_by_name(mesh.m, "pt", &c),
                     TPDP_ERR_NOT_FOUND, "tpdp_mesh_dim_comm_by_name: ",
                     "mesh has no dim named 'pt' (its dims: dp, tp)");
@@ -304,8 +304,8 @@ TEST(CommMisuse, NcclWithoutCudaBuild) {
   if (tpdp_nccl_available()) GTEST_SKIP() << "a --config=cuda build";
   tpdp_comm *c = nullptr;
   EXPECT_TPDP_ERROR(tpdp_comm_create_nccl(tpdp_test::World(), 0, &c),
-                    TPDP_ERR_UNSUPPORTED, "tpdp_comm_create_nccl: ",
-                    "built without --config=cuda");
+                    TPDP_ERR_UNSUPPORTED,
+                    "tpdp_comm_create_nccl: ", "built without --config=cuda");
   int n = -1;
   EXPECT_TPDP_ERROR(tpdp_cuda_device_count(&n), TPDP_ERR_UNSUPPORTED,
                     "built without --config=cuda");
@@ -330,9 +330,8 @@ TEST(CommMisuse, DISABLED_DestroyOfAMeshSubCommunicator) {
 TEST(CommMisuse, DISABLED_RanksPassDifferentMeshSpecs) {
   tpdp_mesh *m = nullptr;
   const char *spec = tpdp_test::WorldRank() == 0 ? "dp=2,tp=1" : "dp=1,tp=2";
-  EXPECT_TPDP_ERROR(
-      tpdp_mesh_create_from_string(tpdp_test::World(), spec, &m),
-      TPDP_ERR_MESH_MISMATCH, "rank 0", "rank 1", "dp=2", "tp=2");
+  EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(tpdp_test::World(), spec, &m),
+                    TPDP_ERR_MESH_MISMATCH, "rank 0", "rank 1", "dp=2", "tp=2");
   EXPECT_EQ(m, nullptr);
 }
 
