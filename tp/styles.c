@@ -284,7 +284,8 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
   if (nplan < 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nplan = %d is negative", nplan);
   if (nplan > 0 && plan == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "plan of %d entries is NULL", nplan);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "plan of %d entries is NULL",
+                    nplan);
   tpdp_comm *tp_comm = NULL; /* by name: an unknown name lists the dims */
   CHECK(tpdp_mesh_dim_comm_by_name(mesh, tp_dim, &tp_comm));
   int dim = tpdp_mesh_dim_index(mesh, tp_dim);

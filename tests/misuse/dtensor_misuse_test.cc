@@ -55,8 +55,8 @@ struct Spec {
     tpdp_placement p[TPDP_MAX_DIMS];
     int n = 0;
     EXPECT_TPDP_OK(tpdp_placements_parse(placements, p, TPDP_MAX_DIMS, &n));
-    EXPECT_TPDP_OK(tpdp_spec_create(mesh, p, n, (int)shape.size(),
-                                    shape.data(), dtype, dev, &s));
+    EXPECT_TPDP_OK(tpdp_spec_create(mesh, p, n, (int)shape.size(), shape.data(),
+                                    dtype, dev, &s));
   }
   ~Spec() { EXPECT_TPDP_OK(tpdp_spec_destroy(s)); }
 };
@@ -163,8 +163,9 @@ TEST(DtensorMisuse, UnflattenLocalUnlikeTheSpec) {
                            std::to_string(rank) + " the local shape " +
                            (rank == 0 ? "[3, 3]" : "[2, 3]");
   EXPECT_TPDP_ERROR(tpdp_dtensor_unflatten(&wrong.t, spec.s, &dt),
-                    TPDP_ERR_SHAPE_MISMATCH, "tpdp_dtensor_unflatten: ",
-                    "local tensor has shape [4, 3]", want.c_str());
+                    TPDP_ERR_SHAPE_MISMATCH,
+                    "tpdp_dtensor_unflatten: ", "local tensor has shape [4, 3]",
+                    want.c_str());
   Local f64({rank == 0 ? 3 : 2, 3}, TPDP_F64);
   EXPECT_TPDP_ERROR(tpdp_dtensor_unflatten(&f64.t, spec.s, &dt),
                     TPDP_ERR_DTYPE_MISMATCH,
@@ -232,10 +233,10 @@ TEST(DtensorMisuse, RedistributeDestinationOfTheWrongShapeOrStrided) {
   Spec s0(mesh.m, "S0", {4, 3}), r(mesh.m, "R", {4, 3});
   Src src(s0.s);
   Local small({2, 3});
-  const std::string want = "destination local tensor has shape [2, 3] but "
-                           "mesh rank " +
-                           std::to_string(tpdp_test::WorldRank()) +
-                           " needs [4, 3]";
+  const std::string want =
+      "destination local tensor has shape [2, 3] but "
+      "mesh rank " +
+      std::to_string(tpdp_test::WorldRank()) + " needs [4, 3]";
   EXPECT_TPDP_ERROR(tpdp_redistribute(&src.dt, r.s, &small.t),
                     TPDP_ERR_SHAPE_MISMATCH, want.c_str());
   Local big({4, 6});
@@ -255,18 +256,17 @@ TEST(DtensorMisuse, RedistributeIntoMemoryOverlappingTheSource) {
   src_local.data = buf.v.data() + 6;
   tpdp_dtensor dt;
   ASSERT_TPDP_OK(tpdp_dtensor_unflatten(&src_local, s0.s, &dt));
-  EXPECT_TPDP_ERROR(tpdp_redistribute(&dt, r.s, &buf.t),
-                    TPDP_ERR_INVALID_ARGUMENT,
-                    "overlaps the source local tensor",
-                    "redistribute into separate memory");
+  EXPECT_TPDP_ERROR(
+      tpdp_redistribute(&dt, r.s, &buf.t), TPDP_ERR_INVALID_ARGUMENT,
+      "overlaps the source local tensor", "redistribute into separate memory");
 }
 
 TEST(DtensorMisuse, SpecJsonErrors) {
   Mesh mesh(nullptr, "dp=2,tp=2");
   tpdp_spec *s = nullptr;
   EXPECT_TPDP_ERROR(tpdp_spec_from_json(mesh.m, "{\"mesh\":", &s),
-                    TPDP_ERR_PARSE, "tpdp_spec_from_json: ",
-                    "spec JSON does not parse");
+                    TPDP_ERR_PARSE,
+                    "tpdp_spec_from_json: ", "spec JSON does not parse");
   const char *other_shape =
       "{\"mesh\":{\"shape\":[4],\"names\":[\"dp\"]},\"placements\":[\"R\"],"
       "\"shape\":[7,5],\"stride\":[5,1],\"dtype\":\"f32\",\"device\":\"cpu\"}";
@@ -350,7 +350,8 @@ TEST(DtensorMisuse, ParallelizePlanErrors) {
                     "Linear weight [out, in], got 3 dims");
   ASSERT_TPDP_OK(tpdp_parallelize(net.root, mesh.m, "tp", fc, 1));
   EXPECT_TPDP_ERROR(tpdp_parallelize(net.root, mesh.m, "tp", fc, 1),
-                    TPDP_ERR_ALREADY, "module 'fc[Linear]' is already "
+                    TPDP_ERR_ALREADY,
+                    "module 'fc[Linear]' is already "
                     "parallelized");
 }
 
@@ -369,10 +370,12 @@ TEST(DtensorMisuse, LookupsOnAModuleThatWasNotParallelized) {
                     "module 'fc[Linear]' was not parallelized by a TP plan");
   int64_t first, count, start, len, vocab;
   EXPECT_TPDP_ERROR(tpdp_tp_attention_heads(net.fc, &first, &count),
-                    TPDP_ERR_NOT_FOUND, "module 'fc[Linear]' was not "
+                    TPDP_ERR_NOT_FOUND,
+                    "module 'fc[Linear]' was not "
                     "parallelized by");
   EXPECT_TPDP_ERROR(tpdp_tp_vocab_range(net.fc, &start, &len, &vocab),
-                    TPDP_ERR_NOT_FOUND, "module 'fc[Linear]' was not "
+                    TPDP_ERR_NOT_FOUND,
+                    "module 'fc[Linear]' was not "
                     "parallelized by");
 }
 
@@ -420,8 +423,8 @@ TEST(DtensorMisuse, SecondForwardBeginBeforeForwardEnd) {
 
 TEST(DtensorMisuse, ForwardWhileSummoningFullParams) {
   Transformed t;
-  ASSERT_TPDP_OK(tpdp_module_set_state(t.net.root,
-                                       TPDP_STATE_SUMMON_FULL_PARAMS));
+  ASSERT_TPDP_OK(
+      tpdp_module_set_state(t.net.root, TPDP_STATE_SUMMON_FULL_PARAMS));
   EXPECT_TPDP_ERROR(tpdp_module_forward_begin(t.net.root), TPDP_ERR_STATE,
                     "module '[Net]'", "IDLE", "FORWARD_BACKWARD",
                     "current state is SUMMON_FULL_PARAMS");
@@ -440,8 +443,7 @@ TEST(DtensorMisuse, LocalTensorReplacedBehindTheTransformsBack) {
   EXPECT_TPDP_ERROR(tpdp_module_forward_begin(t.net.root),
                     TPDP_ERR_SHAPE_MISMATCH,
                     "pre-forward reconstruct of parameter 'fc.weight'",
-                    "local tensor has shape [3, 3]",
-                    "the local shape [2, 3]");
+                    "local tensor has shape [3, 3]", "the local shape [2, 3]");
 }
 
 // Defect (issue 13, redistribute agreement; owned by the fingerprint
