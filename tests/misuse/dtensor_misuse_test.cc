@@ -25,8 +25,9 @@
 //    without forward_begin, a second forward_begin before forward_end,
 //    forward in SUMMON_FULL_PARAMS, a local tensor replaced by one of
 //    another shape behind the transform's back
-//  - DISABLED (defects owned by the fingerprint work): redistribute with a
-//    different global shape on each rank
+//  - DISABLED (defects owned by other work of issue 13): redistribute with
+//    a different global shape on each rank (fingerprints); a mesh destroyed
+//    while a spec uses it (lifetimes)
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -459,6 +460,24 @@ TEST(DtensorMisuse, DISABLED_RedistributeWithADifferentShapeOnEachRank) {
   ASSERT_TPDP_OK(tpdp_dtensor_unflatten(&local.t, s0.s, &dt));
   EXPECT_TPDP_ERROR(tpdp_redistribute(&dt, r.s, &dst.t),
                     TPDP_ERR_SHAPE_MISMATCH, "[4, 3]", "[6, 3]", "rank 1");
+}
+
+// Defect (issue 13; owned by the lifetime fixes): a mesh destroyed while
+// a spec still uses it left the spec reading freed memory. Expected: the
+// destroy is refused, naming what still holds the mesh, and destroys
+// nothing.
+TEST(DtensorMisuse, DISABLED_MeshDestroyedWhileASpecUsesIt) {
+  tpdp_mesh *m = nullptr;
+  ASSERT_TPDP_OK(tpdp_mesh_create_from_string(tpdp_test::World(), "tp=2", &m));
+  tpdp_spec *s = nullptr;
+  tpdp_placement r = tpdp_replicate();
+  int64_t shape[1] = {4};
+  ASSERT_TPDP_OK(tpdp_spec_create(m, &r, 1, 1, shape, TPDP_F32, kCpu, &s));
+  EXPECT_TPDP_ERROR(tpdp_mesh_destroy(m), TPDP_ERR_STATE,
+                    "tpdp_mesh_destroy: ", "still in use by 1 spec(s)",
+                    "nothing was destroyed");
+  EXPECT_TPDP_OK(tpdp_spec_destroy(s));
+  EXPECT_TPDP_OK(tpdp_mesh_destroy(m));
 }
 
 }  // namespace

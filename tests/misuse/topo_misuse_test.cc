@@ -61,8 +61,8 @@ TEST(TopoMisuse, BindingForBadLocalRanks) {
   Topo topo("topo_2s8gpu.xml");
   tpdp_binding b;
   EXPECT_TPDP_ERROR(tpdp_topo_binding_for(topo.t, 0, 0, &b),
-                    TPDP_ERR_INVALID_ARGUMENT, "tpdp_topo_binding_for: ",
-                    "local rank 0 outside [0, 0)");
+                    TPDP_ERR_INVALID_ARGUMENT,
+                    "tpdp_topo_binding_for: ", "local rank 0 outside [0, 0)");
   EXPECT_TPDP_ERROR(tpdp_topo_binding_for(topo.t, 4, 4, &b),
                     TPDP_ERR_INVALID_ARGUMENT, "local rank 4 outside [0, 4)");
 }
@@ -78,9 +78,9 @@ TEST(TopoMisuse, BindSelfToATopologyReadFromXml) {
 TEST(TopoMisuse, AdviseMalformedMesh) {
   Topo topo("topo_2s8gpu.xml");
   tpdp_placement_advice a;
-  EXPECT_TPDP_ERROR(tpdp_topo_advise(topo.t, "dp=4;tp=8", &a), TPDP_ERR_PARSE,
-                    "tpdp_topo_advise: ",
-                    "size '4;tp=8' of dim 'dp' is not an integer");
+  EXPECT_TPDP_ERROR(
+      tpdp_topo_advise(topo.t, "dp=4;tp=8", &a), TPDP_ERR_PARSE,
+      "tpdp_topo_advise: ", "size '4;tp=8' of dim 'dp' is not an integer");
   EXPECT_TPDP_ERROR(tpdp_topo_advise(topo.t, nullptr, &a),
                     TPDP_ERR_NULL_POINTER, "'mesh_spec' is NULL");
 }
@@ -89,8 +89,8 @@ TEST(TopoMisuse, AdviseSpecLongerThanTheAdviceHolds) {
   Topo topo("topo_2s8gpu.xml");
   tpdp_placement_advice a;
   // 128 characters: a valid spec that the 128-byte fields cannot hold.
-  std::string spec = "data_parallel_replicas_of_the_model_" +
-                     std::string(80, 'x') + "=2,tp=8";
+  std::string spec =
+      "data_parallel_replicas_of_the_model_" + std::string(80, 'x') + "=2,tp=8";
   spec.insert(0, 128 - spec.size(), 'd');
   ASSERT_EQ(spec.size(), 128u);
   EXPECT_TPDP_ERROR(tpdp_topo_advise(topo.t, spec.c_str(), &a),
@@ -101,8 +101,7 @@ TEST(TopoMisuse, AdviseSpecLongerThanTheAdviceHolds) {
 TEST(TopoMisuse, AdviseRankCountOverflow) {
   Topo topo("topo_2s8gpu.xml");
   tpdp_placement_advice a;
-  const char *huge =
-      "a=2147483647,b=2147483647,c=2147483647,d=2147483647,tp=8";
+  const char *huge = "a=2147483647,b=2147483647,c=2147483647,d=2147483647,tp=8";
   EXPECT_TPDP_ERROR(tpdp_topo_advise(topo.t, huge, &a),
                     TPDP_ERR_INVALID_ARGUMENT,
                     "has more than 16777216 ranks, the most advice handles");
