@@ -21,6 +21,12 @@ tpdp_status ckpt_options(const tpdp_checkpoint_options *opts,
                     "initialise with TPDP_CHECKPOINT_OPTIONS_INIT",
                     opts->size, min, sizeof *out,
                     TPDP_CHECKPOINT_OPTIONS_VERSION);
+  if (opts->version == 0 || opts->version > TPDP_CHECKPOINT_OPTIONS_VERSION)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "options.version is %u but this library knows versions "
+                    "1 to %u of tpdp_checkpoint_options; initialise with "
+                    "TPDP_CHECKPOINT_OPTIONS_INIT",
+                    opts->version, TPDP_CHECKPOINT_OPTIONS_VERSION);
   /* An older, smaller struct: its known prefix over the defaults. */
   memcpy(out, opts, opts->size);
   out->size = sizeof *out;

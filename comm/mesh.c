@@ -353,7 +353,14 @@ tpdp_status tpdp_mesh_dim_comm_by_name(const tpdp_mesh *mesh, const char *name,
   CHECK_PTR(mesh);
   CHECK_PTR(name);
   int d = tpdp_mesh_dim_index(mesh, name);
-  if (d < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "mesh has no dim named '%s'", name);
+  if (d < 0) {
+    /* The dims it has, so that a typo ("pt" for "tp") is obvious. */
+    char dims[TPDP_MAX_DIMS * (MESH_NAME_MAX + 2)] = "";
+    for (int i = 0; i < mesh->ndim; i++)
+      snprintf(dims + strlen(dims), sizeof dims - strlen(dims), "%s%s",
+               i ? ", " : "", mesh->names[i]);
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
+                    "mesh has no dim named '%s' (its dims: %s)", name, dims);
+  }
   return tpdp_mesh_dim_comm(mesh, d, out);
 }

@@ -430,7 +430,9 @@ tpdp_status tpdp_params_set_form_state(tpdp_param *const *params, int n,
                                        tpdp_param_form form,
                                        tpdp_handle_state state) {
   TPDP_API_ENTRY;
-  if (n < 0) return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "n = %d < 0", n);
+  if (n < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "parameter count n = %d is negative", n);
   if (n > 0) CHECK_PTR(params);
   if (form != TPDP_PARAM_DTENSOR && form != TPDP_PARAM_LOCALIZED)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
@@ -551,7 +553,9 @@ tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
   TPDP_API_ENTRY;
   CHECK_PTR(nout);
   *nout = 0;
-  if (n < 0) return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "n = %d < 0", n);
+  if (n < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "module count n = %d is negative", n);
   if (n == 0) return TPDP_SUCCESS;
   CHECK_PTR(set);
   CHECK_PTR(out);

@@ -480,7 +480,11 @@ static tpdp_status mark_ptr(tpdp_reducer *r, const void *data) {
       hi = mid - 1;
   }
   return TPDP_ERR(TPDP_ERR_NOT_FOUND,
-                  "no parameter of this reducer has data pointer %p", data);
+                  "no parameter of this reducer has data pointer %p (the "
+                  "reducer knows the parameters' data pointers given to "
+                  "tpdp_reducer_create: a parameter reallocated since needs "
+                  "a new reducer)",
+                  data);
 }
 
 tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data) {

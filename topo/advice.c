@@ -53,10 +53,14 @@ tpdp_status tpdp_topo_advise(const tpdp_topo *topo, const char *mesh_spec,
   CHECK_PTR(topo);
   CHECK_PTR(mesh_spec);
   CHECK_PTR(out);
-  char storage[256];
+  char storage[sizeof out->mesh];
+  /* out->mesh and out->suggested hold the spec: a longer one would be
+   * truncated into a wrong suggestion. */
   if (strlen(mesh_spec) >= sizeof storage)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "mesh '%.40s...' is too long",
-                    mesh_spec);
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "mesh spec '%.40s...' has %zu characters; the advice "
+                    "holds at most %zu",
+                    mesh_spec, strlen(mesh_spec), sizeof storage - 1);
   int ndim = 0;
   int64_t sizes[TPDP_MAX_DIMS];
   const char *names[TPDP_MAX_DIMS];
@@ -66,12 +70,17 @@ tpdp_status tpdp_topo_advise(const tpdp_topo *topo, const char *mesh_spec,
   for (int i = 0; i < ndim; i++)
     if (strcmp(names[i], "tp") == 0) tp_dim = i;
   int64_t world = 1, stride = 1;
-  for (int i = 0; i < ndim; i++) world *= sizes[i];
+  /* Checked at each step (sizes are at most INT_MAX), so the product
+   * never wraps. */
+  for (int i = 0; i < ndim; i++) {
+    world *= sizes[i];
+    if (world > ((int64_t)1 << 24))
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "mesh %s has more than %lld ranks, the most advice "
+                      "handles",
+                      mesh_spec, (long long)1 << 24);
+  }
   for (int i = tp_dim + 1; i < ndim; i++) stride *= sizes[i];
-  if (world > ((int64_t)1 << 24))
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "mesh %s has %lld ranks; advice handles up to %lld",
-                    mesh_spec, (long long)world, (long long)1 << 24);
   int order[TPDP_MAX_DIMS];
   for (int i = 0; i < ndim; i++) order[i] = i;
   join_mesh(out->mesh, sizeof out->mesh, ndim, order, names, sizes);

@@ -32,12 +32,9 @@ void tp_layout_state_free(void *ptr) {
 
 tpdp_status tp_layout_resolve(const tpdp_mesh *mesh, const char *tp_dim,
                               int *dim, tpdp_comm **comm) {
-  int d = tpdp_mesh_dim_index(mesh, tp_dim);
-  if (d < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "mesh has no dim named '%s'", tp_dim);
-  tpdp_comm *c = NULL;
-  CHECK(tpdp_mesh_dim_comm(mesh, d, &c));
-  *dim = d;
+  tpdp_comm *c = NULL; /* by name: an unknown name lists the mesh's dims */
+  CHECK(tpdp_mesh_dim_comm_by_name(mesh, tp_dim, &c));
+  *dim = tpdp_mesh_dim_index(mesh, tp_dim);
   *comm = c;
   return TPDP_SUCCESS;
 }

@@ -353,6 +353,26 @@ static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
 
 /* ------------------------------------------------------------ driver */
 
+/* The bytes [*lo, *hi) that a view's elements occupy (any strides); 0 for
+ * an empty view or one without data. */
+static int byte_span(const tpdp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
+  if (t->data == NULL || tpdp_tensor_numel(t) <= 0) return 0;
+  const int64_t es = (int64_t)tpdp_dtype_size(t->dtype);
+  int64_t first = 0, last = 0; /* element offsets; check_local bounds them */
+  for (int d = 0; d < t->ndim; d++) {
+    int64_t reach;
+    if (__builtin_mul_overflow(t->strides[d], t->shape[d] - 1, &reach))
+      return 0; /* a hand-made view beyond int64: nothing to compare */
+    if (reach < 0)
+      first += reach;
+    else
+      last += reach;
+  }
+  *lo = (uintptr_t)t->data + (uintptr_t)(first * es);
+  *hi = (uintptr_t)t->data + (uintptr_t)((last + 1) * es);
+  return 1;
+}
+
 static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
                                const char *role) {
   int same = t->ndim == spec->ndim;
@@ -422,15 +442,30 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
     return TPDP_ERR(
         TPDP_ERR_DTYPE_MISMATCH, "source dtype %s != destination dtype %s",
         tpdp_dtype_name(ss->dtype), tpdp_dtype_name(dst_spec->dtype));
-  if (ss->device.type != dst_spec->device.type)
+  if (ss->device.type != dst_spec->device.type) {
+    char a[32], b[32];
+    tpdp_device_format(ss->device, a, sizeof a);
+    tpdp_device_format(dst_spec->device, b, sizeof b);
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
-                    "source and destination specs name different devices");
+                    "source spec's device %s != destination spec's device %s",
+                    a, b);
+  }
   CHECK(core_mem_supported(ss->device, "the source tensor"));
   CHECK(check_local(ss, &src->local, "source"));
   CHECK(check_local(dst_spec, dst_local, "destination"));
   if (!tpdp_tensor_is_contiguous(dst_local))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "destination local tensor must be contiguous");
+  /* Steps read the source while writing the destination: overlapping
+   * memory would give wrong data with a success status. */
+  uintptr_t s_lo, s_hi, d_lo, d_hi;
+  if (byte_span(&src->local, &s_lo, &s_hi) &&
+      byte_span(dst_local, &d_lo, &d_hi) && s_lo < d_hi && d_lo < s_hi)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "destination local tensor (bytes [%p, %p)) overlaps the "
+                    "source local tensor (bytes [%p, %p)): redistribute "
+                    "into separate memory",
+                    (void *)d_lo, (void *)d_hi, (void *)s_lo, (void *)s_hi);
 
   step steps[MAX_STEPS];
   int nsteps = 0;

@@ -219,7 +219,8 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
   if (ndim > 0) CHECK_PTR(global_shape);
   for (int d = 0; d < ndim; d++)
     if (global_shape[d] < 0)
-      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "global shape dim %d is %lld", d,
+      return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                      "global shape dim %d is %lld (sizes must be >= 0)", d,
                       (long long)global_shape[d]);
   if (tpdp_dtype_size(dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)dtype);

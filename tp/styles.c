@@ -281,14 +281,14 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
   CHECK_PTR(root);
   CHECK_PTR(mesh);
   CHECK_PTR(tp_dim);
-  if (nplan < 0 || (nplan > 0 && plan == NULL))
+  if (nplan < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nplan = %d is negative", nplan);
+  if (nplan > 0 && plan == NULL)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "plan of %d entries is NULL",
                     nplan);
+  tpdp_comm *tp_comm = NULL; /* by name: an unknown name lists the dims */
+  CHECK(tpdp_mesh_dim_comm_by_name(mesh, tp_dim, &tp_comm));
   int dim = tpdp_mesh_dim_index(mesh, tp_dim);
-  if (dim < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "mesh has no dim named '%s'", tp_dim);
-  tpdp_comm *tp_comm = NULL;
-  CHECK(tpdp_mesh_dim_comm(mesh, dim, &tp_comm));
   for (int i = 0; i < nplan; i++) {
     if (plan[i].pattern == NULL)
       return TPDP_ERR(TPDP_ERR_NULL_POINTER, "plan entry %d has a NULL pattern",
