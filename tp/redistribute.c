@@ -385,16 +385,11 @@ static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
+/* This rank's checks of its arguments (the specs are non-NULL). */
+static tpdp_status check_args(const tpdp_dtensor *src,
                               const tpdp_spec *dst_spec,
-                              tpdp_tensor *dst_local) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(src);
-  CHECK_PTR(dst_spec);
-  CHECK_PTR(dst_local);
+                              const tpdp_tensor *dst_local) {
   const tpdp_spec *ss = src->spec;
-  if (ss == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
   if (!tpdp_mesh_equal(ss->mesh, dst_spec->mesh))
     return TPDP_ERR(TPDP_ERR_MESH_MISMATCH,
                     "source spec and destination spec are on different "
@@ -431,6 +426,23 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
   if (!tpdp_tensor_is_contiguous(dst_local))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "destination local tensor must be contiguous");
+  return tp_check_no_overlap(&src->local, dst_local);
+}
+
+tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
+                              const tpdp_spec *dst_spec,
+                              tpdp_tensor *dst_local) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(src);
+  CHECK_PTR(dst_spec);
+  CHECK_PTR(dst_local);
+  const tpdp_spec *ss = src->spec;
+  if (ss == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
+  /* Agreed across the mesh even when this rank's checks failed, so that
+   * its peers fail too rather than wait for it. */
+  CHECK(tp_redistribute_agree(ss, dst_spec,
+                              check_args(src, dst_spec, dst_local)));
 
   step steps[MAX_STEPS];
   int nsteps = 0;
