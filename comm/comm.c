@@ -1,5 +1,8 @@
 /* Backend-neutral communicator front end: argument checks done once for
- * every backend, then dispatch through the backend's ops table. */
+ * every backend, then dispatch through the backend's ops table; the life
+ * cycle of tpdp_init / tpdp_finalize and the objects that must not outlive
+ * it. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +12,16 @@
 static int initialized;
 static int we_initialized_mpi;
 static tpdp_comm *world;
+/* tpdp_init generations (tpdp_comm.epoch): the current one (0 between
+ * tpdp_finalize and the next tpdp_init) and the last one begun. */
+static unsigned epoch_now, epoch_last;
+/* World communicators of ended generations: their shells are kept (their
+ * MPI state is freed), chained through `impl`, so that a caller still
+ * holding one gets TPDP_ERR_NOT_INITIALIZED instead of reading freed
+ * memory. One small block per tpdp_init / tpdp_finalize cycle. */
+static tpdp_comm *retired_worlds;
+
+const char comm_owner_tpdp[] = "tpdp";
 
 const char *tpdp_reduce_op_name(tpdp_reduce_op op) {
   static const char *const names[] = {"sum", "avg", "max", "min"};
@@ -28,8 +41,10 @@ tpdp_status tpdp_init(int *argc, char ***argv) {
   TPDP_API_ENTRY;
   if (initialized) return TPDP_SUCCESS;
   CHECK(comm_mpi_backend_init(argc, argv, &we_initialized_mpi));
+  epoch_now = ++epoch_last;
   tpdp_status st = comm_mpi_world(&world);
   if (st != TPDP_SUCCESS) {
+    epoch_now = 0;
     /* Leave MPI as it was found, so that a later tpdp_init starts over. */
     core_first_error f;
     core_first_error_init(&f);
@@ -38,19 +53,26 @@ tpdp_status tpdp_init(int *argc, char ***argv) {
     we_initialized_mpi = 0;
     return f.status;
   }
+  world->owner = COMM_OWNER_TPDP;
   tpdp_log_set_rank(world->rank);
   initialized = 1;
   TPDP_INFO("initialised: %d ranks, tpdp %d", world->size, TPDP_VERSION);
   return TPDP_SUCCESS;
 }
 
+static tpdp_status check_nothing_live(void);
+
 tpdp_status tpdp_finalize(void) {
   TPDP_API_ENTRY;
   if (!initialized) return TPDP_SUCCESS;
+  CHECK(check_nothing_live());
   initialized = 0;
+  epoch_now = 0;
   core_first_error f;
   core_first_error_init(&f);
-  core_first_error_add(&f, tpdp_comm_destroy(world));
+  core_first_error_add(&f, world->ops->destroy(world));
+  world->impl = retired_worlds;
+  retired_worlds = world;
   world = NULL;
   core_first_error_add(&f, comm_mpi_backend_finalize(we_initialized_mpi));
   return f.status;
@@ -76,17 +98,32 @@ tpdp_status comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
   c->rank = rank;
   c->size = size;
   snprintf(c->name, sizeof c->name, "%s", name ? name : "comm");
+  c->epoch = epoch_now;
+  c->debug_collectives = comm_fp_enabled_from_env();
   *out = c;
   return TPDP_SUCCESS;
+}
+
+tpdp_status comm_check_alive(const tpdp_comm *comm) {
+  if (comm->epoch == 0 || comm->epoch == epoch_now) return TPDP_SUCCESS;
+  return TPDP_ERR(TPDP_ERR_NOT_INITIALIZED,
+                  "communicator %s was made before tpdp_finalize, which "
+                  "ended it; call tpdp_init again and make a new one",
+                  comm->name);
 }
 
 tpdp_status tpdp_comm_destroy(tpdp_comm *comm) {
   TPDP_API_ENTRY;
   if (comm == NULL) return TPDP_SUCCESS;
-  if (comm == world && initialized)
+  if (comm->owner == COMM_OWNER_TPDP)
     return TPDP_ERR(TPDP_ERR_STATE,
                     "the world communicator is owned by tpdp; tpdp_finalize "
                     "destroys it");
+  if (comm->owner != NULL)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "communicator %s (rank %d) belongs to a mesh; "
+                    "tpdp_mesh_destroy destroys it",
+                    comm->name, comm->rank);
   tpdp_status st = comm->ops->destroy(comm);
   free(comm);
   return st;
@@ -112,8 +149,15 @@ tpdp_status tpdp_comm_split(tpdp_comm *comm, int color, int key,
                             tpdp_comm **out) {
   TPDP_API_ENTRY;
   CHECK_PTR(comm);
-  CHECK_PTR(out);
-  *out = NULL;
+  CHECK(comm_check_alive(comm));
+  comm->seq++;
+  tpdp_status st = TPDP_SUCCESS;
+  if (out == NULL)
+    st = TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument 'out' is NULL");
+  else
+    *out = NULL;
+  if (comm->debug_collectives) st = comm_fp_check(comm, NULL, st);
+  CHECK(st);
   return comm->ops->split(comm, color, key, out);
 }
 
@@ -135,6 +179,14 @@ static tpdp_status work_finish(tpdp_work *work, tpdp_status wait_st) {
   core_first_error_add(&f, work->release(work));
   free(work);
   return f.status;
+}
+
+tpdp_status comm_backend_allgather(tpdp_comm *comm, const tpdp_tensor *send,
+                                   tpdp_tensor *recv) {
+  tpdp_coll_args args = {TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0, 1};
+  tpdp_work *work = NULL;
+  CHECK(comm->ops->collective(comm, &args, &work));
+  return work_finish(work, work->wait(work));
 }
 
 tpdp_status tpdp_work_wait(tpdp_work *work) {
@@ -204,10 +256,9 @@ static tpdp_status count_error(const tpdp_comm *comm, const char *rule,
                   rule, send_n, recv_n, comm->name, comm->size, comm->rank);
 }
 
-static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
-                                  tpdp_work **work) {
-  if (comm == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "communicator is NULL");
+/* The front end's checks of one collective call on this rank. */
+static tpdp_status check_collective(tpdp_comm *comm, tpdp_coll_args *args,
+                                    tpdp_work **work) {
   if (work == NULL)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER, "work handle pointer is NULL");
   *work = NULL;
@@ -272,6 +323,20 @@ static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
     case TPDP_COLL_BARRIER:
       break;
   }
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
+                                  tpdp_work **work) {
+  if (comm == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "communicator is NULL");
+  CHECK(comm_check_alive(comm));
+  comm->seq++;
+  tpdp_status st = check_collective(comm, args, work);
+  /* Checked on every rank even when this one's arguments failed, so
+   * that its peers fail too instead of waiting for it. */
+  if (comm->debug_collectives) st = comm_fp_check(comm, args, st);
+  CHECK(st);
   return comm->ops->collective(comm, args, work);
 }
 
@@ -362,4 +427,64 @@ tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work) {
   TPDP_API_ENTRY;
   COLL_ARGS(TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0);
   return run_collective(comm, &args, work);
+}
+
+/* ------------------------------------------------------------ live objects */
+
+typedef struct {
+  const void *obj;
+  char *what;
+} live_entry;
+
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static live_entry *live;
+static int live_n, live_cap;
+
+tpdp_status comm_live_add(const void *obj, const char *what) {
+  char *copy = core_strdup(what ? what : "object");
+  if (copy == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "registering %s", what);
+  pthread_mutex_lock(&live_mu);
+  tpdp_status st =
+      core_grow((void **)&live, &live_cap, live_n + 1, sizeof(live_entry));
+  if (st == TPDP_SUCCESS) live[live_n++] = (live_entry){obj, copy};
+  pthread_mutex_unlock(&live_mu);
+  if (st != TPDP_SUCCESS) free(copy);
+  return st;
+}
+
+void comm_live_remove(const void *obj) {
+  pthread_mutex_lock(&live_mu);
+  for (int i = 0; i < live_n; i++)
+    if (live[i].obj == obj) {
+      free(live[i].what);
+      live[i] = live[--live_n];
+      break;
+    }
+  if (live_n == 0) {
+    free(live);
+    live = NULL;
+    live_cap = 0;
+  }
+  pthread_mutex_unlock(&live_mu);
+}
+
+/* TPDP_ERR_STATE naming the registered objects, if any. */
+static tpdp_status check_nothing_live(void) {
+  pthread_mutex_lock(&live_mu);
+  int n = live_n;
+  core_strbuf b = {0};
+  for (int i = 0; i < n && i < 4; i++)
+    core_sb_printf(&b, "%s%s", i ? ", " : "", live[i].what);
+  if (n > 4) core_sb_printf(&b, " and %d more", n - 4);
+  pthread_mutex_unlock(&live_mu);
+  if (n == 0) return TPDP_SUCCESS;
+  tpdp_status st = TPDP_ERR(
+      TPDP_ERR_STATE,
+      "%d object%s still use%s the communicators: %s; destroy %s first "
+      "(tpdp is still initialised)",
+      n, n > 1 ? "s" : "", n > 1 ? "" : "s", b.failed ? "?" : b.s,
+      n > 1 ? "them" : "it");
+  core_sb_free(&b);
+  return st;
 }

@@ -57,8 +57,27 @@ struct tpdp_comm {
   /* 1 if collectives on *different* communicators may be issued from
    * different threads at the same time (MPI: MPI_THREAD_MULTIPLE). */
   int concurrent_threads;
+  /* Public collectives and splits called on this communicator so far: the
+   * sequence number a collective's fingerprint carries (fingerprint.c). */
+  uint64_t seq;
+  /* TPDP_DEBUG_COLLECTIVES was set when the communicator was made: every
+   * collective first agrees on its fingerprint (comm_fp_check). */
+  int debug_collectives;
+  /* The tpdp_init generation the communicator was made in (0: made
+   * without tpdp_init). tpdp_finalize ends the generation; a call on a
+   * communicator of an ended one is TPDP_ERR_NOT_INITIALIZED
+   * (comm_check_alive) rather than a use of a freed MPI communicator. */
+  unsigned epoch;
+  /* What destroys the communicator when it is not its caller's: the mesh
+   * (a dim's communicator) or COMM_OWNER_TPDP (the world). NULL: the
+   * caller destroys it with tpdp_comm_destroy, which refuses the others. */
+  const void *owner;
   void *impl; /* backend state */
 };
+
+/* tpdp_comm.owner of the world communicator. */
+extern const char comm_owner_tpdp[];
+#define COMM_OWNER_TPDP ((const void *)comm_owner_tpdp)
 
 /* Work handles: a backend allocates one and fills the callbacks. */
 struct tpdp_work {
@@ -79,6 +98,61 @@ struct tpdp_work {
 /* Allocate a tpdp_comm shell for a backend (name copied). */
 tpdp_status comm_alloc(const tpdp_comm_ops *ops, int rank, int size,
                        const char *name, tpdp_comm **out);
+
+/* TPDP_ERR_NOT_INITIALIZED when `comm` belongs to a tpdp_init generation
+ * that tpdp_finalize has ended (see tpdp_comm.epoch). */
+tpdp_status comm_check_alive(const tpdp_comm *comm);
+
+/* The backend's blocking allgather of `send` into `recv` (host or device
+ * views as the backend needs), without the front end's checks, sequence
+ * number or fingerprint: for the library's own agreement exchanges. */
+tpdp_status comm_backend_allgather(tpdp_comm *comm, const tpdp_tensor *send,
+                                   tpdp_tensor *recv);
+
+/* ------------------------------------------------- agreement (agree.c) */
+
+/* Allgather `bytes` bytes of HOST memory from every rank of `comm` into
+ * `recv` (size * bytes, rank order), on any backend: a device (NCCL)
+ * communicator stages them through a temporary buffer on its GPU.
+ * Collective; bypasses the fingerprint (it is how fingerprints travel). */
+tpdp_status comm_host_allgather(tpdp_comm *comm, const void *send, size_t bytes,
+                                void *recv);
+
+/* Append to `b` the ranks' records grouped by equality, in order of each
+ * group's first rank: "rank 0 <first>, ranks 1-3, 5 <second>, ...". `recs`
+ * holds `n` records of `size` bytes; same(a, b) says two records belong
+ * together; describe(b, rec) appends one. `first_verb` (e.g. "called ") is
+ * written after the first group's ranks only. At most `max_groups` groups
+ * are written, then "and N more". */
+void comm_sb_rank_groups(core_strbuf *b, const void *recs, size_t size, int n,
+                         int (*same)(const void *a, const void *b),
+                         void (*describe)(core_strbuf *b, const void *rec),
+                         const char *first_verb, int max_groups);
+
+/* ------------------------------------------ fingerprints (fingerprint.c) */
+
+/* 1 if TPDP_DEBUG_COLLECTIVES is set to a non-zero integer (read when a
+ * communicator is made). */
+int comm_fp_enabled_from_env(void);
+
+/* With TPDP_DEBUG_COLLECTIVES: agree across `comm` on the call about to be
+ * made (args; NULL for tpdp_comm_split) given this rank's own check of its
+ * arguments, `local`. Returns `local` when it failed (its message kept),
+ * else a failure on every rank when any rank's check failed or the calls
+ * differ (op, dtype, count, root, reduce op, sequence number), with a
+ * message listing each rank's call; TPDP_SUCCESS when all match. */
+tpdp_status comm_fp_check(tpdp_comm *comm, const tpdp_coll_args *args,
+                          tpdp_status local);
+
+/* ------------------------------------- live objects (comm.c) */
+
+/* Objects that use communicators until they are destroyed (a reducer and
+ * its communication thread): tpdp_finalize refuses to run while any is
+ * registered and names them. `what` is copied, e.g. "reducer on 'mesh.dp'
+ * (12 parameters)". Thread-safe. Errors: TPDP_ERR_OUT_OF_MEMORY. */
+tpdp_status comm_live_add(const void *obj, const char *what);
+/* Unregister `obj` (not registered: no-op). */
+void comm_live_remove(const void *obj);
 
 /* MPI backend (comm/mpi_backend.c). */
 tpdp_status comm_mpi_backend_init(int *argc, char ***argv, int *we_initialized);

@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,34 +157,129 @@ static tpdp_status destroy_after(tpdp_mesh *m, tpdp_status st) {
   return f.status;
 }
 
-tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
-                             const char *const *names, tpdp_mesh **out) {
-  TPDP_API_ENTRY;
+/* This rank's checks of its mesh arguments; *total: the product of the
+ * sizes. */
+static tpdp_status check_mesh_args(const tpdp_comm *comm, int ndim,
+                                   const int64_t *sizes,
+                                   const char *const *names, tpdp_mesh **out,
+                                   int64_t *total) {
   CHECK_PTR(sizes);
   CHECK_PTR(out);
-  *out = NULL;
   CHECK(validate_dims(ndim, sizes, names));
-  int64_t total = 1;
+  *total = 1;
   for (int i = 0; i < ndim; i++) {
-    if (sizes[i] > INT_MAX / total) {
+    if (sizes[i] > INT_MAX / *total) {
       char shape[128];
       tpdp_shape_format(ndim, sizes, shape, sizeof shape);
       return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE, "mesh %s has more than %d ranks",
                       shape, INT_MAX);
     }
-    total *= sizes[i];
+    *total *= sizes[i];
   }
-  if (comm != NULL && total != comm->size) {
+  if (comm != NULL && *total != comm->size) {
     char shape[128];
     tpdp_shape_format(ndim, sizes, shape, sizeof shape);
     return TPDP_ERR(TPDP_ERR_MESH_SIZE,
                     "mesh %s has %lld ranks but communicator %s has %d "
                     "(rank %d)",
-                    shape, (long long)total, comm->name, comm->size,
+                    shape, (long long)*total, comm->name, comm->size,
                     comm->rank);
   }
+  return TPDP_SUCCESS;
+}
+
+/* One rank's mesh arguments, as ranks compare them. */
+typedef struct {
+  int32_t status; /* this rank's check_mesh_args */
+  int32_t ndim;
+  int64_t sizes[TPDP_MAX_DIMS];
+  char names[TPDP_MAX_DIMS][MESH_NAME_MAX];
+} mesh_args;
+
+static void fill_mesh_args(mesh_args *a, int ndim, const int64_t *sizes,
+                           const char *const *names, tpdp_status local) {
+  memset(a, 0, sizeof *a);
+  a->status = (int32_t)local;
+  a->ndim = ndim;
+  int n = ndim < 0 ? 0 : ndim > TPDP_MAX_DIMS ? TPDP_MAX_DIMS : ndim;
+  for (int i = 0; i < n && sizes != NULL; i++) {
+    a->sizes[i] = sizes[i];
+    const char *nm = names ? names[i] : NULL;
+    if (names == NULL)
+      snprintf(a->names[i], MESH_NAME_MAX, "d%d", i);
+    else
+      snprintf(a->names[i], MESH_NAME_MAX, "%s", nm ? nm : "(null)");
+  }
+}
+
+static int same_mesh_args(const void *x, const void *y) {
+  const mesh_args *a = (const mesh_args *)x, *b = (const mesh_args *)y;
+  return memcmp(&a->ndim, &b->ndim, sizeof *a - offsetof(mesh_args, ndim)) == 0;
+}
+
+static void describe_mesh_args(core_strbuf *b, const void *rec) {
+  const mesh_args *a = (const mesh_args *)rec;
+  if (a->ndim < 1 || a->ndim > TPDP_MAX_DIMS) {
+    core_sb_printf(b, "%d dims", a->ndim);
+    return;
+  }
+  for (int i = 0; i < a->ndim; i++)
+    core_sb_printf(b, "%s%s=%lld", i ? "," : "", a->names[i],
+                   (long long)a->sizes[i]);
+}
+
+/* Agree across `comm` on the mesh arguments before any split, so that
+ * ranks passing different meshes (which would hang in the splits or build
+ * communicators that disagree with the mesh) all fail, naming each rank's
+ * mesh. One allgather of a fixed-size record. Returns `local` when it
+ * failed (its message kept). */
+static tpdp_status agree_mesh_args(tpdp_comm *comm, int ndim,
+                                   const int64_t *sizes,
+                                   const char *const *names,
+                                   tpdp_status local) {
+  mesh_args mine, *all = NULL;
+  fill_mesh_args(&mine, ndim, sizes, names, local);
+  tpdp_status st = TPDP_CALLOC(all, (size_t)comm->size);
+  if (st != TPDP_SUCCESS) return local != TPDP_SUCCESS ? local : st;
+  st = comm_host_allgather(comm, &mine, sizeof mine, all);
+  int differ = -1, failed = -1;
+  for (int k = 0; st == TPDP_SUCCESS && k < comm->size; k++) {
+    if (differ < 0 && !same_mesh_args(&all[0], &all[k])) differ = k;
+    if (failed < 0 && all[k].status != TPDP_SUCCESS) failed = k;
+  }
+  if (st == TPDP_SUCCESS && differ >= 0) {
+    core_strbuf b = {0};
+    comm_sb_rank_groups(&b, all, sizeof *all, comm->size, same_mesh_args,
+                        describe_mesh_args, "passed ", 8);
+    st = TPDP_ERR(TPDP_ERR_MESH_MISMATCH,
+                  "ranks of %s passed different meshes (this is rank %d): "
+                  "%s; every rank must pass the same dims",
+                  comm->name, comm->rank, b.failed ? "?" : b.s);
+    core_sb_free(&b);
+  } else if (st == TPDP_SUCCESS && failed >= 0 && local == TPDP_SUCCESS) {
+    st = TPDP_ERR((tpdp_status)all[failed].status,
+                  "rank %d of %s rejected the mesh (%s); see that rank's "
+                  "message",
+                  failed, comm->name,
+                  tpdp_status_string((tpdp_status)all[failed].status));
+  }
+  free(all);
+  /* A rank whose own arguments failed keeps its message when the meshes
+   * agree; a disagreement is the better explanation when they do not. */
+  if (local != TPDP_SUCCESS && (st == TPDP_SUCCESS || differ < 0)) return local;
+  return st;
+}
+
+tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
+                             const char *const *names, tpdp_mesh **out) {
+  TPDP_API_ENTRY;
+  if (out != NULL) *out = NULL;
+  if (comm != NULL) CHECK(comm_check_alive(comm));
+  int64_t total = 0;
+  tpdp_status st = check_mesh_args(comm, ndim, sizes, names, out, &total);
+  if (comm != NULL) st = agree_mesh_args(comm, ndim, sizes, names, st);
+  CHECK(st);
   tpdp_mesh *m = NULL;
-  tpdp_status st = TPDP_SUCCESS;
   CHECK(TPDP_CALLOC(m, 1));
   m->ndim = ndim;
   m->size = total;
@@ -218,6 +314,7 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
       }
       snprintf(m->dim_comms[d]->name, sizeof m->dim_comms[d]->name, "mesh.%s",
                m->names[d]);
+      m->dim_comms[d]->owner = m;
     }
   }
   *out = m;
@@ -250,8 +347,10 @@ tpdp_status tpdp_mesh_destroy(tpdp_mesh *mesh) {
    * failure is reported. */
   core_first_error f;
   core_first_error_init(&f);
-  for (int d = 0; d < mesh->ndim; d++)
+  for (int d = 0; d < mesh->ndim; d++) {
+    if (mesh->dim_comms[d] != NULL) mesh->dim_comms[d]->owner = NULL;
     core_first_error_add(&f, tpdp_comm_destroy(mesh->dim_comms[d]));
+  }
   free(mesh);
   return f.status;
 }

@@ -353,26 +353,6 @@ static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
 
 /* ------------------------------------------------------------ driver */
 
-/* The bytes [*lo, *hi) that a view's elements occupy (any strides); 0 for
- * an empty view or one without data. */
-static int byte_span(const tpdp_tensor *t, uintptr_t *lo, uintptr_t *hi) {
-  if (t->data == NULL || tpdp_tensor_numel(t) <= 0) return 0;
-  const int64_t es = (int64_t)tpdp_dtype_size(t->dtype);
-  int64_t first = 0, last = 0; /* element offsets; check_local bounds them */
-  for (int d = 0; d < t->ndim; d++) {
-    int64_t reach;
-    if (__builtin_mul_overflow(t->strides[d], t->shape[d] - 1, &reach))
-      return 0; /* a hand-made view beyond int64: nothing to compare */
-    if (reach < 0)
-      first += reach;
-    else
-      last += reach;
-  }
-  *lo = (uintptr_t)t->data + (uintptr_t)(first * es);
-  *hi = (uintptr_t)t->data + (uintptr_t)((last + 1) * es);
-  return 1;
-}
-
 static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
                                const char *role) {
   int same = t->ndim == spec->ndim;
@@ -405,16 +385,11 @@ static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
+/* This rank's checks of its arguments (the specs are non-NULL). */
+static tpdp_status check_args(const tpdp_dtensor *src,
                               const tpdp_spec *dst_spec,
-                              tpdp_tensor *dst_local) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(src);
-  CHECK_PTR(dst_spec);
-  CHECK_PTR(dst_local);
+                              const tpdp_tensor *dst_local) {
   const tpdp_spec *ss = src->spec;
-  if (ss == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
   if (!tpdp_mesh_equal(ss->mesh, dst_spec->mesh))
     return TPDP_ERR(TPDP_ERR_MESH_MISMATCH,
                     "source spec and destination spec are on different "
@@ -456,16 +431,23 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
   if (!tpdp_tensor_is_contiguous(dst_local))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "destination local tensor must be contiguous");
-  /* Steps read the source while writing the destination: overlapping
-   * memory would give wrong data with a success status. */
-  uintptr_t s_lo, s_hi, d_lo, d_hi;
-  if (byte_span(&src->local, &s_lo, &s_hi) &&
-      byte_span(dst_local, &d_lo, &d_hi) && s_lo < d_hi && d_lo < s_hi)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "destination local tensor (bytes [%p, %p)) overlaps the "
-                    "source local tensor (bytes [%p, %p)): redistribute "
-                    "into separate memory",
-                    (void *)d_lo, (void *)d_hi, (void *)s_lo, (void *)s_hi);
+  return tp_check_no_overlap(&src->local, dst_local);
+}
+
+tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
+                              const tpdp_spec *dst_spec,
+                              tpdp_tensor *dst_local) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(src);
+  CHECK_PTR(dst_spec);
+  CHECK_PTR(dst_local);
+  const tpdp_spec *ss = src->spec;
+  if (ss == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "source DTensor has a NULL spec");
+  /* Agreed across the mesh even when this rank's checks failed, so that
+   * its peers fail too rather than wait for it. */
+  CHECK(tp_redistribute_agree(ss, dst_spec,
+                              check_args(src, dst_spec, dst_local)));
 
   step steps[MAX_STEPS];
   int nsteps = 0;

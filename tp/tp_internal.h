@@ -6,6 +6,9 @@
 #include "core/check.h"
 #include "tpdp/dtensor.h"
 
+/* Spec pairs a source spec remembers as agreed (tpdp_spec.agreed). */
+#define TP_AGREED_PAIRS 4
+
 struct tpdp_spec {
   const tpdp_mesh *mesh;
   int mesh_ndim;
@@ -19,6 +22,11 @@ struct tpdp_spec {
   int self_rank; /* mesh rank unflatten checks (0 for layout-only) */
   int64_t self_shape[TPDP_MAX_DIMS];
   int64_t self_offset[TPDP_MAX_DIMS];
+  /* Hashes of the last (this spec as source, destination) pairs every rank
+   * agreed on in tpdp_redistribute (redistribute_check.c), round robin. A
+   * cache, not part of the spec's value: written through const pointers. */
+  uint64_t agreed[TP_AGREED_PAIRS];
+  int agreed_next;
 };
 
 /* Local shape/offset for mesh coordinates `coords` under `placements`
@@ -32,6 +40,18 @@ void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
  * an empty chunk). Exact for every n >= 0, k >= 1, i >= 0 (no wrap near
  * INT64_MAX). */
 void tp_chunk(int64_t n, int64_t k, int64_t i, int64_t *size, int64_t *start);
+
+/* tpdp_redistribute's agreement across the mesh on its arguments, given
+ * this rank's checks of them (`local`): a failure on every rank, naming
+ * each rank's arguments, when they differ; `local` when it failed (its
+ * message kept) and the ranks agree. Skipped for a pair of specs agreed
+ * on before, unless the mesh communicator has TPDP_DEBUG_COLLECTIVES. */
+tpdp_status tp_redistribute_agree(const tpdp_spec *src, const tpdp_spec *dst,
+                                  tpdp_status local);
+
+/* TPDP_ERR_INVALID_ARGUMENT if the bytes of `dst` and `src` (first to last
+ * element, any strides) overlap on the same device. */
+tpdp_status tp_check_no_overlap(const tpdp_tensor *src, const tpdp_tensor *dst);
 
 /* ceil(n / k) for n >= 0, k >= 1, without the n + k - 1 that wraps. */
 static inline int64_t tp_ceil_div(int64_t n, int64_t k) {

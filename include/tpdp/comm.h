@@ -12,7 +12,12 @@
  * queued and gives back a work handle, and a blocking form that returns when
  * the result is in the receive buffer. Buffers must stay valid and untouched
  * until the work completes. All ranks of the communicator must call the same
- * collectives in the same order with matching counts and dtypes.
+ * collectives in the same order, in the same form (a blocking call does not
+ * match an `_async` one: MPI's rule), with matching counts, dtypes, roots
+ * and reduce ops. With TPDP_DEBUG_COLLECTIVES=1 in the environment when a
+ * communicator is made, every collective on it first compares these across
+ * its ranks and fails on every rank when they differ, listing each rank's
+ * call (one small extra allgather per collective; off by default).
  *
  * Thread-safety: one thread at a time per communicator (and per mesh).
  */
@@ -55,7 +60,12 @@ TPDP_API const char *tpdp_reduce_op_name(tpdp_reduce_op op);
  * A second call is a no-op returning TPDP_SUCCESS. argc/argv may be NULL. */
 TPDP_API tpdp_status tpdp_init(int *argc, char ***argv);
 /* Destroy the world communicator and finalise MPI if tpdp initialised it.
- * Communicators and meshes the caller created must be destroyed first. */
+ * Objects that use communicators (reducers) must be destroyed first: while
+ * one is alive tpdp_finalize does nothing and returns TPDP_ERR_STATE naming
+ * them. Communicators and meshes the caller created should be destroyed
+ * first too; any left are ended with it: a collective, split or mesh
+ * creation on them (or on the old world pointer) returns
+ * TPDP_ERR_NOT_INITIALIZED, and they may still be destroyed. */
 TPDP_API tpdp_status tpdp_finalize(void);
 /* 1 between tpdp_init and tpdp_finalize. */
 TPDP_API int tpdp_is_initialized(void);
@@ -90,8 +100,11 @@ TPDP_API int tpdp_is_initialized(void);
  * destroy it. Errors: TPDP_ERR_NOT_INITIALIZED. */
 TPDP_API tpdp_status tpdp_comm_world(tpdp_comm **out);
 
-/* Destroy a communicator made by split, a mesh or a backend constructor.
- * Outstanding work must have been waited for. NULL is a no-op. */
+/* Destroy a communicator made by tpdp_comm_split or tpdp_comm_create_nccl.
+ * Outstanding work must have been waited for. NULL is a no-op. Refused with
+ * TPDP_ERR_STATE (nothing destroyed) for the communicators tpdp owns: the
+ * world (tpdp_finalize destroys it) and a mesh's dim communicators
+ * (tpdp_mesh_destroy destroys them). */
 TPDP_API tpdp_status tpdp_comm_destroy(tpdp_comm *comm);
 
 TPDP_API int tpdp_comm_rank(const tpdp_comm *comm); /* -1 for NULL */
@@ -220,11 +233,16 @@ TPDP_API tpdp_status tpdp_mesh_parse(const char *text, char *storage, int *ndim,
 /* Create a mesh over `comm` (NULL: a layout-only mesh with no
  * communicators, for planning tools). names may be NULL (dims are then
  * named "d0", "d1", ...). On success *out owns one sub-communicator per dim;
- * free it with tpdp_mesh_destroy. Collective over `comm`.
+ * free it with tpdp_mesh_destroy. Collective over `comm`: the ranks first
+ * agree on the dims (one small allgather), and ranks passing different
+ * sizes or names all fail with TPDP_ERR_MESH_MISMATCH naming each rank's
+ * mesh ("rank 0 passed dp=2,tp=2, ranks 1-3 dp=4"); a rank whose own
+ * arguments fail makes every rank fail.
  * Errors: TPDP_ERR_NULL_POINTER, TPDP_ERR_TOO_MANY_DIMS (ndim < 1 or > 8 is
  * TPDP_ERR_INVALID_ARGUMENT / TOO_MANY_DIMS), TPDP_ERR_BAD_DIM_SIZE,
  * TPDP_ERR_EMPTY_NAME, TPDP_ERR_DUPLICATE, TPDP_ERR_MESH_SIZE (product of
- * sizes != comm size). */
+ * sizes != comm size), TPDP_ERR_MESH_MISMATCH (ranks passed different
+ * meshes), TPDP_ERR_NOT_INITIALIZED (comm ended by tpdp_finalize). */
 TPDP_API tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim,
                                       const int64_t *sizes,
                                       const char *const *names,
@@ -262,8 +280,9 @@ TPDP_API tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh,
  * (ranks has dim_size entries). */
 TPDP_API tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim,
                                            int rank, int *ranks);
-/* The sub-communicator of dim `dim` (owned by the mesh). Errors: dim out of
- * range, TPDP_ERR_STATE for a layout-only mesh. */
+/* The sub-communicator of dim `dim`, owned by the mesh (tpdp_comm_destroy
+ * refuses it). Errors: dim out of range, TPDP_ERR_STATE for a layout-only
+ * mesh. */
 TPDP_API tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
                                         tpdp_comm **out);
 /* Same, by name. Errors also TPDP_ERR_NOT_FOUND naming the dim. */

@@ -191,10 +191,18 @@ TPDP_API void tpdp_dtensor_free_local(tpdp_dtensor *dt);
  * mesh dim back and resharded in mesh-dim order.
  *
  * Collective over the mesh's communicator: every rank calls with the same
- * specs. The source local tensor may be strided; it is never written. The
- * destination is a caller-owned contiguous tensor with the shape
- * tpdp_spec_local_shape(dst_spec, my rank) gives, the spec's dtype and
- * device; it must not overlap the source. Temporary buffers (for packing
+ * specs. The first call with a pair of specs (source, destination values)
+ * checks that: the ranks allgather a small record of the global shape,
+ * dtype, mesh and placements on the mesh's communicator, and ranks that
+ * passed different ones all fail, naming each rank's arguments (also when
+ * one rank's own checks fail: every rank fails). The source spec remembers
+ * the last 4 pairs agreed on, and later calls with them skip the exchange;
+ * with TPDP_DEBUG_COLLECTIVES=1 (when the mesh's communicator was made)
+ * every call checks. The source local tensor may be strided; it is never
+ * written. The destination is a caller-owned contiguous tensor with the
+ * shape tpdp_spec_local_shape(dst_spec, my rank) gives, the spec's dtype
+ * and device; its memory must not overlap the source's (first to last
+ * element; TPDP_ERR_INVALID_ARGUMENT). Temporary buffers (for packing
  * uneven shards or non-leading shard dims, intermediate steps) are
  * allocated and freed inside the call.
  *
@@ -210,7 +218,9 @@ TPDP_API void tpdp_dtensor_free_local(tpdp_dtensor *dt);
  * TPDP_ERR_MESH_MISMATCH (src and dst specs on different meshes);
  * TPDP_ERR_SHAPE_MISMATCH (global shapes differ, or the source / destination
  * local shape is not this rank's); TPDP_ERR_DTYPE_MISMATCH;
- * TPDP_ERR_DEVICE_MISMATCH; TPDP_ERR_UNSUPPORTED; communicator errors. */
+ * TPDP_ERR_DEVICE_MISMATCH; TPDP_ERR_INVALID_ARGUMENT (overlap; placements
+ * that differ across ranks); the same codes for shapes and dtypes that
+ * differ across ranks; TPDP_ERR_UNSUPPORTED; communicator errors. */
 TPDP_API tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
                                        const tpdp_spec *dst_spec,
                                        tpdp_tensor *dst_local);

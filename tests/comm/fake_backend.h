@@ -2,10 +2,14 @@
 // tpdp_comm_ops table (comm/comm_internal.h) whose split, destroy and work
 // callbacks fail when told to, so that the front end's and the mesh's
 // handling of backend failures can be tested in one process, without MPI.
+// Its allgather plays the other ranks: by default they pass what this rank
+// passes; edit_peer makes them differ (agreement checks).
 #ifndef TPDP_TESTS_COMM_FAKE_BACKEND_H
 #define TPDP_TESTS_COMM_FAKE_BACKEND_H
 
 #include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +30,10 @@ struct Script {
   bool fail_wait = false;
   bool fail_release = false;
   int released = 0;
+  // Collectives run (agreement exchanges included).
+  int collectives = 0;
+  // Called on each other rank's block of an allgather (see Collective).
+  std::function<void(int peer, void *block)> edit_peer;
 
   static Script *&Current() {
     static Script *s = nullptr;
@@ -101,6 +109,18 @@ inline tpdp_status Collective(tpdp_comm *comm, const tpdp_coll_args *args,
                               tpdp_work **out) {
   tpdp_work *w = static_cast<tpdp_work *>(calloc(1, sizeof(tpdp_work)));
   if (w == nullptr) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "fake work");
+  Script *s = Script::Current();
+  s->collectives++;
+  if (args->kind == TPDP_COLL_ALLGATHER) {
+    // Every rank's block is this rank's send (as if all passed the same),
+    // then edit_peer may change the other ranks' blocks.
+    size_t bytes = tpdp_tensor_nbytes(args->send);
+    char *recv = static_cast<char *>(args->recv->data);
+    for (int r = 0; r < comm->size; r++) {
+      if (bytes) memcpy(recv + r * bytes, args->send->data, bytes);
+      if (r != comm->rank && s->edit_peer) s->edit_peer(r, recv + r * bytes);
+    }
+  }
   w->comm = comm;
   w->kind = args->kind;
   w->wait = WorkWait;
