@@ -193,7 +193,7 @@ tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
   TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(root);
+  CHECK(core_module_check(root, "root"));
   if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
   if (nprefixes < 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0", nprefixes);
@@ -355,7 +355,7 @@ tpdp_status tpdp_tree_report_create(tpdp_module *root,
   TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(root);
+  CHECK(core_module_check(root, "root"));
   if (prefixes == NULL) prefixes = tpdp_fqn_default_prefixes(&nprefixes);
   if (nprefixes < 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nprefixes = %d < 0", nprefixes);

@@ -6,8 +6,12 @@
 #include "core/check.h"
 #include "tpdp/dtensor.h"
 
+/* tpdp_spec.magic while the spec is alive; tpdp_spec_destroy clears it. */
+#define TP_SPEC_MAGIC 0x53504543u
+
 struct tpdp_spec {
-  const tpdp_mesh *mesh;
+  unsigned magic;
+  const tpdp_mesh *mesh; /* held (comm/mesh_internal.h) until destroy */
   int mesh_ndim;
   int64_t mesh_sizes[TPDP_MAX_DIMS];
   tpdp_placement placements[TPDP_MAX_DIMS];
@@ -20,6 +24,12 @@ struct tpdp_spec {
   int64_t self_shape[TPDP_MAX_DIMS];
   int64_t self_offset[TPDP_MAX_DIMS];
 };
+
+/* TPDP_ERR_NULL_POINTER naming `arg` for NULL; TPDP_ERR_INVALID_ARGUMENT
+ * for a spec that was destroyed, as far as its freed memory still shows
+ * the cleared magic (reading it is undefined behaviour: a best-effort
+ * check). */
+tpdp_status tp_spec_check(const tpdp_spec *spec, const char *arg);
 
 /* Local shape/offset for mesh coordinates `coords` under `placements`
  * (the torch.chunk rule, mesh dims applied in order). No checks. */
