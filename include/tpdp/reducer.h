@@ -280,19 +280,18 @@ TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
  *    the bucket of the last-registered parameters launches first;
  *  - in view mode copies each current gradient into its bucket slot and
  *    re-points the caller's params[i].grad at the slot.
- * Ownership: the reducer copies the `params` array (and the FQNs): the
- * array may be freed or reused once create returns; in view mode create
- * writes the slots' views into its params[i].grad. The tensors' memory is
- * borrowed: parameter data must stay valid until destroy, and so must the
- * caller's gradient buffers in copy mode (gradients are copied from and to
- * them). In view mode the caller's original gradient buffers are read at
- * create (their values copied into the slots) and written again by
- * destroy, and the `params` array itself must stay valid until destroy,
- * which points params[i].grad back at them (see tpdp_reducer_destroy); the
- * slot views (params[i].grad as re-pointed, tpdp_reducer_grad_view) become
- * invalid when the buckets are rebuilt (read them again, see
- * tpdp_reducer_prepare). A create that fails leaves params[i].grad as it
- * was.
+ * Ownership: the reducer copies the `params` array (and the FQNs) and
+ * never reads the caller's array again. In copy mode it may be freed once
+ * create returns. In view mode create writes the slots' views into its
+ * params[i].grad and destroy writes the caller's own gradient tensors back
+ * there, so the array must stay allocated until destroy (its contents may
+ * change). The tensors' memory is borrowed: parameter data must stay valid
+ * until destroy, and so must the caller's gradient buffers (copy mode:
+ * gradients are copied from and to them; view mode: their values are
+ * copied into the slots at create and back at destroy). The slot views
+ * (params[i].grad as re-pointed, tpdp_reducer_grad_view) become invalid
+ * when the buckets are rebuilt (read them again, see tpdp_reducer_prepare)
+ * and at destroy. A create that fails leaves params[i].grad as it was.
  * The communicator must outlive the reducer; a mesh whose dim communicator
  * it is refuses to be destroyed while the reducer lives (TPDP_ERR_STATE,
  * see tpdp_mesh_destroy).
