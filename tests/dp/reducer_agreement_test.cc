@@ -35,12 +35,11 @@ const OptionCase kCases[] = {
      [](tpdp_reducer_options *o) { o->bucket_cap_bytes = 1u << 20; }, "100",
      "1048576"},
     {"gradient_as_bucket_view",
-     [](tpdp_reducer_options *o) { o->gradient_as_bucket_view = 0; }, "1",
-     "0"},
+     [](tpdp_reducer_options *o) { o->gradient_as_bucket_view = 0; }, "1", "0"},
     {"find_unused_parameters",
      [](tpdp_reducer_options *o) { o->find_unused_parameters = 1; }, "0", "1"},
-    {"static_graph", [](tpdp_reducer_options *o) { o->static_graph = 1; },
-     "0", "1"},
+    {"static_graph", [](tpdp_reducer_options *o) { o->static_graph = 1; }, "0",
+     "1"},
     {"comm_hook",
      [](tpdp_reducer_options *o) { o->comm_hook = TPDP_REDUCER_HOOK_BF16; },
      "TPDP_REDUCER_HOOK_NONE", "TPDP_REDUCER_HOOK_BF16"},
@@ -64,15 +63,15 @@ TEST(ReducerAgreement, DifferingOptionsFailEveryRankNamingTheField) {
     tpdp_reducer_options o = Strict(1);
     if (rank == 1) c.set(&o);
     tpdp_reducer *r = nullptr;
-    std::string field = std::string("option ") + c.field +
-                        " differs across the ranks of world";
-    std::string values = std::string("rank 0 has ") + c.rank0 +
-                         ", rank 1 has " + c.rank1;
+    std::string field =
+        std::string("option ") + c.field + " differs across the ranks of world";
+    std::string values =
+        std::string("rank 0 has ") + c.rank0 + ", rank 1 has " + c.rank1;
     std::string me = "this is rank " + std::to_string(rank);
-    EXPECT_TPDP_ERROR(tpdp_reducer_create(tpdp_test::World(), m.params.data(),
-                                          kN, &o, &r),
-                      TPDP_ERR_INVALID_ARGUMENT, field.c_str(), values.c_str(),
-                      me.c_str(), "every rank must pass the same");
+    EXPECT_TPDP_ERROR(
+        tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r),
+        TPDP_ERR_INVALID_ARGUMENT, field.c_str(), values.c_str(), me.c_str(),
+        "every rank must pass the same");
     EXPECT_EQ(r, nullptr);
     for (int p = 0; p < kN; p++)
       EXPECT_EQ(m.params[p].grad.data, (void *)m.gdata[p].data());
