@@ -4,15 +4,21 @@
 #include <errno.h>
 #include <limits.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_internal.h"
+#include "comm/mesh_internal.h"
 
 #define MESH_NAME_MAX 32
+#define MESH_MAGIC 0x4d455348u /* tpdp_mesh.magic while alive */
 
 struct tpdp_mesh {
+  unsigned magic;
+  int users[2];           /* specs, reducers holding it (mesh_internal.h) */
+  struct tpdp_mesh *next; /* list of live meshes with communicators */
   int ndim;
   int64_t sizes[TPDP_MAX_DIMS];
   char names[TPDP_MAX_DIMS][MESH_NAME_MAX];
@@ -145,6 +151,89 @@ static tpdp_status validate_dims(int ndim, const int64_t *sizes,
                         "mesh dim name '%s' used by dims %d and %d", nm, j, i);
   }
   return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+/* Live meshes with communicators, for comm_mesh_hold_by_comm. */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static tpdp_mesh *live_head;
+
+static void mesh_link(tpdp_mesh *m) {
+  pthread_mutex_lock(&live_mu);
+  m->next = live_head;
+  live_head = m;
+  pthread_mutex_unlock(&live_mu);
+}
+
+static void mesh_unlink(tpdp_mesh *m) {
+  pthread_mutex_lock(&live_mu);
+  for (tpdp_mesh **p = &live_head; *p; p = &(*p)->next)
+    if (*p == m) {
+      *p = m->next;
+      break;
+    }
+  pthread_mutex_unlock(&live_mu);
+}
+
+static void mesh_format(const tpdp_mesh *m, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int d = 0; d < m->ndim && at < len; d++) {
+    int w = snprintf(buf + at, len - at, "%s%s=%lld", d ? "," : "", m->names[d],
+                     (long long)m->sizes[d]);
+    if (w < 0) break;
+    at += (size_t)w;
+  }
+}
+
+tpdp_status comm_mesh_check(const tpdp_mesh *m, const char *what) {
+  if (m == NULL || m->magic == MESH_MAGIC) return TPDP_SUCCESS;
+  return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                  "%s (%p) has been destroyed (tpdp_mesh_destroy), or is not "
+                  "a mesh",
+                  what, (const void *)m);
+}
+
+void comm_mesh_hold(const tpdp_mesh *m, comm_mesh_user kind) {
+  __atomic_add_fetch(&((tpdp_mesh *)m)->users[kind], 1, __ATOMIC_RELAXED);
+}
+
+void comm_mesh_release(const tpdp_mesh *m, comm_mesh_user kind) {
+  __atomic_sub_fetch(&((tpdp_mesh *)m)->users[kind], 1, __ATOMIC_RELAXED);
+}
+
+const tpdp_mesh *comm_mesh_hold_by_comm(const tpdp_comm *c,
+                                        comm_mesh_user kind) {
+  const tpdp_mesh *found = NULL;
+  pthread_mutex_lock(&live_mu);
+  for (tpdp_mesh *m = live_head; m && !found; m = m->next)
+    for (int d = 0; d < m->ndim; d++)
+      if (m->dim_comms[d] == c) {
+        comm_mesh_hold(m, kind);
+        found = m;
+        break;
+      }
+  pthread_mutex_unlock(&live_mu);
+  return found;
+}
+
+/* TPDP_ERR_STATE while specs or reducers hold the mesh: they read it (and
+ * its communicators) until they are destroyed. */
+static tpdp_status mesh_check_unused(const tpdp_mesh *m) {
+  int specs = __atomic_load_n(&m->users[COMM_MESH_SPEC], __ATOMIC_RELAXED);
+  int reducers =
+      __atomic_load_n(&m->users[COMM_MESH_REDUCER], __ATOMIC_RELAXED);
+  if (specs == 0 && reducers == 0) return TPDP_SUCCESS;
+  char desc[MESH_NAME_MAX * TPDP_MAX_DIMS + 128];
+  mesh_format(m, desc, sizeof desc);
+  return TPDP_ERR(TPDP_ERR_STATE,
+                  "mesh %s is still in use by %d spec(s) and %d reducer(s) "
+                  "built on it: destroy those first (tpdp_spec_destroy; "
+                  "tpdp_module_destroy for the specs of a parallelized "
+                  "module; tpdp_reducer_destroy), then the mesh; nothing was "
+                  "destroyed",
+                  desc, specs, reducers);
 }
 
 /* Destroy a partly made mesh after `st`, the failure that stopped its
@@ -292,7 +381,9 @@ tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
     else
       snprintf(m->names[i], MESH_NAME_MAX, "d%d", i);
   }
+  m->magic = MESH_MAGIC;
   if (comm != NULL) {
+    mesh_link(m);
     int64_t coords[TPDP_MAX_DIMS];
     coords_of(m, comm->rank, coords);
     for (int d = 0; d < ndim; d++) {
@@ -343,6 +434,10 @@ tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm, const char *text,
 tpdp_status tpdp_mesh_destroy(tpdp_mesh *mesh) {
   TPDP_API_ENTRY;
   if (mesh == NULL) return TPDP_SUCCESS;
+  CHECK(comm_mesh_check(mesh, "the mesh"));
+  CHECK(mesh_check_unused(mesh));
+  if (mesh->parent != NULL) mesh_unlink(mesh);
+  mesh->magic = 0;
   /* Every dim's communicator is destroyed even when one fails; the first
    * failure is reported. */
   core_first_error f;
@@ -389,6 +484,7 @@ int tpdp_mesh_equal(const tpdp_mesh *a, const tpdp_mesh *b) {
 tpdp_status tpdp_mesh_coords(const tpdp_mesh *mesh, int rank, int64_t *coords) {
   TPDP_API_ENTRY;
   CHECK_PTR(mesh);
+  CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(coords);
   if (rank < 0 || rank >= mesh->size)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
@@ -402,6 +498,7 @@ tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
                               int *rank) {
   TPDP_API_ENTRY;
   CHECK_PTR(mesh);
+  CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(coords);
   CHECK_PTR(rank);
   for (int d = 0; d < mesh->ndim; d++)
@@ -418,6 +515,7 @@ tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
                                   int *ranks) {
   TPDP_API_ENTRY;
   CHECK_PTR(mesh);
+  CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(ranks);
   if (dim < 0 || dim >= mesh->ndim)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
@@ -435,6 +533,7 @@ tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
                                tpdp_comm **out) {
   TPDP_API_ENTRY;
   CHECK_PTR(mesh);
+  CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(out);
   if (dim < 0 || dim >= mesh->ndim)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,

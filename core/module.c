@@ -103,6 +103,7 @@ tpdp_status tpdp_module_create(const char *class_name, tpdp_module **out) {
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   }
   m->next_hook_id = 1;
+  m->magic = CORE_MODULE_MAGIC;
   *out = m;
   return TPDP_SUCCESS;
 }
@@ -131,12 +132,25 @@ static void free_subtree(tpdp_module *m) {
   free(m->unit_suffix);
   free(m->class_name);
   free(m->name);
+  m->magic = 0;
   free(m);
+}
+
+tpdp_status core_module_check(const tpdp_module *m, const char *arg) {
+  if (m == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
+  if (m->magic != CORE_MODULE_MAGIC)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "argument '%s' (%p) is a module that has been destroyed "
+                    "(tpdp_module_destroy of its root), or not a module",
+                    arg, (const void *)m);
+  return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_module_destroy(tpdp_module *m) {
   TPDP_API_ENTRY;
   if (m == NULL) return TPDP_SUCCESS;
+  CHECK(core_module_check(m, "m"));
   if (m->parent) {
     LABEL(m, lbl);
     return TPDP_ERR(TPDP_ERR_STATE,
@@ -150,8 +164,8 @@ tpdp_status tpdp_module_destroy(tpdp_module *m) {
 tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
                                   tpdp_module *child) {
   TPDP_API_ENTRY;
-  CHECK_PTR(parent);
-  CHECK_PTR(child);
+  CHECK(core_module_check(parent, "parent"));
+  CHECK(core_module_check(child, "child"));
   for (const tpdp_module *a = parent; a; a = a->parent) {
     if (a == child) {
       LABEL(parent, pl);
@@ -195,7 +209,7 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
 tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
                                   tpdp_param *p) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   CHECK_PTR(p);
   CHECK(check_name(m, name, "parameter"));
   CHECK(core_grow((void **)&m->params, &m->cap_params, m->nparams + 1,
@@ -213,7 +227,7 @@ tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
 tpdp_status tpdp_module_add_buffer(tpdp_module *m, const char *name,
                                    const tpdp_tensor *buffer) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   CHECK_PTR(buffer);
   CHECK(check_name(m, name, "buffer"));
   CHECK(core_grow((void **)&m->buffers, &m->cap_buffers, m->nbuffers + 1,
@@ -268,7 +282,7 @@ tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
   TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   CHECK_PTR(path);
   tpdp_module *cur = m;
   const char *s = path;
@@ -537,7 +551,7 @@ static tpdp_status walk(tpdp_module *m, int level, walk_ctx *w) {
 tpdp_status tpdp_module_apply(tpdp_module *root, tpdp_module_visit_fn fn,
                               void *ctx) {
   TPDP_API_ENTRY;
-  CHECK_PTR(root);
+  CHECK(core_module_check(root, "root"));
   CHECK_PTR(fn);
   walk_ctx w = {NULL, 0, 128, fn, ctx};
   w.buf = malloc(w.cap);
@@ -606,7 +620,7 @@ tpdp_training_state tpdp_module_get_state(const tpdp_module *m) {
 
 tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   if ((int)s < 0 || s > TPDP_STATE_SUMMON_FULL_PARAMS)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "training state %d outside [0, %d]", (int)s,
@@ -618,7 +632,7 @@ tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s) {
 tpdp_status tpdp_module_check_state(const tpdp_module *m,
                                     const tpdp_training_state *allowed, int n) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   if (n < 0 || (n > 0 && allowed == NULL))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
   for (int i = 0; i < n; i++)
@@ -657,7 +671,7 @@ tpdp_status tpdp_module_mark_managed(tpdp_module *root,
                                      tpdp_module *const *ignored, int nignored,
                                      int setting) {
   TPDP_API_ENTRY;
-  CHECK_PTR(root);
+  CHECK(core_module_check(root, "root"));
   if (nignored < 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nignored = %d < 0", nignored);
   if (nignored > 0) CHECK_PTR(ignored);
@@ -681,7 +695,7 @@ int tpdp_module_managed_setting(const tpdp_module *m) {
 tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
                                  const char *suffix) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   CHECK_PTR(kind);
   if (kind[0] == '\0') return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty unit kind");
   if (m->unit_kind) {
@@ -713,7 +727,7 @@ tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
 
 tpdp_status tpdp_module_clear_unit(tpdp_module *m) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   if (m->unit_kind == NULL) {
     LABEL(m, lbl);
     return TPDP_ERR(TPDP_ERR_NOT_FOUND, "module '%s' is not a managed unit",
@@ -738,7 +752,7 @@ static tpdp_status register_hook(tpdp_module *m, tpdp_hook_list *l,
   CHECK_PTR(out);
   out->module = NULL;
   out->id = 0;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   CHECK_PTR(fn);
   CHECK(core_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items));
   tpdp_hook_entry *e = &l->items[l->n++];
@@ -779,6 +793,7 @@ tpdp_status tpdp_hook_remove(tpdp_hook_handle h) {
   tpdp_module *m = h.module;
   if (m == NULL)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER, "hook handle has no module");
+  CHECK(core_module_check(m, "h.module"));
   tpdp_hook_list *lists[2] = {&m->pre_hooks, &m->post_hooks};
   for (int k = 0; k < 2; k++) {
     tpdp_hook_list *l = lists[k];
@@ -830,7 +845,7 @@ static tpdp_status run_hooks(tpdp_module *m, tpdp_hook_list *l) {
 
 tpdp_status tpdp_module_forward_begin(tpdp_module *m) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   m->forward_depth++;
   tpdp_status st = run_hooks(m, &m->pre_hooks);
   if (st != TPDP_SUCCESS) m->forward_depth--; /* the forward did not start */
@@ -839,7 +854,7 @@ tpdp_status tpdp_module_forward_begin(tpdp_module *m) {
 
 tpdp_status tpdp_module_forward_end(tpdp_module *m) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   tpdp_status st = run_hooks(m, &m->post_hooks);
   if (m->forward_depth > 0) m->forward_depth--;
   return st;
@@ -854,7 +869,7 @@ int tpdp_module_in_forward(const tpdp_module *m) {
 tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key, void *ptr,
                                 void (*free_fn)(void *)) {
   TPDP_API_ENTRY;
-  CHECK_PTR(m);
+  CHECK(core_module_check(m, "m"));
   CHECK_PTR(key);
   for (int i = 0; i < m->nexts; i++) {
     tpdp_ext_entry *e = &m->exts[i];

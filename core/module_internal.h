@@ -54,7 +54,11 @@ typedef struct {
   void (*free_fn)(void *);
 } tpdp_ext_entry;
 
+/* tpdp_module.magic while the module is alive; destroy clears it. */
+#define CORE_MODULE_MAGIC 0x4d4f4455u
+
 struct tpdp_module {
+  unsigned magic;
   char *class_name;
   char *name; /* name under the parent; NULL for a root */
   tpdp_module *parent;
@@ -80,5 +84,11 @@ struct tpdp_module {
   tpdp_ext_entry *exts;
   int nexts;
 };
+
+/* TPDP_ERR_NULL_POINTER naming `arg` for NULL; TPDP_ERR_INVALID_ARGUMENT
+ * for a module that was destroyed, as far as its freed memory still shows
+ * the cleared magic (reading it is undefined behaviour: a best-effort
+ * check). */
+tpdp_status core_module_check(const tpdp_module *m, const char *arg);
 
 #endif /* TPDP_CORE_MODULE_INTERNAL_H */

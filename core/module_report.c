@@ -203,7 +203,7 @@ tpdp_status tpdp_param_fqns_create(tpdp_module *root, int dedup_shared,
   TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(root);
+  CHECK(core_module_check(root, "root"));
   CHECK(resolve_prefixes(&prefixes, &nprefixes));
   tpdp_param_fqns *map = NULL;
   CHECK(TPDP_CALLOC(map, 1));
@@ -363,7 +363,7 @@ tpdp_status tpdp_tree_report_create(tpdp_module *root,
   TPDP_API_ENTRY;
   CHECK_PTR(out);
   *out = NULL;
-  CHECK_PTR(root);
+  CHECK(core_module_check(root, "root"));
   CHECK(resolve_prefixes(&prefixes, &nprefixes));
   rep_ctx c;
   memset(&c, 0, sizeof c);

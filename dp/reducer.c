@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/mesh_internal.h"
 #include "core/mem.h"
 #include "dp/buffers.h"
 #include "dp/reducer_internal.h"
@@ -16,6 +17,16 @@ tpdp_reducer_options tpdp_reducer_options_default(void) {
 }
 
 /* ------------------------------------------------------------ helpers */
+
+tpdp_status dp_check_handle(const tpdp_reducer *r) {
+  if (r == NULL) return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument 'r' is NULL");
+  if (r->magic != DP_REDUCER_MAGIC)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "reducer %p has been destroyed (tpdp_reducer_destroy), or "
+                    "is not a reducer",
+                    (const void *)r);
+  return TPDP_SUCCESS;
+}
 
 void dp_param_desc(const tpdp_reducer *r, int64_t i, char *buf, size_t len) {
   if (r->fqns[i])
@@ -178,7 +189,11 @@ static tpdp_status setup(tpdp_comm *comm, const tpdp_reducer_param *params,
   tpdp_reducer *r = NULL;
   CHECK(TPDP_CALLOC(r, 1));
   *out = r;
+  r->magic = DP_REDUCER_MAGIC;
   r->comm = comm;
+  /* A mesh's dim communicator: the mesh refuses to go before the reducer
+   * (comm/mesh_internal.h). */
+  r->mesh = comm_mesh_hold_by_comm(comm, COMM_MESH_REDUCER);
   r->stream = tpdp_comm_nccl_stream(comm);
   r->device = params[0].param.device;
   r->solo = tpdp_comm_size(comm) == 1;
@@ -237,6 +252,9 @@ static tpdp_status setup(tpdp_comm *comm, const tpdp_reducer_param *params,
  * caller's current values copied in, and the caller's params[i].grad
  * re-pointed too). */
 static tpdp_status install(tpdp_reducer *r, tpdp_reducer_param *caller) {
+  /* From the first re-pointed gradient on, destroy (also the one of a
+   * failed create) points the caller's gradients back. */
+  if (r->opt.gradient_as_bucket_view) r->caller = caller;
   for (int64_t j = 0; j < r->nbuckets; j++) {
     dp_bucket *b = &r->buckets[j];
     for (int64_t k = 0; k < b->n; k++) {
@@ -267,6 +285,23 @@ static void keep(first_failure *f, tpdp_status st) {
   snprintf(f->msg, sizeof f->msg, "%s", core_error_detail());
 }
 
+/* View mode: the caller's gradients leave the buckets before they are
+ * freed: each current value is copied into the caller's own buffer (the
+ * one given to create; a NULL one is left NULL) and params[i].grad points
+ * at that buffer again. */
+static tpdp_status restore_caller_grads(tpdp_reducer *r) {
+  tpdp_status st = TPDP_SUCCESS;
+  if (r->caller == NULL) return st;
+  for (int64_t i = 0; i < r->n; i++) {
+    tpdp_tensor *own = &r->params[i].grad;
+    if (own->data != NULL && r->views[i].data != own->data &&
+        tpdp_tensor_numel(own) > 0 && st == TPDP_SUCCESS)
+      st = core_mem_copy(own, &r->views[i]);
+    r->caller[i].grad = *own;
+  }
+  return st;
+}
+
 /* Wait for what is in flight, stop the thread, free everything; the first
  * failure (everything is freed regardless). */
 static tpdp_status reducer_free(tpdp_reducer *r) {
@@ -276,6 +311,9 @@ static tpdp_status reducer_free(tpdp_reducer *r) {
   if (r->in_iter) keep(&f, dp_abort_iteration(r));
   keep(&f, dp_thread_stop(r));
   keep(&f, dp_free_buckets(r->buckets, r->nbuckets));
+  keep(&f, restore_caller_grads(r));
+  if (r->mesh != NULL) comm_mesh_release(r->mesh, COMM_MESH_REDUCER);
+  r->magic = 0;
   keep(&f, core_mem_free(r->device, r->arena));
   keep(&f, core_mem_free(r->device, r->spare));
   keep(&f, core_mem_free(r->device, r->half_arena));
@@ -314,14 +352,21 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   /* Every local failure (bad input, memory) is agreed before anything
    * collective, so that no rank is left waiting for another. */
   CHECK_GOTO(dp_agree(comm, st), st, fail);
-  CHECK_GOTO(dp_check_across(comm, params, nparams), st, fail);
-  /* Device parameters: the broadcast runs on the communicator's stream,
-   * after whatever wrote them on the producer stream (MPI: a no-op). */
-  CHECK_GOTO(tpdp_comm_order_after(comm, o.producer_stream), st, fail);
-  for (int64_t i = 0; i < nparams; i++) {
-    tpdp_tensor *p = &r->params[i].param;
-    if (tpdp_tensor_numel(p) == 0) continue;
-    CHECK_GOTO(tpdp_broadcast(comm, p, p, 0), st, fail);
+  CHECK_GOTO(dp_check_across(comm, params, nparams, &o), st, fail);
+  if (o.broadcast_from_rank0) {
+    /* Device parameters: the broadcast runs on the communicator's stream,
+     * after whatever wrote them on the producer stream (MPI: a no-op). */
+    CHECK_GOTO(tpdp_comm_order_after(comm, o.producer_stream), st, fail);
+    for (int64_t i = 0; i < nparams; i++) {
+      tpdp_tensor *p = &r->params[i].param;
+      if (tpdp_tensor_numel(p) == 0) continue;
+      CHECK_GOTO(tpdp_broadcast(comm, p, p, 0), st, fail);
+    }
+  } else {
+    /* Replicas already: nothing to copy. Anything else is a wrong
+     * communicator (e.g. the TP one) or replicas initialised apart. */
+    CHECK_GOTO(dp_check_values(comm, r->params, nparams, o.producer_stream), st,
+               fail);
   }
   CHECK_GOTO(install(r, params), st, fail);
   TPDP_INFO(
@@ -341,6 +386,8 @@ fail:
 
 tpdp_status tpdp_reducer_destroy(tpdp_reducer *r) {
   TPDP_API_ENTRY;
+  if (r == NULL) return TPDP_SUCCESS;
+  CHECK(dp_check_handle(r));
   return reducer_free(r);
 }
 
@@ -349,7 +396,7 @@ tpdp_status tpdp_reducer_destroy(tpdp_reducer *r) {
 tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r, int64_t index,
                                    tpdp_tensor *out) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   CHECK_PTR(out);
   if (index < 0 || index >= r->n)
     return TPDP_ERR(TPDP_ERR_NOT_FOUND,
@@ -361,14 +408,14 @@ tpdp_status tpdp_reducer_grad_view(const tpdp_reducer *r, int64_t index,
 }
 
 int64_t tpdp_reducer_num_buckets(const tpdp_reducer *r) {
-  return r ? r->nbuckets : 0;
+  return r && r->magic == DP_REDUCER_MAGIC ? r->nbuckets : 0;
 }
 
 tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
                                 const int64_t **params, int64_t *count,
                                 size_t *bytes, size_t *limit) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   if (bucket < 0 || bucket >= r->nbuckets)
     return TPDP_ERR(TPDP_ERR_NOT_FOUND,
                     "unknown bucket %lld: the reducer has %lld buckets",
@@ -384,7 +431,7 @@ tpdp_status tpdp_reducer_bucket(const tpdp_reducer *r, int64_t bucket,
 tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
                                        const int64_t **params, int64_t *count) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   CHECK_PTR(params);
   CHECK_PTR(count);
   *params = r->unused;
@@ -392,12 +439,14 @@ tpdp_status tpdp_reducer_unused_params(const tpdp_reducer *r,
   return TPDP_SUCCESS;
 }
 
-int tpdp_reducer_rebuilt(const tpdp_reducer *r) { return r ? r->rebuilt : 0; }
+int tpdp_reducer_rebuilt(const tpdp_reducer *r) {
+  return r && r->magic == DP_REDUCER_MAGIC ? r->rebuilt : 0;
+}
 
 tpdp_status tpdp_reducer_get_stats(const tpdp_reducer *r,
                                    tpdp_reducer_stats *out) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   CHECK_PTR(out);
   *out = r->stats;
   return TPDP_SUCCESS;

@@ -12,6 +12,10 @@
 #include "dp/buffers.h"
 #include "dp/reducer_internal.h"
 
+/* xxHash as a header-only library (as ckpt/): no run-time dependency. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #define DESC_LEN (2 + TPDP_MAX_DIMS) /* dtype, ndim, shape[8] */
 
 /* ------------------------------------------------------------ options */
@@ -39,6 +43,7 @@ static const struct {
     DP_FIELD(producer_stream),
     DP_FIELD(comm_thread),
     DP_FIELD(module),
+    DP_FIELD(broadcast_from_rank0),
 };
 
 tpdp_status dp_options_resolve(const tpdp_reducer_options *in,
@@ -69,6 +74,12 @@ tpdp_status dp_options_resolve(const tpdp_reducer_options *in,
     if (fields[k].off + fields[k].len <= in->size)
       memcpy((char *)out + fields[k].off, (const char *)in + fields[k].off,
              fields[k].len);
+  /* Version 1 always broadcast rank 0's parameters: a caller built against
+   * it keeps that behaviour. */
+  if (offsetof(tpdp_reducer_options, broadcast_from_rank0) +
+          sizeof out->broadcast_from_rank0 >
+      in->size)
+    out->broadcast_from_rank0 = 1;
   return TPDP_SUCCESS;
 }
 
@@ -234,28 +245,104 @@ static void format_desc(const int64_t *d, char *buf, size_t len) {
   snprintf(buf, len, "%s %s", tpdp_dtype_name((tpdp_dtype)d[0]), shape);
 }
 
+/* The options every rank must pass alike, gathered with the parameter count:
+ * differing bucket limits give different bucket sizes on the ranks (their
+ * allreduces no longer match), a differing hook, divide factor or mode
+ * different gradients. hook_fn, hook_user_data, producer_stream and module
+ * are local (pointers into each process) and not compared. */
+static const char *const agreed_names[] = {
+    "first_bucket_bytes",     "bucket_cap_bytes", "gradient_as_bucket_view",
+    "find_unused_parameters", "static_graph",     "comm_hook",
+    "divide_factor",          "comm_thread",      "broadcast_from_rank0"};
+#define NAGREED ((int)(sizeof agreed_names / sizeof agreed_names[0]))
+#define HDR_LEN (1 + NAGREED) /* parameter count, then the options */
+#define AGREED_DIVIDE 6       /* index of divide_factor (its bits) */
+#define AGREED_HOOK 5
+
+static void fill_header(int64_t n, const tpdp_reducer_options *o, int64_t *h) {
+  h[0] = n;
+  int64_t *v = h + 1;
+  v[0] = (int64_t)o->first_bucket_bytes;
+  v[1] = (int64_t)o->bucket_cap_bytes;
+  v[2] = o->gradient_as_bucket_view;
+  v[3] = o->find_unused_parameters;
+  v[4] = o->static_graph;
+  v[AGREED_HOOK] = (int64_t)o->comm_hook;
+  memcpy(&v[AGREED_DIVIDE], &o->divide_factor, sizeof(double));
+  v[7] = o->comm_thread;
+  v[8] = o->broadcast_from_rank0;
+}
+
+static void format_option(int k, int64_t v, char *buf, size_t len) {
+  static const char *const hooks[] = {"NONE", "BF16", "F16", "USER"};
+  if (k == AGREED_DIVIDE) {
+    double d;
+    memcpy(&d, &v, sizeof d);
+    snprintf(buf, len, "%g", d);
+  } else if (k == AGREED_HOOK && v >= 0 && v <= TPDP_REDUCER_HOOK_USER) {
+    snprintf(buf, len, "TPDP_REDUCER_HOOK_%s", hooks[v]);
+  } else if (k <= 1) {
+    snprintf(buf, len, "%llu", (unsigned long long)v);
+  } else {
+    snprintf(buf, len, "%lld", (long long)v);
+  }
+}
+
+/* "rank 0 has 100, rank 1 has 64, ..." for option k (at most 8 ranks). */
+static void list_option(const int64_t *all, int size, int k, char *buf,
+                        size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int q = 0; q < size && at < len; q++) {
+    if (q == 8) {
+      snprintf(buf + at, len - at, ", ... (%d ranks)", size);
+      break;
+    }
+    char v[64];
+    format_option(k, all[(size_t)q * HDR_LEN + 1 + (size_t)k], v, sizeof v);
+    int w =
+        snprintf(buf + at, len - at, "%srank %d has %s", q ? ", " : "", q, v);
+    if (w < 0) break;
+    at += (size_t)w;
+  }
+}
+
 tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
-                            int64_t n) {
+                            int64_t n, const tpdp_reducer_options *o) {
   int size = tpdp_comm_size(comm), me = tpdp_comm_rank(comm);
   tpdp_status st = TPDP_SUCCESS;
-  int64_t *counts = NULL, *mine = NULL, *all = NULL;
+  int64_t *headers = NULL, *mine = NULL, *all = NULL;
+  int64_t header[HDR_LEN];
   /* A rank short of memory must still take part in the allgathers: the
    * buffers are allocated first and the shortage agreed. */
-  st = TPDP_CALLOC(counts, (size_t)size);
+  st = TPDP_CALLOC(headers, (size_t)size * HDR_LEN);
   if (st == TPDP_SUCCESS) st = TPDP_CALLOC(mine, (size_t)n * DESC_LEN);
   if (st == TPDP_SUCCESS)
     st = TPDP_CALLOC(all, (size_t)n * DESC_LEN * (size_t)size);
   CHECK_GOTO(dp_agree(comm, st), st, done);
-  tpdp_tensor s = tpdp_tensor_1d(&n, TPDP_I64, 1);
-  tpdp_tensor rv = tpdp_tensor_1d(counts, TPDP_I64, size);
+  fill_header(n, o, header);
+  tpdp_tensor s = tpdp_tensor_1d(header, TPDP_I64, HDR_LEN);
+  tpdp_tensor rv = tpdp_tensor_1d(headers, TPDP_I64, (int64_t)size * HDR_LEN);
   CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
+  for (int k = 0; k < NAGREED; k++)
+    for (int q = 1; q < size; q++) {
+      if (headers[(size_t)q * HDR_LEN + 1 + (size_t)k] == headers[1 + k])
+        continue;
+      char list[600];
+      list_option(headers, size, k, list, sizeof list);
+      st = TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "option %s differs across the ranks of %s: %s (this is "
+                    "rank %d); every rank must pass the same reducer options",
+                    agreed_names[k], tpdp_comm_name(comm), list, me);
+      goto done;
+    }
   for (int k = 1; k < size; k++)
-    if (counts[k] != counts[0]) {
+    if (headers[(size_t)k * HDR_LEN] != headers[0]) {
       st = TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "parameter count differs across ranks of %s: rank 0 has "
                     "%lld parameters, rank %d has %lld (this is rank %d)",
-                    tpdp_comm_name(comm), (long long)counts[0], k,
-                    (long long)counts[k], me);
+                    tpdp_comm_name(comm), (long long)headers[0], k,
+                    (long long)headers[(size_t)k * HDR_LEN], me);
       goto done;
     }
   for (int64_t i = 0; i < n; i++)
@@ -282,8 +369,114 @@ tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
     }
   }
 done:
-  free(counts);
+  free(headers);
   free(mine);
   free(all);
+  return st;
+}
+
+/* ------------------------------------------------------------ values */
+
+/* Checksum of parameter i's bytes into *h (63 bits, so that -*h cannot
+ * overflow), staging device memory through `host` (max_bytes). */
+static tpdp_status param_checksum(const tpdp_reducer_param *p, void *host,
+                                  int64_t *h) {
+  size_t bytes = tpdp_tensor_nbytes(&p->param);
+  const void *data = p->param.data;
+  if (bytes == 0) {
+    *h = 0;
+    return TPDP_SUCCESS;
+  }
+  if (p->param.device.type != TPDP_DEVICE_CPU) {
+    tpdp_tensor v;
+    tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+    tpdp_tensor_init(&v, host, p->param.dtype, cpu, p->param.ndim,
+                     p->param.shape);
+    CHECK(core_mem_copy(&v, &p->param));
+    data = host;
+  }
+  *h = (int64_t)(XXH3_64bits(data, bytes) >> 1);
+  return TPDP_SUCCESS;
+}
+
+/* "1, 3" : the ranks whose checksum differs from rank 0's (at most 8). */
+static void list_ranks(const int64_t *h, int size, char *buf, size_t len) {
+  size_t at = 0;
+  int listed = 0;
+  buf[0] = '\0';
+  for (int q = 1; q < size && at < len; q++) {
+    if (h[q] == h[0]) continue;
+    int w = listed == 8
+                ? snprintf(buf + at, len - at, ", ...")
+                : snprintf(buf + at, len - at, "%s%d", listed ? ", " : "", q);
+    if (w < 0 || listed == 8) break;
+    at += (size_t)w;
+    listed++;
+  }
+}
+
+tpdp_status dp_check_values(tpdp_comm *comm, const tpdp_reducer_param *params,
+                            int64_t n, void *producer_stream) {
+  int size = tpdp_comm_size(comm), me = tpdp_comm_rank(comm);
+  if (size == 1) return TPDP_SUCCESS;
+  tpdp_device dev = params[0].param.device;
+  int on_device = dev.type != TPDP_DEVICE_CPU;
+  size_t max_bytes = 0;
+  for (int64_t i = 0; i < n; i++) {
+    size_t b = tpdp_tensor_nbytes(&params[i].param);
+    if (b > max_bytes) max_bytes = b;
+  }
+  int64_t *keys = NULL, *own = NULL, *per_rank = NULL;
+  void *host = NULL;
+  /* keys[i] = checksum, keys[n + i] = -checksum: one allreduce MAX gives
+   * the largest and (negated) the smallest of every parameter's; own keeps
+   * this rank's. */
+  tpdp_status st = TPDP_CALLOC(keys, (size_t)n * 2);
+  if (st == TPDP_SUCCESS) st = TPDP_CALLOC(own, (size_t)n);
+  if (st == TPDP_SUCCESS) st = TPDP_CALLOC(per_rank, (size_t)size);
+  if (st == TPDP_SUCCESS && on_device) st = core_calloc(&host, max_bytes, 1);
+  /* Device parameters: whatever writes them on the producer stream is
+   * done before they are read. */
+  if (st == TPDP_SUCCESS && on_device) st = core_mem_sync(dev, producer_stream);
+  for (int64_t i = 0; st == TPDP_SUCCESS && i < n; i++)
+    st = param_checksum(&params[i], host, &own[i]);
+  /* Every rank reaches the collectives below, whatever failed here. */
+  CHECK_GOTO(dp_agree(comm, st), st, done);
+  for (int64_t i = 0; i < n; i++) {
+    keys[i] = own[i];
+    keys[n + i] = -own[i];
+  }
+  tpdp_tensor t = tpdp_tensor_1d(keys, TPDP_I64, n * 2);
+  CHECK_GOTO(dp_buf_host_allreduce(comm, &t, TPDP_OP_MAX), st, done);
+  for (int64_t i = 0; i < n; i++) {
+    if (keys[i] == -keys[n + i]) continue; /* max == min */
+    /* Every rank finds the same first parameter: the ranks' checksums of
+     * it tell which ranks differ. */
+    tpdp_tensor s1 = tpdp_tensor_1d(&own[i], TPDP_I64, 1);
+    tpdp_tensor rv = tpdp_tensor_1d(per_rank, TPDP_I64, size);
+    st = dp_buf_host_allgather(comm, &s1, &rv);
+    if (st != TPDP_SUCCESS) break;
+    char ranks[200];
+    list_ranks(per_rank, size, ranks, sizeof ranks);
+    st = TPDP_ERR(
+        TPDP_ERR_INVALID_ARGUMENT,
+        "parameter %lld '%s' holds different values on the ranks of %s: "
+        "rank 0's differ from those of rank(s) %s (first differing "
+        "parameter, by checksum; this is rank %d). A reducer averages "
+        "gradients over replicas: create it on the communicator along which "
+        "the parameters are replicated (the mesh's DP dim, e.g. "
+        "tpdp_mesh_dim_comm_by_name(mesh, \"dp\", &comm)), not one along "
+        "which they are sharded (the TP dim); if the replicas were "
+        "initialised independently, set options.broadcast_from_rank0 = 1 to "
+        "copy rank 0's values",
+        (long long)i, fqn_or_empty(&params[i]), tpdp_comm_name(comm), ranks,
+        me);
+    break;
+  }
+done:
+  free(keys);
+  free(own);
+  free(per_rank);
+  free(host);
   return st;
 }

@@ -81,12 +81,22 @@ typedef struct {
   int64_t key, index;
 } dp_key_entry;
 
+/* tpdp_reducer.magic of a live reducer; destroy clears it. */
+#define DP_REDUCER_MAGIC 0x52445055u
+
 struct tpdp_reducer {
+  unsigned magic; /* DP_REDUCER_MAGIC while alive */
   tpdp_comm *comm;
+  /* The mesh whose dim communicator `comm` is (NULL if none): held so that
+   * it refuses to be destroyed before the reducer. */
+  const tpdp_mesh *mesh;
   void *stream; /* the comm's CUDA stream (NCCL) for bucket ops; NULL on MPI */
   tpdp_device device; /* every parameter's */
   int solo;           /* a communicator of one rank: reductions are no-ops */
   tpdp_reducer_param *params; /* the reducer's copy of the caller's array */
+  /* View mode: the caller's array, whose grads destroy points back at
+   * params[i].grad (the caller's own buffers); NULL in copy mode. */
+  tpdp_reducer_param *caller;
   int64_t n;
   tpdp_reducer_options opt;
   double divide;
@@ -163,6 +173,11 @@ tpdp_status dp_free_buckets(dp_bucket *b, int64_t nb);
 /* Parameters' tensors as an array for tpdp_bucket_assign (caller frees). */
 tpdp_status dp_param_tensors(const tpdp_reducer *r, tpdp_tensor **out);
 
+/* TPDP_ERR_NULL_POINTER for NULL, TPDP_ERR_INVALID_ARGUMENT for a reducer
+ * that was destroyed (as far as its freed memory still shows the cleared
+ * magic: reading it is undefined behaviour, a best-effort check). */
+tpdp_status dp_check_handle(const tpdp_reducer *r);
+
 /* ---- reducer_checks.c */
 
 /* The caller's options (NULL: defaults) into *out, by their `size`:
@@ -178,9 +193,16 @@ tpdp_status dp_check_local(tpdp_comm *comm, const tpdp_reducer_param *params,
  * keeps its own status and message, the others fail with the first failing
  * rank's status and a message naming it. Collective. */
 tpdp_status dp_agree(tpdp_comm *comm, tpdp_status mine);
-/* Same count, dtypes and shapes on every rank. Collective. */
+/* Same options (those that change what is communicated or computed),
+ * count, dtypes and shapes on every rank. Collective. */
 tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
-                            int64_t n);
+                            int64_t n, const tpdp_reducer_options *o);
+/* Same parameter values on every rank (a checksum of each parameter's
+ * bytes), else an error naming the first differing parameter, the ranks,
+ * and the communicator to use. Device parameters are read after
+ * `producer_stream`. Collective; nothing on a one-rank communicator. */
+tpdp_status dp_check_values(tpdp_comm *comm, const tpdp_reducer_param *params,
+                            int64_t n, void *producer_stream);
 
 /* ---- reducer_thread.c */
 

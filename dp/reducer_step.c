@@ -392,7 +392,7 @@ static tpdp_status prepare(tpdp_reducer *r) {
 
 tpdp_status tpdp_reducer_prepare(tpdp_reducer *r) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   tpdp_status st;
   DP_TIMED(r, total_seconds, st, prepare(r));
   return st;
@@ -461,7 +461,7 @@ static tpdp_status mark(tpdp_reducer *r, int64_t index) {
 
 tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   tpdp_status st;
   DP_TIMED(r, total_seconds, st, mark(r, index));
   return st;
@@ -489,7 +489,7 @@ static tpdp_status mark_ptr(tpdp_reducer *r, const void *data) {
 
 tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   tpdp_status st;
   DP_TIMED(r, total_seconds, st, mark_ptr(r, data));
   return st;
@@ -591,7 +591,7 @@ static tpdp_status finalize(tpdp_reducer *r) {
 
 tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   tpdp_status st;
   DP_TIMED(r, total_seconds, st, finalize(r));
   if (st == TPDP_SUCCESS) r->stats.iterations++;
@@ -600,7 +600,7 @@ tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
 
 tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync) {
   TPDP_API_ENTRY;
-  CHECK_PTR(r);
+  CHECK(dp_check_handle(r));
   if (r->in_iter)
     return TPDP_ERR(TPDP_ERR_STATE,
                     "cannot change sync inside an iteration (between "

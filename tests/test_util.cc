@@ -21,4 +21,15 @@ std::string DataPath(const std::string &file) {
   return "tests/data/" + file;
 }
 
+bool FreedMemoryChecked() {
+#if defined(__SANITIZE_ADDRESS__)
+  return true;
+#else
+  // valgrind preloads its vgpreload_*.so into the program it runs.
+  const char *pre = std::getenv("LD_PRELOAD");
+  return pre != nullptr &&
+         std::string(pre).find("vgpreload") != std::string::npos;
+#endif
+}
+
 }  // namespace tpdp_test

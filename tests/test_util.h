@@ -48,6 +48,11 @@ int WorldSize();
 // Directory of test data files (tests/data) under Bazel's runfiles.
 std::string DataPath(const std::string &file);
 
+// True under ASan or valgrind, which report any read of freed memory: the
+// tests of tpdp's best-effort use-after-destroy checks (a handle's magic
+// read after its memory was freed) skip there.
+bool FreedMemoryChecked();
+
 }  // namespace tpdp_test
 
 #endif  // TPDP_TESTS_TEST_UTIL_H

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/mesh_internal.h"
 #include "core/mem.h"
 #include "tp/tp_internal.h"
 
@@ -155,6 +156,17 @@ void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
 
 /* ------------------------------------------------------------ spec */
 
+tpdp_status tp_spec_check(const tpdp_spec *spec, const char *arg) {
+  if (spec == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
+  if (spec->magic != TP_SPEC_MAGIC)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "argument '%s' (%p) is a spec that has been destroyed "
+                    "(tpdp_spec_destroy), or not a spec",
+                    arg, (const void *)spec);
+  return TPDP_SUCCESS;
+}
+
 static tpdp_status check_placements(const tpdp_mesh *mesh,
                                     const tpdp_placement *placements,
                                     int nplacements, int ndim,
@@ -210,6 +222,7 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
   CHECK_PTR(out);
   *out = NULL;
   CHECK_PTR(mesh);
+  CHECK(comm_mesh_check(mesh, "the mesh"));
   if (tpdp_mesh_size(mesh) <= 0 || tpdp_mesh_ndim(mesh) <= 0)
     return TPDP_ERR(TPDP_ERR_MESH_SIZE, "mesh has size %lld (%d dims)",
                     (long long)tpdp_mesh_size(mesh), tpdp_mesh_ndim(mesh));
@@ -230,6 +243,7 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
 
   tpdp_spec *s = NULL;
   CHECK(TPDP_CALLOC(s, 1));
+  s->magic = TP_SPEC_MAGIC;
   s->mesh = mesh;
   s->mesh_ndim = nplacements;
   for (int m = 0; m < nplacements; m++) {
@@ -252,6 +266,8 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
     free(s);
     return st;
   }
+  /* The mesh refuses to go while the spec lives (comm/mesh_internal.h). */
+  comm_mesh_hold(mesh, COMM_MESH_SPEC);
   *out = s;
   return TPDP_SUCCESS;
 }
@@ -260,13 +276,17 @@ tpdp_status tpdp_spec_with_placements(const tpdp_spec *spec,
                                       const tpdp_placement *placements,
                                       int nplacements, tpdp_spec **out) {
   TPDP_API_ENTRY;
-  CHECK_PTR(spec);
+  CHECK(tp_spec_check(spec, "spec"));
   return tpdp_spec_create(spec->mesh, placements, nplacements, spec->ndim,
                           spec->global_shape, spec->dtype, spec->device, out);
 }
 
 tpdp_status tpdp_spec_destroy(tpdp_spec *spec) {
   TPDP_API_ENTRY;
+  if (spec == NULL) return TPDP_SUCCESS;
+  CHECK(tp_spec_check(spec, "spec"));
+  comm_mesh_release(spec->mesh, COMM_MESH_SPEC);
+  spec->magic = 0;
   free(spec);
   return TPDP_SUCCESS;
 }
@@ -311,7 +331,7 @@ tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
                                   int64_t *local_shape,
                                   int64_t *global_offset) {
   TPDP_API_ENTRY;
-  CHECK_PTR(spec);
+  CHECK(tp_spec_check(spec, "spec"));
   CHECK_PTR(local_shape);
   int64_t size = tpdp_mesh_size(spec->mesh);
   if (rank < 0 || rank >= size)
@@ -345,7 +365,7 @@ tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
                                    const tpdp_spec *spec, tpdp_dtensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(local);
-  CHECK_PTR(spec);
+  CHECK(tp_spec_check(spec, "spec"));
   CHECK_PTR(out);
   char want[128], got[128];
   if (core_shapes_differ(spec->ndim, spec->self_shape, local->ndim,

@@ -8,9 +8,12 @@
 
 /* Spec pairs a source spec remembers as agreed (tpdp_spec.agreed). */
 #define TP_AGREED_PAIRS 4
+/* tpdp_spec.magic while the spec is alive; tpdp_spec_destroy clears it. */
+#define TP_SPEC_MAGIC 0x53504543u
 
 struct tpdp_spec {
-  const tpdp_mesh *mesh;
+  unsigned magic;
+  const tpdp_mesh *mesh; /* held (comm/mesh_internal.h) until destroy */
   int mesh_ndim;
   int64_t mesh_sizes[TPDP_MAX_DIMS];
   tpdp_placement placements[TPDP_MAX_DIMS];
@@ -28,6 +31,12 @@ struct tpdp_spec {
   uint64_t agreed[TP_AGREED_PAIRS];
   int agreed_next;
 };
+
+/* TPDP_ERR_NULL_POINTER naming `arg` for NULL; TPDP_ERR_INVALID_ARGUMENT
+ * for a spec that was destroyed, as far as its freed memory still shows
+ * the cleared magic (reading it is undefined behaviour: a best-effort
+ * check). */
+tpdp_status tp_spec_check(const tpdp_spec *spec, const char *arg);
 
 /* Local shape/offset for mesh coordinates `coords` under `placements`
  * (the torch.chunk rule, mesh dims applied in order). No checks. */

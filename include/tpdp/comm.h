@@ -254,7 +254,19 @@ TPDP_API tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm,
 /* Destroys the sub-communicators (not the parent comm) and frees the mesh,
  * all of them even when one fails; call it on every rank (MPI_Comm_free
  * and ncclCommFinalize are collective). NULL is a no-op returning
- * TPDP_SUCCESS. Errors: the first failing tpdp_comm_destroy's. */
+ * TPDP_SUCCESS.
+ * Lifetime: specs (tpdp_spec_create, also those a parallelized module
+ * keeps until tpdp_module_destroy) and reducers created on one of the
+ * mesh's dim communicators hold the mesh; while any lives, destroy fails
+ * with TPDP_ERR_STATE naming how many specs and reducers, and destroys
+ * nothing: destroy them first. So no spec or reducer ever sees its mesh
+ * freed. A mesh already destroyed, passed to this or to the mesh calls
+ * returning a status (or to tpdp_spec_create), gives
+ * TPDP_ERR_INVALID_ARGUMENT ("has been destroyed"), as far as that goes:
+ * the check reads a magic field cleared by destroy in freed memory, which
+ * is undefined behaviour and may miss (it catches the common double
+ * destroy; never rely on it). Errors: those, then the first failing
+ * tpdp_comm_destroy's. */
 TPDP_API tpdp_status tpdp_mesh_destroy(tpdp_mesh *mesh);
 
 TPDP_API int tpdp_mesh_ndim(const tpdp_mesh *mesh);

@@ -69,7 +69,8 @@ TPDP_API tpdp_status tpdp_placements_parse(const char *text,
  * device. Immutable after creation. */
 typedef struct tpdp_spec tpdp_spec;
 
-/* Create a spec. mesh is borrowed (it must outlive the spec); placements:
+/* Create a spec. mesh is borrowed and held: tpdp_mesh_destroy refuses
+ * (TPDP_ERR_STATE) while the spec lives, so destroy specs first; placements:
  * one per mesh dim (copied); global_shape: ndim sizes >= 0 (copied);
  * device: where local tensors live (metadata; its index is not compared
  * across ranks). This process's local shape (for a mesh with a
@@ -99,8 +100,13 @@ TPDP_API tpdp_status tpdp_spec_with_placements(const tpdp_spec *spec,
                                                const tpdp_placement *placements,
                                                int nplacements,
                                                tpdp_spec **out);
-/* Free a spec made by tpdp_spec_create / _with_placements / _from_json.
- * NULL is a no-op; always TPDP_SUCCESS (a status, as every destroy). */
+/* Free a spec made by tpdp_spec_create / _with_placements / _from_json
+ * (releasing its hold on the mesh). NULL is a no-op returning
+ * TPDP_SUCCESS. A spec already destroyed, passed to this or to the spec
+ * calls that return a status, gives TPDP_ERR_INVALID_ARGUMENT ("has been
+ * destroyed"), as far as that goes: the check reads a magic field cleared
+ * by destroy in freed memory, which is undefined behaviour and may miss
+ * (never rely on it). */
 TPDP_API tpdp_status tpdp_spec_destroy(tpdp_spec *spec);
 
 /* Accessors; the returned pointers live as long as the spec. NULL spec:

@@ -55,8 +55,15 @@ TPDP_API tpdp_status tpdp_module_create(const char *class_name,
                                         tpdp_module **out);
 
 /* Destroy a root module and its subtree (releasing every parameter
- * registration, running extension destructors). NULL is a no-op.
- * Errors: TPDP_ERR_STATE if `m` has a parent. */
+ * registration, running extension destructors: tp/'s free the specs of a
+ * parallelized module, which hold their mesh, so destroy modules before
+ * their mesh). NULL is a no-op.
+ * Errors: TPDP_ERR_STATE if `m` has a parent. A module already destroyed
+ * (or in a destroyed tree), passed to this or to the module calls that
+ * return a status, gives TPDP_ERR_INVALID_ARGUMENT ("has been destroyed"),
+ * as far as that goes: the check reads a magic field cleared by destroy in
+ * freed memory, which is undefined behaviour and may miss (never rely on
+ * it). */
 TPDP_API tpdp_status tpdp_module_destroy(tpdp_module *m);
 
 /* Append `child` (a parentless module) to `parent` under `name`; `parent`

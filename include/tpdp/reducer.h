@@ -206,10 +206,21 @@ typedef struct {
    * DTensors. Forwards without a backward (evaluation) and forwards
    * recomputed during backward (activation checkpointing) are fine. */
   struct tpdp_module *module;
+  /* (version 2) 0 (default): tpdp_reducer_create compares a checksum of
+   * every parameter's values across the communicator's ranks and fails,
+   * naming the first parameter that differs and the ranks, when they do
+   * not hold the same values: a reducer averages over ranks that are
+   * replicas, and parameters that differ mean the wrong communicator (the
+   * mesh's TP dim, along which they are sharded) or replicas initialised
+   * differently. 1: copy rank 0's values to the other ranks instead (the
+   * ranks initialised their replicas independently; DDP's behaviour). A
+   * caller built against version 1 (a smaller struct, without this field)
+   * keeps version 1's behaviour: 1. */
+  int broadcast_from_rank0;
 } tpdp_reducer_options;
 
 /* Version of the struct above; grows when fields are appended. */
-#define TPDP_REDUCER_OPTIONS_VERSION 1u
+#define TPDP_REDUCER_OPTIONS_VERSION 2u
 
 /* The documented defaults (designated initialisers: C99/C11, C++20), one
  * field a line. */
@@ -230,6 +241,7 @@ typedef struct {
     .producer_stream = NULL,                        \
     .comm_thread = 1,                               \
     .module = NULL,                                 \
+    .broadcast_from_rank0 = 0,                      \
   }
 /* clang-format on */
 
@@ -244,27 +256,45 @@ TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
  *    then agrees with the other ranks that all succeeded (a rank whose own
  *    part succeeded returns the failing rank's status with a message naming
  *    that rank);
+ *  - checks that every rank passed the same options where they change what
+ *    is communicated or computed (first_bucket_bytes, bucket_cap_bytes,
+ *    gradient_as_bucket_view, find_unused_parameters, static_graph,
+ *    comm_hook, divide_factor, comm_thread, broadcast_from_rank0; not the
+ *    local pointers hook_fn, hook_user_data, producer_stream, module), else
+ *    fails on every rank naming the option and each rank's value;
  *  - checks that every rank has the same parameter count, shapes and
  *    dtypes, else fails on every rank naming the first mismatching
  *    parameter (index and FQN) and the two ranks;
- *  - broadcasts the parameters' values from rank 0 of `comm`;
+ *  - with options->broadcast_from_rank0, broadcasts the parameters' values
+ *    from rank 0 of `comm`; otherwise compares a checksum (xxHash) of each
+ *    parameter's values across the ranks and fails on every rank, naming
+ *    the first differing parameter (index and FQN), the ranks whose values
+ *    differ from rank 0's and the communicator to use, when they differ:
+ *    parameters that differ along `comm` mean it is not a DP communicator
+ *    (e.g. the mesh's TP dim, along which they are sharded) or that the
+ *    replicas were initialised apart. Cost: one pass over the parameters'
+ *    bytes (device parameters are copied to the host for it) and one
+ *    allreduce of 16 bytes per parameter, at create only;
  *  - assigns buckets as DDP: tpdp_bucket_assign over the parameters in
  *    registration order with limits {first, cap}, then the list reversed, so
  *    the bucket of the last-registered parameters launches first;
  *  - in view mode copies each current gradient into its bucket slot and
  *    re-points the caller's params[i].grad at the slot.
- * Ownership: the reducer copies the `params` array (and the FQNs): the
- * array may be freed or reused once create returns; in view mode create
- * writes the slots' views into its params[i].grad. The tensors' memory is
- * borrowed: parameter data must stay valid until destroy, and so must the
- * caller's gradient buffers in copy mode (gradients are copied from and to
- * them). In view mode the caller's original gradient buffers are read once
- * (their values copied into the slots) and never touched again; the slot
- * views (params[i].grad as re-pointed, tpdp_reducer_grad_view) become
- * invalid when the buckets are rebuilt (read them again, see
- * tpdp_reducer_prepare) and dangle after tpdp_reducer_destroy: re-point
- * your gradients at buffers of your own before that (the reducer does not
- * restore the original ones, whose array it no longer has).
+ * Ownership: the reducer copies the `params` array (and the FQNs) and
+ * never reads the caller's array again. In copy mode it may be freed once
+ * create returns. In view mode create writes the slots' views into its
+ * params[i].grad and destroy writes the caller's own gradient tensors back
+ * there, so the array must stay allocated until destroy (its contents may
+ * change). The tensors' memory is borrowed: parameter data must stay valid
+ * until destroy, and so must the caller's gradient buffers (copy mode:
+ * gradients are copied from and to them; view mode: their values are
+ * copied into the slots at create and back at destroy). The slot views
+ * (params[i].grad as re-pointed, tpdp_reducer_grad_view) become invalid
+ * when the buckets are rebuilt (read them again, see tpdp_reducer_prepare)
+ * and at destroy. A create that fails leaves params[i].grad as it was.
+ * The communicator must outlive the reducer; a mesh whose dim communicator
+ * it is refuses to be destroyed while the reducer lives (TPDP_ERR_STATE,
+ * see tpdp_mesh_destroy).
  * `options` may be NULL (defaults); otherwise options->size decides which
  * fields are read: a smaller size (an older header) takes the fields that
  * lie wholly within it and the defaults for the rest.
@@ -276,7 +306,9 @@ TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
  * or larger than this library's struct, naming both sizes; an unknown
  * options->version; empty parameter list, limits of 0, negative or
  * non-finite divide factor, non-contiguous parameter, user hook without
- * hook_fn, bad hook); TPDP_ERR_DUPLICATE (the same parameter data twice);
+ * hook_fn, bad hook; options that differ across the ranks; parameter values
+ * that differ across the ranks without broadcast_from_rank0);
+ * TPDP_ERR_DUPLICATE (the same parameter data twice);
  * TPDP_ERR_DEVICE_MISMATCH (parameters on different devices, or memory the
  * communicator cannot move); TPDP_ERR_UNSUPPORTED (device parameters in a
  * build without CUDA); TPDP_ERR_SHAPE_MISMATCH / TPDP_ERR_DTYPE_MISMATCH
@@ -291,11 +323,20 @@ TPDP_API tpdp_status tpdp_reducer_create(tpdp_comm *comm,
 
 /* Wait for reductions still in flight (this blocks if other ranks never
  * launched them), stop the communication thread, free the buffers and the
- * reducer. Everything is freed even when something fails; the first
- * failure is returned (e.g. a reduction of an iteration that was never
- * finalized failed). In view mode the gradient views point into freed
- * memory afterwards (see tpdp_reducer_create). Does not touch the options'
- * module. NULL is a no-op. */
+ * reducer. In view mode, before the buckets go, each gradient's current
+ * value is copied into the caller's own buffer (the params[i].grad given
+ * to create; a NULL one stays NULL) and the caller's params[i].grad points
+ * at that buffer again, so nothing points into freed memory and a reducer
+ * can be created again from the same array. Everything is freed even when
+ * something fails; the first failure is returned (e.g. a reduction of an
+ * iteration that was never finalized failed). Does not touch the options'
+ * module. NULL is a no-op.
+ * A destroyed reducer passed to any tpdp_reducer_* call (destroy included)
+ * gives TPDP_ERR_INVALID_ARGUMENT ("has been destroyed"), as far as that
+ * goes: the check reads a magic field cleared by destroy in memory that has
+ * been freed, which is undefined behaviour and may miss (never rely on it;
+ * it catches the common double destroy). The accessors that return no
+ * status give 0. */
 TPDP_API tpdp_status tpdp_reducer_destroy(tpdp_reducer *r);
 
 /* Start an iteration (call before backward). After the first synchronised

@@ -38,8 +38,8 @@ TEST(ReducerOptions, SizeAndVersionAreChecked) {
   o = Opts(1);
   o.version = TPDP_REDUCER_OPTIONS_VERSION + 1;
   EXPECT_TPDP_ERROR(tpdp_reducer_create(w, m.params.data(), kN, &o, &r),
-                    TPDP_ERR_INVALID_ARGUMENT, "options->version is 2",
-                    "versions 1 to 1");
+                    TPDP_ERR_INVALID_ARGUMENT, "options->version is 3",
+                    "versions 1 to 2");
   EXPECT_EQ(r, nullptr);
 }
 
@@ -56,9 +56,12 @@ TEST(ReducerOptions, OlderSmallerStructTakesDefaultsForTheRest) {
   o.hook_fn = nullptr;
   o.comm_thread = 77;
   std::memset(&o.module, 0xA5, sizeof o.module);
+  o.broadcast_from_rank0 = 0;  // beyond the old size too
   tpdp_reducer *r = Attach(m, o);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(Buckets(r), kInitialBuckets);  // the limits were read
+  // Version 1 broadcast rank 0's values: an old caller still gets that.
+  EXPECT_EQ(m.pdata[1][2], (float)(10 + 2));
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   WriteGrads(m, rank, 0, false);
   MarkAll(r, kReverse);

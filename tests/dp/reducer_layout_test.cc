@@ -23,8 +23,10 @@ TEST(ReducerOptionsLayout, OffsetsAndSizeArePinned) {
   EXPECT_EQ(offsetof(tpdp_reducer_options, producer_stream), 72u);
   EXPECT_EQ(offsetof(tpdp_reducer_options, comm_thread), 80u);
   EXPECT_EQ(offsetof(tpdp_reducer_options, module), 88u);
-  EXPECT_EQ(sizeof(tpdp_reducer_options), 96u);
-  EXPECT_EQ(TPDP_REDUCER_OPTIONS_VERSION, 1u);
+  // Version 2 appended broadcast_from_rank0 (and tail padding).
+  EXPECT_EQ(offsetof(tpdp_reducer_options, broadcast_from_rank0), 96u);
+  EXPECT_EQ(sizeof(tpdp_reducer_options), 104u);
+  EXPECT_EQ(TPDP_REDUCER_OPTIONS_VERSION, 2u);
 }
 
 TEST(ReducerOptionsLayout, InitAndDefaultGiveTheDocumentedDefaults) {
@@ -32,7 +34,7 @@ TEST(ReducerOptionsLayout, InitAndDefaultGiveTheDocumentedDefaults) {
   tpdp_reducer_options b = tpdp_reducer_options_default();
   for (const tpdp_reducer_options &o : {a, b}) {
     EXPECT_EQ(o.size, sizeof(tpdp_reducer_options));
-    EXPECT_EQ(o.version, 1u);
+    EXPECT_EQ(o.version, 2u);
     EXPECT_EQ(o.first_bucket_bytes, 1048576u);
     EXPECT_EQ(o.bucket_cap_bytes, 26214400u);
     EXPECT_EQ(o.gradient_as_bucket_view, 1);
@@ -45,5 +47,6 @@ TEST(ReducerOptionsLayout, InitAndDefaultGiveTheDocumentedDefaults) {
     EXPECT_EQ(o.producer_stream, nullptr);
     EXPECT_EQ(o.comm_thread, 1);
     EXPECT_EQ(o.module, nullptr);
+    EXPECT_EQ(o.broadcast_from_rank0, 0);
   }
 }

@@ -85,11 +85,14 @@ inline void *GradData(tpdp_reducer *r, int64_t p) {
   return v.data;
 }
 
+// The Model's replicas start apart (rank-dependent values, as replicas
+// initialised independently), so these options ask for rank 0's values.
 inline tpdp_reducer_options Opts(int view) {
   tpdp_reducer_options o = TPDP_REDUCER_OPTIONS_INIT;
   o.first_bucket_bytes = 64;
   o.bucket_cap_bytes = 100;
   o.gradient_as_bucket_view = view;
+  o.broadcast_from_rank0 = 1;
   return o;
 }
 

@@ -340,3 +340,32 @@ TEST(ReducerSolo, OneRankCommunicatesNothing) {
   }
   EXPECT_TPDP_OK(tpdp_comm_destroy(self));
 }
+
+// find_unused_parameters off and one rank never marks a parameter: that
+// rank's finalize fails at once naming the parameter (its peer waits in
+// finalize for the bucket's reduction, bounded by TPDP_TIMEOUT_S); marking
+// it then completes the iteration on both ranks with the right averages.
+TEST(ReducerStep, OneRankNeverMarkingAParameterIsNamedAtFinalize) {
+  int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
+  const int last = size - 1;
+  for (int view : {1, 0}) {
+    SCOPED_TRACE(view ? "view" : "copy");
+    Model m(rank);
+    tpdp_reducer *r = Attach(m, Opts(view));
+    ASSERT_NE(r, nullptr);
+    ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+    WriteGrads(m, rank, 0, false);
+    if (rank == last) {
+      MarkAll(r, {5, 4, 2, 1, 0});  // never 3
+      EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE,
+                        "never marked ready", "3 ('l1.bias')",
+                        "find_unused_parameters");
+      EXPECT_TPDP_OK(tpdp_reducer_mark_ready(r, 3));
+    } else {
+      MarkAll(r, kReverse);
+    }
+    ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+    ExpectMean(m, AllRanks(size), {0});
+    EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+  }
+}

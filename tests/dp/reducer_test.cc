@@ -670,9 +670,11 @@ TEST(ReducerErrors, IterationMisuse) {
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }
 
-// The reducer keeps a copy of the parameter array: the caller may reuse
-// its own as soon as create returns (here: scribbled over), in view and in
-// copy mode; marking by pointer still finds the parameters.
+// The reducer keeps a copy of the parameter array: the caller may
+// overwrite its own as soon as create returns (here: scribbled over), in
+// view and in copy mode; marking by pointer still finds the parameters. In
+// view mode the array stays allocated: destroy writes the caller's
+// gradient buffers back into its grad fields.
 TEST_P(ReducerModes, CreateCopiesTheParamsArray) {
   int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
   Model m(rank);
@@ -703,6 +705,9 @@ TEST_P(ReducerModes, CreateCopiesTheParamsArray) {
   MarkAll(r, {5, 4, 3, 1, 0});
   EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+  if (GetParam())
+    for (int p = 0; p < kN; p++)
+      EXPECT_EQ(m.params[p].grad.data, (void *)m.gdata[p].data());
 }
 
 // Without the communication thread the reducer uses non-blocking
