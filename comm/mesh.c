@@ -3,8 +3,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <stddef.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

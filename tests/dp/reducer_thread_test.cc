@@ -79,9 +79,9 @@ TEST(ReducerThread, WaitForAStuckBucketTimesOut) {
                     "(TPDP_TIMEOUT_S) waiting for bucket 0 of 1",
                     "allreduce on fake, rank 0 of 2",
                     "the iteration was abandoned");
-  double waited = std::chrono::duration<double>(
-                      std::chrono::steady_clock::now() - t0)
-                      .count();
+  double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   EXPECT_GE(waited, 1.0); /* the bucket's wait, then the abandon's drain */
   EXPECT_EQ(g_blocked.load(), 1);
   g_hold = false; /* the thread's allreduce returns: destroy can join it */
