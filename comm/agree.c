@@ -7,8 +7,8 @@
 #include "comm/comm_internal.h"
 #include "core/mem.h"
 
-tpdp_status comm_host_allgather(tpdp_comm *comm, const void *send,
-                                size_t bytes, void *recv) {
+tpdp_status comm_host_allgather(tpdp_comm *comm, const void *send, size_t bytes,
+                                void *recv) {
   int64_t n = (int64_t)bytes, total = n * comm->size;
   tpdp_tensor s = tpdp_tensor_1d((void *)send, TPDP_U8, n);
   tpdp_tensor r = tpdp_tensor_1d(recv, TPDP_U8, total);
@@ -35,8 +35,8 @@ done:
 
 /* Append the members of rec's group (ranks >= first with a record like
  * rec's) as "rank 3" or "ranks 0-2, 5". */
-static void append_members(core_strbuf *b, const char *recs, size_t size,
-                           int n, int first,
+static void append_members(core_strbuf *b, const char *recs, size_t size, int n,
+                           int first,
                            int (*same)(const void *a, const void *b)) {
   const char *rec = recs + (size_t)first * size;
   int count = 0;
@@ -62,7 +62,8 @@ void comm_sb_rank_groups(core_strbuf *b, const void *recs, size_t size, int n,
   for (int i = 0; i < n; i++) {
     const char *rec = base + (size_t)i * size;
     int seen = 0;
-    for (int j = 0; j < i && !seen; j++) seen = same(base + (size_t)j * size, rec);
+    for (int j = 0; j < i && !seen; j++)
+      seen = same(base + (size_t)j * size, rec);
     if (seen) continue;
     if (groups == max_groups) {
       more++;

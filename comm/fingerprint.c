@@ -19,11 +19,10 @@
  * send buffer for allreduce, allgather and alltoall, of its receive buffer
  * for reduce_scatter and broadcast.
  *
- * Off by default. Cost when on: one extra small allgather (and, on a device
- * communicator, two host-device copies) per collective; see the figures
- * measured with bench/comm.sh at the end of this comment.
- *
- * Measured: (filled in below by the bench run) */
+ * Off by default. Cost when on: one extra blocking allgather of 80 bytes a
+ * rank per collective (on a device communicator also two synchronous
+ * host-device copies), i.e. one small-message latency per call; not yet
+ * measured with bench/comm.sh (TPDP_DEBUG_COLLECTIVES=1 bench/comm.sh). */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +43,7 @@ typedef struct {
   int32_t op;     /* reduce op, -1: none */
   int32_t root;   /* -1: none */
   int32_t async;  /* the _async form (MPI matches it only with itself) */
-  int64_t count; /* -1: none */
+  int64_t count;  /* -1: none */
   uint64_t seq;
   /* The public function the caller called (message only: a collective
    * issued by tpdp_redistribute matches one called directly). */
@@ -55,8 +54,8 @@ int comm_fp_enabled_from_env(void) {
   return core_env_long("TPDP_DEBUG_COLLECTIVES", 0) != 0;
 }
 
-static void fill(fingerprint *f, const tpdp_comm *comm,
-                 const tpdp_coll_args *a, tpdp_status local) {
+static void fill(fingerprint *f, const tpdp_comm *comm, const tpdp_coll_args *a,
+                 tpdp_status local) {
   memset(f, 0, sizeof *f);
   f->kind = a ? (int32_t)a->kind : FP_SPLIT;
   f->status = (int32_t)local;
@@ -124,8 +123,7 @@ static void describe(core_strbuf *b, const void *rec) {
 }
 
 /* The status of a mismatch: what the backends would call it. */
-static tpdp_status mismatch_status(const fingerprint *a,
-                                   const fingerprint *b) {
+static tpdp_status mismatch_status(const fingerprint *a, const fingerprint *b) {
   if (a->kind != b->kind || a->async != b->async || a->op != b->op ||
       a->root != b->root || a->seq != b->seq)
     return TPDP_ERR_INVALID_ARGUMENT;
@@ -162,8 +160,8 @@ tpdp_status comm_fp_check(tpdp_comm *comm, const tpdp_coll_args *args,
     return TPDP_SUCCESS;
   }
   core_strbuf b = {0};
-  comm_sb_rank_groups(&b, all, sizeof *all, p, same_record, describe,
-                      "called ", 8);
+  comm_sb_rank_groups(&b, all, sizeof *all, p, same_record, describe, "called ",
+                      8);
   /* A rank whose own checks failed says why in its message; the others
    * fail with its status. */
   if (failed >= 0)
@@ -173,8 +171,8 @@ tpdp_status comm_fp_check(tpdp_comm *comm, const tpdp_coll_args *args,
                   failed, comm->name, comm->rank, b.failed ? "?" : b.s);
   else
     st = TPDP_ERR(mismatch_status(&all[0], &all[differ]),
-                  "collective mismatch on %s (this is rank %d): %s",
-                  comm->name, comm->rank, b.failed ? "?" : b.s);
+                  "collective mismatch on %s (this is rank %d): %s", comm->name,
+                  comm->rank, b.failed ? "?" : b.s);
   core_sb_free(&b);
   free(all);
   return st;

@@ -79,8 +79,7 @@ static uint64_t hash_args(const rd_args *a) {
   return h;
 }
 
-static void append_placements(core_strbuf *b, const tpdp_placement *pl,
-                              int n) {
+static void append_placements(core_strbuf *b, const tpdp_placement *pl, int n) {
   core_sb_puts(b, "[");
   for (int m = 0; m < n; m++) {
     char buf[32];

@@ -52,8 +52,8 @@ TEST_F(Fp, DifferentCollectivesFailOnEveryRankNamingEachCall) {
                      " tpdp_allgather f32 x 10 (#1)";
   if (Even())
     EXPECT_TPDP_ERROR(tpdp_allreduce(c_, &s, &r, TPDP_OP_SUM),
-                      TPDP_ERR_INVALID_ARGUMENT, "tpdp_allreduce: ",
-                      want.c_str());
+                      TPDP_ERR_INVALID_ARGUMENT,
+                      "tpdp_allreduce: ", want.c_str());
   else
     EXPECT_TPDP_ERROR(tpdp_allgather(c_, &s, &r), TPDP_ERR_INVALID_ARGUMENT,
                       "tpdp_allgather: ", want.c_str());
@@ -85,8 +85,9 @@ TEST_F(Fp, AllgatherAndReduceScatterCountsAreCompared) {
   std::vector<int32_t> send(5 * p_, 1), recv(5 * p_, 0);
   tpdp_tensor s = tpdp_tensor_1d(send.data(), TPDP_I32, n);
   tpdp_tensor r = tpdp_tensor_1d(recv.data(), TPDP_I32, n * p_);
-  std::string want = Head() + Side(0) + " called tpdp_allgather i32 x 4 (#1), " +
-                     Side(1) + " tpdp_allgather i32 x 5 (#1)";
+  std::string want = Head() + Side(0) +
+                     " called tpdp_allgather i32 x 4 (#1), " + Side(1) +
+                     " tpdp_allgather i32 x 5 (#1)";
   EXPECT_TPDP_ERROR(tpdp_allgather(c_, &s, &r), TPDP_ERR_SHAPE_MISMATCH,
                     want.c_str());
   s = tpdp_tensor_1d(send.data(), TPDP_I32, n * p_);
@@ -137,8 +138,8 @@ TEST_F(Fp, BarrierAndSplitAreFingerprintedToo) {
                       want.c_str());
   } else {
     EXPECT_TPDP_ERROR(tpdp_comm_split(c_, 0, 0, &sub),
-                      TPDP_ERR_INVALID_ARGUMENT, "tpdp_comm_split: ",
-                      want.c_str());
+                      TPDP_ERR_INVALID_ARGUMENT,
+                      "tpdp_comm_split: ", want.c_str());
     EXPECT_EQ(sub, nullptr);
   }
 }
@@ -152,8 +153,8 @@ TEST_F(Fp, ACollectiveInsideAnotherCallNamesThatCall) {
                      Side(1) + " tpdp_barrier (#1)";
   if (Even())
     EXPECT_TPDP_ERROR(tpdp_comm_local_rank(c_, &lr, &ls),
-                      TPDP_ERR_INVALID_ARGUMENT, "tpdp_comm_local_rank: ",
-                      want.c_str());
+                      TPDP_ERR_INVALID_ARGUMENT,
+                      "tpdp_comm_local_rank: ", want.c_str());
   else
     EXPECT_TPDP_ERROR(tpdp_barrier(c_), TPDP_ERR_INVALID_ARGUMENT,
                       "tpdp_barrier: ", want.c_str());

@@ -61,8 +61,7 @@ TEST(Lifetime, FinalizeWaitsForLiveObjectsThenEndsEveryCommunicator) {
   tpdp_mesh *m2 = nullptr;
   EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(w, "dp=2", &m2),
                     TPDP_ERR_NOT_INITIALIZED, "communicator world", ended);
-  EXPECT_TPDP_ERROR(tpdp_comm_world(&c), TPDP_ERR_NOT_INITIALIZED,
-                    "tpdp_init");
+  EXPECT_TPDP_ERROR(tpdp_comm_world(&c), TPDP_ERR_NOT_INITIALIZED, "tpdp_init");
   // The world is still tpdp's; the caller's leftovers can be freed.
   EXPECT_TPDP_ERROR(tpdp_comm_destroy(w), TPDP_ERR_STATE,
                     "the world communicator is owned by tpdp");

@@ -27,8 +27,9 @@ TEST(MeshAgreement, SameRankCountDifferentSizes) {
   bool first_half = Me() < p / 2;
   std::string want = Head() + (p == 2 ? "rank 0" : "ranks 0-1") +
                      " passed dp=" + std::to_string(p / 2) + ",tp=2, " +
-                     (p == 2 ? "rank 1" : "ranks 2-3") + " dp=" +
-                     std::to_string(p) + "; every rank must pass the same dims";
+                     (p == 2 ? "rank 1" : "ranks 2-3") +
+                     " dp=" + std::to_string(p) +
+                     "; every rank must pass the same dims";
   EXPECT_TPDP_ERROR(
       tpdp_mesh_create_from_string(tpdp_test::World(),
                                    first_half ? a.c_str() : b.c_str(), &m),
@@ -56,12 +57,11 @@ TEST(MeshAgreement, ARankWithAWrongRankCountFailsItsPeersToo) {
   int64_t big[1] = {2 * P()}, right[1] = {P()};
   const char *names[1] = {"dp"};
   std::string want = Head() + "rank 0 passed dp=" + std::to_string(2 * P()) +
-                     ", " + (P() == 2 ? "rank 1 " : "ranks 1-3 ") + "dp=" +
-                     std::to_string(P());
-  EXPECT_TPDP_ERROR(
-      tpdp_mesh_create(tpdp_test::World(), 1, Me() == 0 ? big : right, names,
-                       &m),
-      TPDP_ERR_MESH_MISMATCH, want.c_str());
+                     ", " + (P() == 2 ? "rank 1 " : "ranks 1-3 ") +
+                     "dp=" + std::to_string(P());
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(tpdp_test::World(), 1,
+                                     Me() == 0 ? big : right, names, &m),
+                    TPDP_ERR_MESH_MISMATCH, want.c_str());
   EXPECT_EQ(m, nullptr);
 }
 

@@ -47,8 +47,8 @@ class RedistCheck : public ::testing::Test {
     EXPECT_TPDP_OK(tpdp_spec_local_shape(s, tpdp_mesh_rank(mesh_), shape, off));
     buf->assign(shape[0] * shape[1] + 1, 0.0);
     tpdp_tensor t;
-    EXPECT_TPDP_OK(tpdp_tensor_init(&t, buf->data(), tpdp_spec_dtype(s), kCpu,
-                                    2, shape));
+    EXPECT_TPDP_OK(
+        tpdp_tensor_init(&t, buf->data(), tpdp_spec_dtype(s), kCpu, 2, shape));
     return t;
   }
   std::string Head() const {
@@ -105,8 +105,8 @@ TEST_F(RedistCheck, DifferentPlacementsFailEveryRank) {
   out = Local(d2, &b);
   want = Head() + "rank 0 passed f32 [8, 8] [S0] -> [P:sum], " + Others() +
          " f32 [8, 8] [S0] -> [S1]";
-  EXPECT_TPDP_ERROR(tpdp_redistribute(&in, d2, &out),
-                    TPDP_ERR_INVALID_ARGUMENT, want.c_str());
+  EXPECT_TPDP_ERROR(tpdp_redistribute(&in, d2, &out), TPDP_ERR_INVALID_ARGUMENT,
+                    want.c_str());
 }
 
 TEST_F(RedistCheck, ARankRejectingItsArgumentsFailsItsPeersToo) {
@@ -142,8 +142,8 @@ TEST_F(RedistCheck, AgreedOncePerPairOfSpecs) {
   for (int64_t i = 0; i < shape[0] * 2; i++)
     a[i] = static_cast<float>(off[0] + i / 2);
   tpdp_dtensor in;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&in.local, a.data(), TPDP_F32, kCpu, 2,
-                                  shape));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&in.local, a.data(), TPDP_F32, kCpu, 2, shape));
   in.spec = src;
   int64_t full[2] = {8, 2};
   tpdp_tensor out;
@@ -174,17 +174,16 @@ TEST_F(RedistCheck, OverlappingDestinationIsRefused) {
   int64_t shape[2], off[2];
   ASSERT_TPDP_OK(tpdp_spec_local_shape(src, Me(), shape, off));
   tpdp_dtensor in;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&in.local, buf.data(), TPDP_F32, kCpu, 2,
-                                  shape));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&in.local, buf.data(), TPDP_F32, kCpu, 2, shape));
   in.spec = src;
   int64_t full[2] = {8, 2};
   tpdp_tensor out;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&out, buf.data() + 1, TPDP_F32, kCpu, 2,
-                                  full));
-  EXPECT_TPDP_ERROR(tpdp_redistribute(&in, dst, &out),
-                    TPDP_ERR_INVALID_ARGUMENT,
-                    "overlaps the source local tensor",
-                    "pass a separate destination buffer");
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&out, buf.data() + 1, TPDP_F32, kCpu, 2, full));
+  EXPECT_TPDP_ERROR(
+      tpdp_redistribute(&in, dst, &out), TPDP_ERR_INVALID_ARGUMENT,
+      "overlaps the source local tensor", "pass a separate destination buffer");
   // Same buffer, same view: R -> R would be a copy onto itself.
   tpdp_dtensor rep = {out, dst};
   EXPECT_TPDP_ERROR(tpdp_redistribute(&rep, dst, &out),
@@ -192,13 +191,13 @@ TEST_F(RedistCheck, OverlappingDestinationIsRefused) {
   // A strided source (rows 4 elements apart) whose span reaches into the
   // destination.
   in.local.strides[0] = 4;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&out, buf.data() + 4 * shape[0] - 3,
-                                  TPDP_F32, kCpu, 2, full));
+  ASSERT_TPDP_OK(tpdp_tensor_init(&out, buf.data() + 4 * shape[0] - 3, TPDP_F32,
+                                  kCpu, 2, full));
   EXPECT_TPDP_ERROR(tpdp_redistribute(&in, dst, &out),
                     TPDP_ERR_INVALID_ARGUMENT, "overlaps");
   // Right after the strided source's last element: fine.
-  ASSERT_TPDP_OK(tpdp_tensor_init(&out, buf.data() + 4 * shape[0] - 2,
-                                  TPDP_F32, kCpu, 2, full));
+  ASSERT_TPDP_OK(tpdp_tensor_init(&out, buf.data() + 4 * shape[0] - 2, TPDP_F32,
+                                  kCpu, 2, full));
   EXPECT_TPDP_OK(tpdp_redistribute(&in, dst, &out));
 }
 
@@ -223,8 +222,8 @@ TEST(RedistCheckDebug, EveryCallIsCheckedWithDebugCollectives) {
   int64_t shape[2], off[2];
   ASSERT_TPDP_OK(tpdp_spec_local_shape(src, Me(), shape, off));
   tpdp_dtensor in;
-  ASSERT_TPDP_OK(tpdp_tensor_init(&in.local, a.data(), TPDP_F32, kCpu, 2,
-                                  shape));
+  ASSERT_TPDP_OK(
+      tpdp_tensor_init(&in.local, a.data(), TPDP_F32, kCpu, 2, shape));
   in.spec = src;
   tpdp_tensor full;
   ASSERT_TPDP_OK(tpdp_tensor_init(&full, b.data(), TPDP_F32, kCpu, 2, g));
@@ -233,11 +232,11 @@ TEST(RedistCheckDebug, EveryCallIsCheckedWithDebugCollectives) {
   ASSERT_TPDP_OK(tpdp_spec_local_shape(col, Me(), cs, co));
   tpdp_tensor part;
   ASSERT_TPDP_OK(tpdp_tensor_init(&part, b.data(), TPDP_F32, kCpu, 2, cs));
-  std::string want = "ranks of world/split(0) passed different arguments "
-                     "(this is rank " +
-                     std::to_string(Me()) +
-                     "): rank 0 passed f32 [8, 4] [S0] -> [R], " + Others() +
-                     " f32 [8, 4] [S0] -> [S1]";
+  std::string want =
+      "ranks of world/split(0) passed different arguments "
+      "(this is rank " +
+      std::to_string(Me()) + "): rank 0 passed f32 [8, 4] [S0] -> [R], " +
+      Others() + " f32 [8, 4] [S0] -> [S1]";
   EXPECT_TPDP_ERROR(
       tpdp_redistribute(&in, Me() == 0 ? rep : col, Me() == 0 ? &full : &part),
       TPDP_ERR_INVALID_ARGUMENT, want.c_str());
