@@ -115,8 +115,13 @@ static int run(void) {
   params[1].param = tpdp_tensor_1d(b, TPDP_F32, 3);
   params[1].grad = tpdp_tensor_1d(gb, TPDP_F32, 3);
   params[1].fqn = "fc.bias";
+  /* The two ranks' values differ (each holds its own shard, standing in
+   * for a replica here): the reducer refuses that unless asked to copy
+   * rank 0's values first. */
+  tpdp_reducer_options opt = TPDP_REDUCER_OPTIONS_INIT;
+  opt.broadcast_from_rank0 = 1;
   tpdp_reducer *red = NULL;
-  CHECK_OK(tpdp_reducer_create(dp, params, 2, NULL, &red));
+  CHECK_OK(tpdp_reducer_create(dp, params, 2, &opt, &red));
   CHECK_OK(tpdp_reducer_prepare(red));
   /* Gradients are written where the reducer's grad views point. */
   float *vw = params[0].grad.data, *vb = params[1].grad.data;

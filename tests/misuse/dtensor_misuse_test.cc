@@ -259,7 +259,7 @@ TEST(DtensorMisuse, RedistributeIntoMemoryOverlappingTheSource) {
   ASSERT_TPDP_OK(tpdp_dtensor_unflatten(&src_local, s0.s, &dt));
   EXPECT_TPDP_ERROR(
       tpdp_redistribute(&dt, r.s, &buf.t), TPDP_ERR_INVALID_ARGUMENT,
-      "overlaps the source local tensor", "redistribute into separate memory");
+      "overlaps the source local tensor", "pass a separate destination buffer");
 }
 
 TEST(DtensorMisuse, SpecJsonErrors) {
