@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "comm/comm_internal.h"
 #include "comm/mesh_internal.h"
 #include "core/mem.h"
 #include "dp/buffers.h"
@@ -369,6 +370,12 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
                fail);
   }
   CHECK_GOTO(install(r, params), st, fail);
+  /* tpdp_finalize refuses to run under a live reducer (its thread and
+   * buckets still use the communicator). */
+  char what[200];
+  snprintf(what, sizeof what, "reducer on '%s' (%lld parameters)",
+           tpdp_comm_name(comm), (long long)nparams);
+  CHECK_GOTO(comm_live_add(r, what), st, fail);
   TPDP_INFO(
       "reducer on %s: %lld parameters in %lld buckets, %s mode, divide by "
       "%g%s",
@@ -388,6 +395,7 @@ tpdp_status tpdp_reducer_destroy(tpdp_reducer *r) {
   TPDP_API_ENTRY;
   if (r == NULL) return TPDP_SUCCESS;
   CHECK(dp_check_handle(r));
+  comm_live_remove(r);
   return reducer_free(r);
 }
 
