@@ -197,7 +197,8 @@ TEST(CheckpointMisuse, LoadAnotherShapeOrDtype) {
   tpdp_checkpoint_options o = TPDP_CHECKPOINT_OPTIONS_INIT;
   o.convert_dtype = 0;
   EXPECT_TPDP_ERROR(tpdp_checkpoint_load(d2.sd, dir.c_str(), nullptr, &o),
-                    TPDP_ERR_DTYPE_MISMATCH, "'fc.weight'", "f32", "f64");
+                    TPDP_ERR_DTYPE_MISMATCH, "'fc.weight'",
+                    "is F32 in checkpoint", "but f64 in the state dict");
 }
 
 TEST(CheckpointMisuse, OpenedCheckpointLookups) {
