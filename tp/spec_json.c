@@ -214,6 +214,15 @@ static tpdp_status from_json(const tpdp_mesh *mesh, const cJSON *root,
   int64_t shape[TPDP_MAX_DIMS];
   CHECK(json_i64_array(cJSON_GetObjectItemCaseSensitive(root, "shape"), "shape",
                        TPDP_MAX_DIMS, &ndim, shape));
+  /* Its strides are written back as JSON numbers, exact only up to 2^53
+   * (found by tests/fuzz/spec_json_fuzz: a spec that could not be read
+   * back). A shape beyond int64 gets tpdp_spec_create's message. */
+  int64_t numel = 0;
+  if (core_shape_size(ndim, shape, 1, &numel) == 0 &&
+      numel > 9007199254740992LL)
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "spec JSON: 'shape' has more than 2^53 elements, "
+                    "beyond the integers JSON numbers carry exactly");
   const cJSON *jstride = cJSON_GetObjectItemCaseSensitive(root, "stride");
   if (jstride != NULL) {
     int ns = 0;
