@@ -217,11 +217,14 @@ static tpdp_status from_json(const tpdp_mesh *mesh, const cJSON *root,
   /* Its strides are written back as JSON numbers, exact only up to 2^53
    * (found by tests/fuzz/spec_json_fuzz: a spec that could not be read
    * back). A shape beyond int64 gets tpdp_spec_create's message. */
-  int64_t numel = 0;
-  if (core_shape_size(ndim, shape, 1, &numel) == 0 &&
-      numel > 9007199254740992LL)
+  int64_t span = 1; /* the largest stride is below the non-zero product */
+  int wraps = 0;
+  for (int d = 0; d < ndim; d++)
+    if (shape[d] > 0 && __builtin_mul_overflow(span, shape[d], &span))
+      wraps = 1;
+  if (!wraps && span > 9007199254740992LL)
     return TPDP_ERR(TPDP_ERR_PARSE,
-                    "spec JSON: 'shape' has more than 2^53 elements, "
+                    "spec JSON: 'shape' spans more than 2^53 elements, "
                     "beyond the integers JSON numbers carry exactly");
   const cJSON *jstride = cJSON_GetObjectItemCaseSensitive(root, "stride");
   if (jstride != NULL) {
