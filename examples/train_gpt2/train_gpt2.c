@@ -1331,7 +1331,7 @@ static int train(trainer *t, run_out *out) {
       op_embed, op_embed_backward, op_cross_entropy, op_grad_ready};
   const int64_t rows = (int64_t)t->dims.B * o->seq;
   const float scale = 1.0f / (float)rows;
-  tpdp_reducer_stats rs0 = {0, 0, 0, 0};
+  tpdp_reducer_stats rs0 = {0, 0, 0, 0}, rebuild = {0, 0, 0, 0};
   times tm0;
   memset(&tm0, 0, sizeof tm0);
   double t_first = 0, t_data0 = 0, rebuild_s = 0;
@@ -1370,6 +1370,9 @@ static int train(trainer *t, run_out *out) {
     }
     t->tm.hooks += ex_now() - h0;
     int was_rebuilt = tpdp_reducer_rebuilt(t->reducer);
+    tpdp_reducer_stats pre;
+    if (!was_rebuilt && tpdp_reducer_get_stats(t->reducer, &pre) != TPDP_SUCCESS)
+      goto done;
     h0 = ex_now();
     st = tpdp_reducer_prepare(t->reducer);
     if (st != TPDP_SUCCESS) {
@@ -1378,9 +1381,17 @@ static int train(trainer *t, run_out *out) {
     }
     /* DDP's one-time warm-up: the buckets rebuilt in gradient-ready order
      * (new buffers, first touched here) at the start of step 1. Timed
-     * apart from the steady state. */
-    if (!was_rebuilt && tpdp_reducer_rebuilt(t->reducer))
+     * apart from the steady state: its wall time leaves the step time, and
+     * its share of every reducer figure (total, comm, data) leaves the
+     * overhead, so no part of it is subtracted twice. */
+    if (!was_rebuilt && tpdp_reducer_rebuilt(t->reducer)) {
       rebuild_s = ex_now() - h0;
+      tpdp_reducer_stats post;
+      if (tpdp_reducer_get_stats(t->reducer, &post) != TPDP_SUCCESS) goto done;
+      rebuild.total_seconds = post.total_seconds - pre.total_seconds;
+      rebuild.comm_seconds = post.comm_seconds - pre.comm_seconds;
+      rebuild.data_seconds = post.data_seconds - pre.data_seconds;
+    }
     /* Gradients live in the reducer's buckets (they move once, when the
      * buckets are rebuilt after the first step). */
     for (int i = 0; i < t->np; i++) {
@@ -1431,11 +1442,12 @@ static int train(trainer *t, run_out *out) {
     printf("throughput: n/a (one step, and the first step is warm-up)\n");
   if (t->summary && o->steps - first > 1) {
     int n = o->steps - first - 1;
-    double comm = rs.comm_seconds - rs0.comm_seconds;
-    double data = rs.data_seconds - rs0.data_seconds;
-    double total = rs.total_seconds - rs0.total_seconds;
+    double comm = rs.comm_seconds - rs0.comm_seconds - rebuild.comm_seconds;
+    double data = rs.data_seconds - rs0.data_seconds - rebuild.data_seconds;
+    double total =
+        rs.total_seconds - rs0.total_seconds - rebuild.total_seconds;
     double hooks = t->tm.hooks - tm0.hooks;
-    double bookkeeping = total - comm - data - rebuild_s;
+    double bookkeeping = total - comm - data;
     double overhead = hooks + bookkeeping;
     double tokens_n = (double)n * o->batch * o->seq;
     printf(
