@@ -1371,7 +1371,8 @@ static int train(trainer *t, run_out *out) {
     t->tm.hooks += ex_now() - h0;
     int was_rebuilt = tpdp_reducer_rebuilt(t->reducer);
     tpdp_reducer_stats pre;
-    if (!was_rebuilt && tpdp_reducer_get_stats(t->reducer, &pre) != TPDP_SUCCESS)
+    if (!was_rebuilt &&
+        tpdp_reducer_get_stats(t->reducer, &pre) != TPDP_SUCCESS)
       goto done;
     h0 = ex_now();
     st = tpdp_reducer_prepare(t->reducer);
@@ -1444,8 +1445,7 @@ static int train(trainer *t, run_out *out) {
     int n = o->steps - first - 1;
     double comm = rs.comm_seconds - rs0.comm_seconds - rebuild.comm_seconds;
     double data = rs.data_seconds - rs0.data_seconds - rebuild.data_seconds;
-    double total =
-        rs.total_seconds - rs0.total_seconds - rebuild.total_seconds;
+    double total = rs.total_seconds - rs0.total_seconds - rebuild.total_seconds;
     double hooks = t->tm.hooks - tm0.hooks;
     double bookkeeping = total - comm - data;
     double overhead = hooks + bookkeeping;
