@@ -1,6 +1,6 @@
 /* TP+DP composition (PyTorch's TP-inside-DDP): localize DTensor parameters
  * for DP and reconstruct them around forward with hooks on the transformed
- * module, keeping the training states of PyTorch FSDP (seed 001) live.
+ * module, keeping the training states of PyTorch FSDP live.
  *
  * Unlike the seed, which walks named_parameters() and rebuilds parameter
  * objects on every call, the DTensor parameters are resolved once at

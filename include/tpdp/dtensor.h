@@ -265,7 +265,7 @@ TPDP_API tpdp_status tpdp_dtensor_full_tensor_alloc(const tpdp_dtensor *src,
  * the transform is applied (undo first). Messages name parameters by their
  * FQN from the tree's root, modules as "fqn[Class]".
  *
- * Training states (PyTorch FSDP's, seed 001), kept live by the hooks:
+ * Training states (PyTorch FSDP's TrainingState), kept live by the hooks:
  *   - pre-forward: root's training state must be IDLE or FORWARD_BACKWARD
  *     (else TPDP_ERR_STATE from tpdp_module_check_state, naming expected
  *     and actual, e.g. SUMMON_FULL_PARAMS) and becomes FORWARD_BACKWARD;
