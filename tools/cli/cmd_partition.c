@@ -45,7 +45,7 @@ void cmd_partition_usage(void) {
       "  splits, earlier stages take as many modules as they can (so "
       "zero-parameter\n"
       "  modules end a stage).\n"
-      "greedy: seed 003 (torch.fx shard_model), step for step, over the "
+      "greedy: PyTorch's torch.fx shard_model split, step for step, over the "
       "model's\n"
       "  calls (\"calls\" in the model, else each leaf once): a call counts "
       "its\n"
@@ -168,7 +168,7 @@ static void print_greedy_text(const char *model_path, const tpdp_model_desc *m,
                               int64_t max_stage, int nedges) {
   printf(
       "model %s: %d calls of %d leaf modules, %lld parameters; greedy "
-      "(seed 003), --stages %d: %d stage%s, threshold %lld",
+      "(torch.fx shard_model), --stages %d: %d stage%s, threshold %lld",
       model_path, m->ncalls, m->nleaves, (long long)m->total_params, k,
       g->nstages, g->nstages == 1 ? "" : "s", (long long)g->threshold);
   if (nedges > 0) printf(", %d skip edges", nedges);

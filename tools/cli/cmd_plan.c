@@ -19,7 +19,7 @@ void cmd_plan_usage(void) {
       "usage: tpdp plan --model M.json --plan P.json [--limits-bytes "
       "L1,L2,...] [--json]\n\n"
       "Show how a model will be sharded, without running it:\n"
-      "  1. the sharded module tree (seed 000's format: one line per "
+      "  1. the sharded module tree (PyTorch FSDP's debug format: one line per "
       "module,\n"
       "     fqn[Class], 4 spaces per level, a suffix after managed units)\n"
       "  2. unit -> the parameter FQNs it manages (as a Python dict)\n"
