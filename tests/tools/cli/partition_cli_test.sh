@@ -103,7 +103,7 @@ expect_err 2 "unknown argument '--frobnicate'" --model "$seed" --stages 2 --frob
 expect_err 2 'needs a value' --model "$seed" --stages
 "$tpdp" partition --help >"$tmp/help" || fail "--help exit"
 grep -q 'usage: tpdp partition' "$tmp/help" || fail "--help"
-grep -q '^greedy: PyTorch's torch.fx shard_model' "$tmp/help" || fail "--help lacks the greedy method: $(cat "$tmp/help")"
+grep -q '^greedy: PyTorch.s torch.fx shard_model' "$tmp/help" || fail "--help lacks the greedy method: $(cat "$tmp/help")"
 
 if [ "$fails" -ne 0 ]; then
   echo "$fails failure(s)"
