@@ -355,17 +355,12 @@ static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
 
 static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
                                const char *role) {
-  int same = t->ndim == spec->ndim;
-  for (int d = 0; same && d < spec->ndim; d++)
-    same = t->shape[d] == spec->self_shape[d];
-  if (!same) {
-    char want[128], got[128];
-    tpdp_shape_format(spec->ndim, spec->self_shape, want, sizeof want);
-    tpdp_shape_format(t->ndim, t->shape, got, sizeof got);
+  char want[128], got[128];
+  if (core_shapes_differ(spec->ndim, spec->self_shape, t->ndim, t->shape, want,
+                         got, sizeof want))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "%s local tensor has shape %s but mesh rank %d needs %s",
                     role, got, spec->self_rank, want);
-  }
   if (t->dtype != spec->dtype)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "%s local tensor has dtype %s but the spec says %s", role,
@@ -402,17 +397,12 @@ static tpdp_status check_args(const tpdp_dtensor *src,
     return TPDP_ERR(TPDP_ERR_STATE,
                     "the spec's mesh is layout-only (no communicator); "
                     "redistribute needs a mesh created over a communicator");
-  int same = ss->ndim == dst_spec->ndim;
-  for (int d = 0; same && d < ss->ndim; d++)
-    same = ss->global_shape[d] == dst_spec->global_shape[d];
-  if (!same) {
-    char a[128], b[128];
-    tpdp_shape_format(ss->ndim, ss->global_shape, a, sizeof a);
-    tpdp_shape_format(dst_spec->ndim, dst_spec->global_shape, b, sizeof b);
+  char a[128], b[128];
+  if (core_shapes_differ(ss->ndim, ss->global_shape, dst_spec->ndim,
+                         dst_spec->global_shape, a, b, sizeof a))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "source global shape %s != destination global shape %s", a,
                     b);
-  }
   if (ss->dtype != dst_spec->dtype)
     return TPDP_ERR(
         TPDP_ERR_DTYPE_MISMATCH, "source dtype %s != destination dtype %s",
