@@ -2,7 +2,6 @@
  * core/check.h), allocation helpers. */
 #include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,18 +89,15 @@ const char *core_error_detail(void) { return last_error + detail_at; }
 
 tpdp_status core_error(tpdp_status status, const char *file, int line,
                        const char *fmt, ...) {
-  /* Format into a local buffer first: the arguments may include
-   * tpdp_last_error() itself (wrapping an inner error). */
-  char buf[sizeof last_error];
-  const char *func = core_api.depth > 0 ? core_api.func : "tpdp";
-  int n = snprintf(buf, sizeof buf, "%s: ", func);
-  if (n < 0 || (size_t)n >= sizeof buf) n = 0;
+  /* The arguments may include tpdp_last_error() itself (wrapping an inner
+   * error): core_error_vformat formats into scratch first. */
+  char scratch[sizeof last_error];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  detail_at = core_error_vformat(last_error, scratch, sizeof last_error,
+                                 core_api.depth > 0 ? core_api.func : "tpdp",
+                                 fmt, ap);
   va_end(ap);
-  memcpy(last_error, buf, sizeof last_error);
-  detail_at = (size_t)n;
   if (tpdp_log_get_level() >= TPDP_LOG_TRACE)
     tpdp_log(TPDP_LOG_TRACE, "%s:%d: %s: %s", file, line,
              tpdp_status_string(status), last_error);

@@ -41,6 +41,15 @@ char *core_strdup(const char *s) {
   return d;
 }
 
+size_t core_error_vformat(char *msg, char *scratch, size_t len,
+                          const char *func, const char *fmt, va_list ap) {
+  int n = snprintf(scratch, len, "%s: ", func);
+  if (n < 0 || (size_t)n >= len) n = 0;
+  vsnprintf(scratch + n, len - (size_t)n, fmt, ap);
+  memcpy(msg, scratch, len);
+  return (size_t)n;
+}
+
 double core_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -8,6 +8,7 @@
 #ifndef TPDP_CORE_UTIL_H
 #define TPDP_CORE_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +33,15 @@ void core_alloc_fail_at(long n, int any_thread);
 long core_alloc_fail_left(void);
 /* 1 if this allocation must fail (counts it); for the allocators above. */
 int core_alloc_fail_now(void);
+
+/* The formatting of a last-error recorder (core/status.c's core_error, the
+ * planning library's planning_error): "func: " and then fmt's message into
+ * msg (len bytes, truncated). The whole text is formatted into `scratch`
+ * (len bytes too) first and then copied, so that the arguments may point
+ * into msg itself (wrapping the previous message). Returns where the
+ * message starts, after "func: " (0 when the prefix alone does not fit). */
+size_t core_error_vformat(char *msg, char *scratch, size_t len,
+                          const char *func, const char *fmt, va_list ap);
 
 /* Seconds on CLOCK_MONOTONIC. */
 double core_now_s(void);
