@@ -90,13 +90,11 @@ const char *core_error_detail(void) { return last_error + detail_at; }
 tpdp_status core_error(tpdp_status status, const char *file, int line,
                        const char *fmt, ...) {
   /* The arguments may include tpdp_last_error() itself (wrapping an inner
-   * error): core_error_vformat formats into scratch first. */
-  char scratch[sizeof last_error];
+   * error): core_error_vformat formats into a buffer of its own first. */
   va_list ap;
   va_start(ap, fmt);
-  detail_at = core_error_vformat(last_error, scratch, sizeof last_error,
-                                 core_api.depth > 0 ? core_api.func : "tpdp",
-                                 fmt, ap);
+  const char *func = core_api.depth > 0 ? core_api.func : "tpdp";
+  detail_at = core_error_vformat(last_error, sizeof last_error, func, fmt, ap);
   va_end(ap);
   if (tpdp_log_get_level() >= TPDP_LOG_TRACE)
     tpdp_log(TPDP_LOG_TRACE, "%s:%d: %s: %s", file, line,

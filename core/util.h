@@ -1,7 +1,8 @@
 /*
  * Internal: small helpers shared by the library and by tools/ (one copy of
  * each): string duplication, a monotonic clock, integer environment
- * variables, a growable string with JSON escaping, a pointer map. Not
+ * variables, a growable string with JSON escaping, a pointer map, the
+ * formatting of a last-error message. Not
  * installed. Nothing here records errors: allocation failures come back as
  * NULL / -1 / a `failed` flag, and the caller reports them in its own way.
  */
@@ -36,12 +37,14 @@ int core_alloc_fail_now(void);
 
 /* The formatting of a last-error recorder (core/status.c's core_error, the
  * planning library's planning_error): "func: " and then fmt's message into
- * msg (len bytes, truncated). The whole text is formatted into `scratch`
- * (len bytes too) first and then copied, so that the arguments may point
- * into msg itself (wrapping the previous message). Returns where the
- * message starts, after "func: " (0 when the prefix alone does not fit). */
-size_t core_error_vformat(char *msg, char *scratch, size_t len,
-                          const char *func, const char *fmt, va_list ap);
+ * msg (len bytes, truncated). The text is formatted into a buffer of its
+ * own first (up to CORE_ERROR_FORMAT_MAX bytes) and then copied, so that
+ * the arguments may point into msg itself (wrapping the previous message).
+ * Returns where the message starts, after "func: " (0 when the prefix
+ * alone does not fit). */
+#define CORE_ERROR_FORMAT_MAX 4096
+size_t core_error_vformat(char *msg, size_t len, const char *func,
+                          const char *fmt, va_list ap);
 
 /* Seconds on CLOCK_MONOTONIC. */
 double core_now_s(void);

@@ -35,13 +35,11 @@ void planning_leave(int *unused) {
 
 tpdp_status planning_error(tpdp_status status, const char *fmt, ...) {
   /* The arguments may point into last_error itself (wrapping the previous
-   * message): core_error_vformat formats into scratch first. */
-  char scratch[sizeof last_error];
+   * message): core_error_vformat formats into a buffer of its own first. */
   va_list ap;
   va_start(ap, fmt);
-  detail_at = core_error_vformat(last_error, scratch, sizeof last_error,
-                                 running.depth > 0 ? running.func : "planning",
-                                 fmt, ap);
+  const char *func = running.depth > 0 ? running.func : "planning";
+  detail_at = core_error_vformat(last_error, sizeof last_error, func, fmt, ap);
   va_end(ap);
   return status;
 }
