@@ -322,14 +322,19 @@ tpdp_status tpdp_safetensors_close(tpdp_safetensors *f) {
 
 int tpdp_safetensors_count(const tpdp_safetensors *f) { return f ? f->n : 0; }
 
+static tpdp_status check_tensor(const tpdp_safetensors *f, int i) {
+  if (i < 0 || i >= f->n)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_safetensors_tensor_at(const tpdp_safetensors *f, int i,
                                        tpdp_safetensors_tensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(f);
   CHECK_PTR(out);
-  if (i < 0 || i >= f->n)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
+  CHECK(check_tensor(f, i));
   const ckpt_st_tensor *t = &f->t[i];
   memset(out, 0, sizeof *out);
   out->name = t->name;
@@ -369,9 +374,7 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
   TPDP_API_ENTRY;
   CHECK_PTR(f);
   CHECK_PTR(dst);
-  if (i < 0 || i >= f->n)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
+  CHECK(check_tensor(f, i));
   const ckpt_st_tensor *t = &f->t[i];
   char want[160], got[160];
   if (core_shapes_differ(t->ndim, t->shape, dst->ndim, dst->shape, want, got,

@@ -496,15 +496,20 @@ tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
   return TPDP_SUCCESS;
 }
 
+static tpdp_status check_dim(const tpdp_mesh *mesh, int dim) {
+  if (dim < 0 || dim >= mesh->ndim)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
+                    mesh->ndim);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
                                   int *ranks) {
   TPDP_API_ENTRY;
   CHECK_PTR(mesh);
   CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(ranks);
-  if (dim < 0 || dim >= mesh->ndim)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
-                    mesh->ndim);
+  CHECK(check_dim(mesh, dim));
   int64_t coords[TPDP_MAX_DIMS];
   CHECK(tpdp_mesh_coords(mesh, rank, coords));
   for (int64_t i = 0; i < mesh->sizes[dim]; i++) {
@@ -520,9 +525,7 @@ tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
   CHECK_PTR(mesh);
   CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(out);
-  if (dim < 0 || dim >= mesh->ndim)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
-                    mesh->ndim);
+  CHECK(check_dim(mesh, dim));
   if (mesh->parent == NULL)
     return TPDP_ERR(TPDP_ERR_STATE,
                     "mesh is layout-only (created without a communicator)");

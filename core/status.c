@@ -122,6 +122,19 @@ void core_trace_propagate(const char *file, int line, tpdp_status status) {
              tpdp_status_string(status));
 }
 
+tpdp_status core_check_handle(const void *h, unsigned magic, unsigned want,
+                              const char *arg, const char *kind,
+                              const char *destroyed_by) {
+  if (h == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
+  if (magic != want)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "argument '%s' (%p) is a %s that has been destroyed "
+                    "(%s), or not a %s",
+                    arg, h, kind, destroyed_by, kind);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status core_calloc(void **out, size_t count, size_t size) {
   // Refused before calloc: sanitizers treat an overflowing count * size as
   // a fault rather than returning NULL.

@@ -408,6 +408,18 @@ tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
 
 /* ------------------------------------------------- half precision */
 
+/* A float's bits and back. */
+static float f32_from_bits(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+static uint32_t f32_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  return x;
+}
+
 float tpdp_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
@@ -430,14 +442,11 @@ float tpdp_f16_to_f32(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
+  return f32_from_bits(bits);
 }
 
 uint16_t tpdp_f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
+  uint32_t x = f32_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t exp = (x >> 23) & 0xffu;
   uint32_t mant = x & 0x7fffffu;
@@ -461,16 +470,10 @@ uint16_t tpdp_f32_to_f16(float f) {
   return (uint16_t)half; /* a carry into the exponent rounds up correctly */
 }
 
-float tpdp_bf16_to_f32(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
+float tpdp_bf16_to_f32(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
 
 uint16_t tpdp_f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
+  uint32_t x = f32_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: keep it quiet */
     return (uint16_t)((x >> 16) | 0x40u);
   uint32_t lsb = (x >> 16) & 1u;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "tp/tp_internal.h"
 #include "tpdp/dtensor.h"
 #include "tpdp/module.h"
 
@@ -392,15 +393,17 @@ done:
   return res;
 }
 
+tpdp_status tp_not_parallelized(const tpdp_module *m, const char *by) {
+  char label[320];
+  tpdp_module_label(m, label, sizeof label);
+  return TPDP_ERR(TPDP_ERR_NOT_FOUND, "module '%s' was not parallelized by %s",
+                  label, by);
+}
+
 static tpdp_status module_state(const tpdp_module *m, tp_module_state **out) {
   CHECK_PTR(m);
   tp_module_state *st = tpdp_module_get_ext(m, TP_EXT_KEY);
-  if (st == NULL) {
-    char lbl[256];
-    tpdp_module_label(m, lbl, sizeof lbl);
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
-                    "module '%s' was not parallelized by a TP plan", lbl);
-  }
+  if (st == NULL) return tp_not_parallelized(m, "a TP plan");
   *out = st;
   return TPDP_SUCCESS;
 }
