@@ -292,15 +292,19 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
 
 /* ----------------------------------------------------------- DLPack */
 
+/* The DLPack type code and bits of each tpdp dtype, both ways. */
+static const struct {
+  uint8_t code, bits;
+} dlpack_dtypes[TPDP_DTYPE_COUNT] = {
+    [TPDP_F32] = {kDLFloat, 32}, [TPDP_F64] = {kDLFloat, 64},
+    [TPDP_F16] = {kDLFloat, 16}, [TPDP_BF16] = {kDLBfloat, 16},
+    [TPDP_I32] = {kDLInt, 32},   [TPDP_I64] = {kDLInt, 64},
+    [TPDP_U8] = {kDLUInt, 8}};
+
 tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(t);
   CHECK_PTR(out);
-  static const struct {
-    uint8_t code, bits;
-  } map[TPDP_DTYPE_COUNT] = {{kDLFloat, 32},  {kDLFloat, 64}, {kDLFloat, 16},
-                             {kDLBfloat, 16}, {kDLInt, 32},   {kDLInt, 64},
-                             {kDLUInt, 8}};
   if (tpdp_dtype_size(t->dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)t->dtype);
   if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
@@ -313,8 +317,8 @@ tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
   out->device.device_id =
       t->device.type == TPDP_DEVICE_CUDA ? t->device.index : 0;
   out->ndim = t->ndim;
-  out->dtype.code = map[t->dtype].code;
-  out->dtype.bits = map[t->dtype].bits;
+  out->dtype.code = dlpack_dtypes[t->dtype].code;
+  out->dtype.bits = dlpack_dtypes[t->dtype].bits;
   out->dtype.lanes = 1;
   /* DLTensor's fields are non-const; the view promises not to write. */
   out->shape = (int64_t *)t->shape;
@@ -343,31 +347,21 @@ tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(in);
   CHECK_PTR(out);
-  tpdp_dtype dtype;
   int bits = in->dtype.bits;
   if (in->dtype.lanes != 1)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "DLPack dtype has %d lanes; "
                     "tpdp takes 1",
                     in->dtype.lanes);
-  if (in->dtype.code == kDLFloat && bits == 32)
-    dtype = TPDP_F32;
-  else if (in->dtype.code == kDLFloat && bits == 64)
-    dtype = TPDP_F64;
-  else if (in->dtype.code == kDLFloat && bits == 16)
-    dtype = TPDP_F16;
-  else if (in->dtype.code == kDLBfloat && bits == 16)
-    dtype = TPDP_BF16;
-  else if (in->dtype.code == kDLInt && bits == 32)
-    dtype = TPDP_I32;
-  else if (in->dtype.code == kDLInt && bits == 64)
-    dtype = TPDP_I64;
-  else if (in->dtype.code == kDLUInt && bits == 8)
-    dtype = TPDP_U8;
-  else
+  int d = 0;
+  while (d < TPDP_DTYPE_COUNT && (dlpack_dtypes[d].code != in->dtype.code ||
+                                  dlpack_dtypes[d].bits != bits))
+    d++;
+  if (d == TPDP_DTYPE_COUNT)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "DLPack dtype code %d bits %d has no tpdp dtype",
                     in->dtype.code, bits);
+  tpdp_dtype dtype = (tpdp_dtype)d;
   tpdp_device device = {TPDP_DEVICE_CPU, 0};
   if (in->device.device_type == kDLCUDA) {
     device.type = TPDP_DEVICE_CUDA;

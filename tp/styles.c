@@ -483,6 +483,18 @@ static tpdp_status check_seq_dim(const tpdp_tensor *t, int seq_dim) {
   return TPDP_SUCCESS;
 }
 
+/* A move on the sequence dim `seq_dim` of `full`, the activation in its
+ * global shape (src or dst), from placement `from` to `to` on m's TP dim. */
+static tpdp_status move_sequence(const tpdp_module *m, const tpdp_tensor *src,
+                                 tpdp_placement from, tpdp_placement to,
+                                 const tpdp_tensor *full, int seq_dim,
+                                 tpdp_tensor *dst) {
+  tp_module_state *st = NULL;
+  CHECK(module_state(m, &st));
+  CHECK(check_seq_dim(full, seq_dim));
+  return move_activation(st, src, from, to, full->shape, dst);
+}
+
 tpdp_status tpdp_tp_rowwise_output_reduce_scatter(const tpdp_module *m,
                                                   const tpdp_tensor *partial,
                                                   int seq_dim,
@@ -490,11 +502,8 @@ tpdp_status tpdp_tp_rowwise_output_reduce_scatter(const tpdp_module *m,
   TPDP_API_ENTRY;
   CHECK_PTR(partial);
   CHECK_PTR(shard);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  CHECK(check_seq_dim(partial, seq_dim));
-  return move_activation(st, partial, tpdp_partial(TPDP_OP_SUM),
-                         tpdp_shard(seq_dim), partial->shape, shard);
+  return move_sequence(m, partial, tpdp_partial(TPDP_OP_SUM),
+                       tpdp_shard(seq_dim), partial, seq_dim, shard);
 }
 
 tpdp_status tpdp_tp_sequence_scatter_grad(const tpdp_module *m,
@@ -512,11 +521,8 @@ tpdp_status tpdp_tp_sequence_gather(const tpdp_module *m,
   TPDP_API_ENTRY;
   CHECK_PTR(shard);
   CHECK_PTR(full);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  CHECK(check_seq_dim(full, seq_dim));
-  return move_activation(st, shard, tpdp_shard(seq_dim), tpdp_replicate(),
-                         full->shape, full);
+  return move_sequence(m, shard, tpdp_shard(seq_dim), tpdp_replicate(), full,
+                       seq_dim, full);
 }
 
 static tpdp_status reduce_sp_grads(tpdp_module *m, const char *prefix,
