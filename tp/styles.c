@@ -428,23 +428,25 @@ tpdp_status tpdp_tp_module_comm(const tpdp_module *m, tpdp_comm **out) {
 
 /* ------------------------------------------------- functional collectives */
 
+/* t summed in place over m's TP group. */
+static tpdp_status allreduce_sum(const tpdp_module *m, tpdp_tensor *t) {
+  tp_module_state *st = NULL;
+  CHECK(module_state(m, &st));
+  return tpdp_allreduce(st->tp_comm, t, t, TPDP_OP_SUM);
+}
+
 tpdp_status tpdp_tp_colwise_input_backward(const tpdp_module *m,
                                            tpdp_tensor *grad_input) {
   TPDP_API_ENTRY;
   CHECK_PTR(grad_input);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  return tpdp_allreduce(st->tp_comm, grad_input, grad_input, TPDP_OP_SUM);
+  return allreduce_sum(m, grad_input);
 }
 
 tpdp_status tpdp_tp_rowwise_output_forward(const tpdp_module *m,
                                            tpdp_tensor *partial_output) {
   TPDP_API_ENTRY;
   CHECK_PTR(partial_output);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  return tpdp_allreduce(st->tp_comm, partial_output, partial_output,
-                        TPDP_OP_SUM);
+  return allreduce_sum(m, partial_output);
 }
 
 /* Redistribute an activation between two placements on the TP dim
