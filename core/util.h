@@ -2,9 +2,9 @@
  * Internal: small helpers shared by the library and by tools/ (one copy of
  * each): string duplication, a monotonic clock, integer environment
  * variables, a growable string with JSON escaping, a pointer map, the
- * formatting of a last-error message. Not
- * installed. Nothing here records errors: allocation failures come back as
- * NULL / -1 / a `failed` flag, and the caller reports them in its own way.
+ * formatting of a last-error message. Not installed. Nothing here records
+ * errors: allocation failures come back as NULL / -1 / a `failed` flag,
+ * and the caller reports them in its own way.
  */
 #ifndef TPDP_CORE_UTIL_H
 #define TPDP_CORE_UTIL_H
