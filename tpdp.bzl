@@ -26,6 +26,37 @@ TPDP_LIBRARY_VISIBILITY = [
     "//tests:__subpackages__",
 ]
 
+def tpdp_layer(name, deps = [], srcs = None, hdrs = None, copts = [],
+               cuda_srcs = [], cuda_deps = [], **kwargs):
+    """The library target of one layer (core/, comm/, topo/, tp/, dp/,
+    ckpt/), with the settings every layer shares.
+
+    `srcs` and `hdrs` default to the folder's *.c and *.h files. `deps`
+    come on top of //:headers (the public headers), `copts` on top of
+    TPDP_COPTS. `cuda_srcs` and `cuda_deps` are added in --config=cuda
+    builds only (through a select on //:cuda), so that the default build
+    never needs the CUDA toolkit. Other arguments (defines, visibility...)
+    go to cc_library as they are."""
+    srcs = native.glob(["*.c"]) if srcs == None else srcs
+    deps = ["//:headers"] + deps
+    if cuda_srcs:
+        srcs = srcs + select({"//:cuda": cuda_srcs, "//conditions:default": []})
+    if cuda_deps:
+        deps = deps + select({"//:cuda": cuda_deps, "//conditions:default": []})
+    native.cc_library(
+        name = name,
+        # Static only: the layers are parts of libtpdp.so and libtpdp.a,
+        # built with hidden visibility; a .so per layer could not link.
+        linkstatic = True,
+        # Every object goes into libtpdp.so, referenced or not.
+        alwayslink = True,
+        srcs = srcs,
+        hdrs = native.glob(["*.h"]) if hdrs == None else hdrs,
+        copts = TPDP_COPTS + copts,
+        deps = deps,
+        **kwargs
+    )
+
 # Tests: C++17 GoogleTest.
 TPDP_TEST_COPTS = [
     "-std=c++17",

@@ -79,6 +79,11 @@ int ckpt_shape_numel(int ndim, const int64_t *shape, int64_t *numel);
 int ckpt_shape_nbytes(int ndim, const int64_t *shape, tpdp_dtype dt,
                       uint64_t *nbytes);
 
+/* 0 and *out for a JSON integer in [0, 2^53] (exact in a double: index.json
+ * and safetensors headers), else -1. */
+struct cJSON;
+int ckpt_json_uint(const struct cJSON *v, uint64_t *out);
+
 /* Names sorted for lookup. */
 typedef struct {
   const char *name;

@@ -44,19 +44,10 @@ typedef struct {
   tpdp_checkpoint *ck;
 } parser;
 
-static int json_uint(const cJSON *v, uint64_t *out) {
-  if (!cJSON_IsNumber(v)) return -1;
-  double d = v->valuedouble;
-  if (!(d >= 0 && d <= CKPT_MAX_JSON_INT) || d != (double)(uint64_t)d)
-    return -1;
-  *out = (uint64_t)d;
-  return 0;
-}
-
 static tpdp_status get_uint(const parser *p, const cJSON *obj,
                             const char *field, const char *what,
                             uint64_t *out) {
-  if (json_uint(cJSON_GetObjectItemCaseSensitive(obj, field), out) != 0)
+  if (ckpt_json_uint(cJSON_GetObjectItemCaseSensitive(obj, field), out) != 0)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "index '%s': %s\"%s\" missing or not an integer in [0, "
                     "2^53]",
@@ -77,7 +68,7 @@ static tpdp_status get_dims(const parser *p, const cJSON *obj,
                     ndim >= 0 ? ndim : TPDP_MAX_DIMS);
   for (int d = 0; d < n; d++) {
     uint64_t v;
-    if (json_uint(cJSON_GetArrayItem(a, d), &v) != 0)
+    if (ckpt_json_uint(cJSON_GetArrayItem(a, d), &v) != 0)
       return TPDP_ERR(TPDP_ERR_PARSE,
                       "index '%s': %s\"%s\"[%d] is not an integer in [0, "
                       "2^53]",

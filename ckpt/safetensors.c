@@ -22,16 +22,6 @@
 
 /* ------------------------------------------------------------- reader */
 
-/* A JSON integer in [0, 2^53] (exact in a double). */
-static int json_uint(const cJSON *v, uint64_t *out) {
-  if (!cJSON_IsNumber(v)) return -1;
-  double d = v->valuedouble;
-  if (!(d >= 0 && d <= CKPT_MAX_JSON_INT) || d != (double)(uint64_t)d)
-    return -1;
-  *out = (uint64_t)d;
-  return 0;
-}
-
 static void st_free(tpdp_safetensors *f) {
   if (f == NULL) return;
   if (f->fd >= 0) close(f->fd);
@@ -95,7 +85,7 @@ static tpdp_status parse_tensor(tpdp_safetensors *f, const cJSON *e,
   t->ndim = nd;
   for (int d = 0; d < nd; d++) {
     uint64_t v;
-    if (json_uint(cJSON_GetArrayItem(sh, d), &v) != 0)
+    if (ckpt_json_uint(cJSON_GetArrayItem(sh, d), &v) != 0)
       return TPDP_ERR(TPDP_ERR_PARSE,
                       "file '%s': tensor '%s': shape[%d] is not an integer "
                       "in [0, 2^53]",
@@ -113,8 +103,8 @@ static tpdp_status parse_tensor(tpdp_safetensors *f, const cJSON *e,
   const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
   uint64_t b, en;
   if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-      json_uint(cJSON_GetArrayItem(off, 0), &b) != 0 ||
-      json_uint(cJSON_GetArrayItem(off, 1), &en) != 0)
+      ckpt_json_uint(cJSON_GetArrayItem(off, 0), &b) != 0 ||
+      ckpt_json_uint(cJSON_GetArrayItem(off, 1), &en) != 0)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "file '%s': tensor '%s': \"data_offsets\" is not a pair "
                     "of integers in [0, 2^53]",
@@ -332,14 +322,19 @@ tpdp_status tpdp_safetensors_close(tpdp_safetensors *f) {
 
 int tpdp_safetensors_count(const tpdp_safetensors *f) { return f ? f->n : 0; }
 
+static tpdp_status check_tensor(const tpdp_safetensors *f, int i) {
+  if (i < 0 || i >= f->n)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_safetensors_tensor_at(const tpdp_safetensors *f, int i,
                                        tpdp_safetensors_tensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(f);
   CHECK_PTR(out);
-  if (i < 0 || i >= f->n)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
+  CHECK(check_tensor(f, i));
   const ckpt_st_tensor *t = &f->t[i];
   memset(out, 0, sizeof *out);
   out->name = t->name;
@@ -379,9 +374,7 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
   TPDP_API_ENTRY;
   CHECK_PTR(f);
   CHECK_PTR(dst);
-  if (i < 0 || i >= f->n)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
+  CHECK(check_tensor(f, i));
   const ckpt_st_tensor *t = &f->t[i];
   char want[160], got[160];
   if (core_shapes_differ(t->ndim, t->shape, dst->ndim, dst->shape, want, got,

@@ -1,6 +1,7 @@
 /* Small helpers of ckpt/: safetensors dtype names, element conversion
- * between floating dtypes, overflow-checked shape arithmetic, and sorted
- * name lookup. */
+ * between floating dtypes, overflow-checked shape arithmetic, sorted name
+ * lookup, and JSON integers. */
+#include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,4 +114,13 @@ int ckpt_names_find(const ckpt_name_ix *names, int n, const char *name) {
       hi = mid - 1;
   }
   return -1;
+}
+
+int ckpt_json_uint(const cJSON *v, uint64_t *out) {
+  if (!cJSON_IsNumber(v)) return -1;
+  double d = v->valuedouble;
+  if (!(d >= 0 && d <= CKPT_MAX_JSON_INT) || d != (double)(uint64_t)d)
+    return -1;
+  *out = (uint64_t)d;
+  return 0;
 }

@@ -2,6 +2,7 @@
  * every rank rather than leave some waiting (collective fingerprints, mesh
  * creation, redistribute's specs): a small allgather of host records on any
  * backend, and the message that names what each rank passed. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_internal.h"
@@ -77,4 +78,38 @@ void comm_sb_rank_groups(core_strbuf *b, const void *recs, size_t size, int n,
     groups++;
   }
   if (more) core_sb_printf(b, " and %d more", more);
+}
+
+tpdp_status comm_agree(tpdp_comm *comm, const comm_agree_kind *kind,
+                       const void *mine, tpdp_status local) {
+  char *all = NULL;
+  tpdp_status st = core_calloc((void **)&all, (size_t)comm->size, kind->size);
+  if (st != TPDP_SUCCESS) return local != TPDP_SUCCESS ? local : st;
+  st = comm_host_allgather(comm, mine, kind->size, all);
+  int differ = -1, failed = -1;
+  for (int k = 0; st == TPDP_SUCCESS && k < comm->size; k++) {
+    const char *rec = all + (size_t)k * kind->size;
+    int32_t status;
+    memcpy(&status, rec, sizeof status);
+    if (differ < 0 && !kind->same(all, rec)) differ = k;
+    if (failed < 0 && status != TPDP_SUCCESS) failed = k;
+  }
+  if (st == TPDP_SUCCESS && differ >= 0) {
+    core_strbuf b = {0};
+    comm_sb_rank_groups(&b, all, kind->size, comm->size, kind->same,
+                        kind->describe, "passed ", 8);
+    st = kind->mismatch(comm, all, all + (size_t)differ * kind->size,
+                        b.failed ? "?" : b.s);
+    core_sb_free(&b);
+  } else if (st == TPDP_SUCCESS && failed >= 0 && local == TPDP_SUCCESS) {
+    int32_t status;
+    memcpy(&status, all + (size_t)failed * kind->size, sizeof status);
+    st = TPDP_ERR((tpdp_status)status,
+                  "rank %d of %s rejected %s (%s); see that rank's message",
+                  failed, comm->name, kind->rejected,
+                  tpdp_status_string((tpdp_status)status));
+  }
+  free(all);
+  if (local != TPDP_SUCCESS && (st == TPDP_SUCCESS || differ < 0)) return local;
+  return st;
 }

@@ -347,85 +347,45 @@ static tpdp_status run_blocking(tpdp_comm *comm, tpdp_coll_args *args) {
   return tpdp_work_wait(work);
 }
 
-#define COLL_ARGS(kind_, send_, recv_, op_, root_) \
-  tpdp_coll_args args = {(kind_), (send_), (recv_), (op_), (root_), 0}
+/* Each collective's two public forms over one tpdp_coll_args: the
+ * blocking tpdp_NAME, and tpdp_NAME_async, which takes a `work` pointer
+ * after the same parameters. The parameters (after `comm`) name the
+ * tensors `send` and `recv`; OP and ROOT fill in the reduce op and the root
+ * (TPDP_OP_SUM and 0 for a collective that has none). Defines
+ * tpdp_allreduce, tpdp_allgather, tpdp_reduce_scatter, tpdp_broadcast,
+ * tpdp_alltoall and their _async forms. */
+#define COLLECTIVE(name, kind, op, root, ...)                    \
+  tpdp_status tpdp_##name(tpdp_comm *comm, __VA_ARGS__) {        \
+    TPDP_API_ENTRY;                                              \
+    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0}; \
+    return run_blocking(comm, &args);                            \
+  }                                                              \
+  tpdp_status tpdp_##name##_async(tpdp_comm *comm, __VA_ARGS__,  \
+                                  tpdp_work **work) {            \
+    TPDP_API_ENTRY;                                              \
+    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0}; \
+    return run_collective(comm, &args, work);                    \
+  }
 
-tpdp_status tpdp_allreduce(tpdp_comm *comm, const tpdp_tensor *send,
-                           tpdp_tensor *recv, tpdp_reduce_op op) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_ALLREDUCE, send, recv, op, 0);
-  return run_blocking(comm, &args);
-}
-tpdp_status tpdp_allreduce_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                 tpdp_tensor *recv, tpdp_reduce_op op,
-                                 tpdp_work **work) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_ALLREDUCE, send, recv, op, 0);
-  return run_collective(comm, &args, work);
-}
-
-tpdp_status tpdp_allgather(tpdp_comm *comm, const tpdp_tensor *send,
-                           tpdp_tensor *recv) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0);
-  return run_blocking(comm, &args);
-}
-tpdp_status tpdp_allgather_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                 tpdp_tensor *recv, tpdp_work **work) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0);
-  return run_collective(comm, &args, work);
-}
-
-tpdp_status tpdp_reduce_scatter(tpdp_comm *comm, const tpdp_tensor *send,
-                                tpdp_tensor *recv, tpdp_reduce_op op) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);
-  return run_blocking(comm, &args);
-}
-tpdp_status tpdp_reduce_scatter_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                      tpdp_tensor *recv, tpdp_reduce_op op,
-                                      tpdp_work **work) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_REDUCE_SCATTER, send, recv, op, 0);
-  return run_collective(comm, &args, work);
-}
-
-tpdp_status tpdp_broadcast(tpdp_comm *comm, const tpdp_tensor *send,
-                           tpdp_tensor *recv, int root) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_BROADCAST, send, recv, TPDP_OP_SUM, root);
-  return run_blocking(comm, &args);
-}
-tpdp_status tpdp_broadcast_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                 tpdp_tensor *recv, int root,
-                                 tpdp_work **work) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_BROADCAST, send, recv, TPDP_OP_SUM, root);
-  return run_collective(comm, &args, work);
-}
-
-tpdp_status tpdp_alltoall(tpdp_comm *comm, const tpdp_tensor *send,
-                          tpdp_tensor *recv) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_ALLTOALL, send, recv, TPDP_OP_SUM, 0);
-  return run_blocking(comm, &args);
-}
-tpdp_status tpdp_alltoall_async(tpdp_comm *comm, const tpdp_tensor *send,
-                                tpdp_tensor *recv, tpdp_work **work) {
-  TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_ALLTOALL, send, recv, TPDP_OP_SUM, 0);
-  return run_collective(comm, &args, work);
-}
+COLLECTIVE(allreduce, TPDP_COLL_ALLREDUCE, op, 0, const tpdp_tensor *send,
+           tpdp_tensor *recv, tpdp_reduce_op op)
+COLLECTIVE(allgather, TPDP_COLL_ALLGATHER, TPDP_OP_SUM, 0,
+           const tpdp_tensor *send, tpdp_tensor *recv)
+COLLECTIVE(reduce_scatter, TPDP_COLL_REDUCE_SCATTER, op, 0,
+           const tpdp_tensor *send, tpdp_tensor *recv, tpdp_reduce_op op)
+COLLECTIVE(broadcast, TPDP_COLL_BROADCAST, TPDP_OP_SUM, root,
+           const tpdp_tensor *send, tpdp_tensor *recv, int root)
+COLLECTIVE(alltoall, TPDP_COLL_ALLTOALL, TPDP_OP_SUM, 0,
+           const tpdp_tensor *send, tpdp_tensor *recv)
 
 tpdp_status tpdp_barrier(tpdp_comm *comm) {
   TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0);
+  tpdp_coll_args args = {TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0};
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work) {
   TPDP_API_ENTRY;
-  COLL_ARGS(TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0);
+  tpdp_coll_args args = {TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0};
   return run_collective(comm, &args, work);
 }
 

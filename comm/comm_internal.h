@@ -118,6 +118,36 @@ tpdp_status comm_backend_allgather(tpdp_comm *comm, const tpdp_tensor *send,
 tpdp_status comm_host_allgather(tpdp_comm *comm, const void *send, size_t bytes,
                                 void *recv);
 
+/* What comm_agree compares: one fixed-size record per rank whose first
+ * field is the rank's own check of its arguments (an int32_t status). */
+typedef struct {
+  size_t size; /* bytes of a record */
+  /* Two records say the same (the status aside). */
+  int (*same)(const void *a, const void *b);
+  /* Append one record to a message. */
+  void (*describe)(core_strbuf *b, const void *rec);
+  /* The error of ranks whose records differ, first at rank 0's `a` and
+   * `b`: a TPDP_ERR naming `comm` and this rank, with `ranks`, each
+   * rank's record as "rank 0 passed ..., ranks 1-3 ...". */
+  tpdp_status (*mismatch)(const tpdp_comm *comm, const void *a, const void *b,
+                          const char *ranks);
+  /* What a failed check rejected ("the mesh"), for the ranks that passed
+   * theirs: "rank 1 of world rejected the mesh (STATUS); see that rank's
+   * message". */
+  const char *rejected;
+} comm_agree_kind;
+
+/* Agree across `comm` on this rank's record `mine` (one comm_host_allgather)
+ * given its own check, `local`, so that a call some ranks cannot make fails
+ * on every rank instead of leaving the others waiting: when the records
+ * differ every rank fails with kind->mismatch's error; else when a rank's
+ * own check failed the others fail with its status. A rank whose own check
+ * failed returns `local` (its message kept) unless the records differ,
+ * which explains it better; so does a rank that cannot take part (no
+ * memory). TPDP_SUCCESS when every rank passed the same and none failed. */
+tpdp_status comm_agree(tpdp_comm *comm, const comm_agree_kind *kind,
+                       const void *mine, tpdp_status local);
+
 /* Append to `b` the ranks' records grouped by equality, in order of each
  * group's first rank: "rank 0 <first>, ranks 1-3, 5 <second>, ...". `recs`
  * holds `n` records of `size` bytes; same(a, b) says two records belong

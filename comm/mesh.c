@@ -317,6 +317,16 @@ static void describe_mesh_args(core_strbuf *b, const void *rec) {
                    (long long)a->sizes[i]);
 }
 
+static tpdp_status mesh_mismatch(const tpdp_comm *comm, const void *a,
+                                 const void *b, const char *ranks) {
+  (void)a;
+  (void)b;
+  return TPDP_ERR(TPDP_ERR_MESH_MISMATCH,
+                  "ranks of %s passed different meshes (this is rank %d): "
+                  "%s; every rank must pass the same dims",
+                  comm->name, comm->rank, ranks);
+}
+
 /* Agree across `comm` on the mesh arguments before any split, so that
  * ranks passing different meshes (which would hang in the splits or build
  * communicators that disagree with the mesh) all fail, naming each rank's
@@ -326,37 +336,12 @@ static tpdp_status agree_mesh_args(tpdp_comm *comm, int ndim,
                                    const int64_t *sizes,
                                    const char *const *names,
                                    tpdp_status local) {
-  mesh_args mine, *all = NULL;
+  static const comm_agree_kind kind = {sizeof(mesh_args), same_mesh_args,
+                                       describe_mesh_args, mesh_mismatch,
+                                       "the mesh"};
+  mesh_args mine;
   fill_mesh_args(&mine, ndim, sizes, names, local);
-  tpdp_status st = TPDP_CALLOC(all, (size_t)comm->size);
-  if (st != TPDP_SUCCESS) return local != TPDP_SUCCESS ? local : st;
-  st = comm_host_allgather(comm, &mine, sizeof mine, all);
-  int differ = -1, failed = -1;
-  for (int k = 0; st == TPDP_SUCCESS && k < comm->size; k++) {
-    if (differ < 0 && !same_mesh_args(&all[0], &all[k])) differ = k;
-    if (failed < 0 && all[k].status != TPDP_SUCCESS) failed = k;
-  }
-  if (st == TPDP_SUCCESS && differ >= 0) {
-    core_strbuf b = {0};
-    comm_sb_rank_groups(&b, all, sizeof *all, comm->size, same_mesh_args,
-                        describe_mesh_args, "passed ", 8);
-    st = TPDP_ERR(TPDP_ERR_MESH_MISMATCH,
-                  "ranks of %s passed different meshes (this is rank %d): "
-                  "%s; every rank must pass the same dims",
-                  comm->name, comm->rank, b.failed ? "?" : b.s);
-    core_sb_free(&b);
-  } else if (st == TPDP_SUCCESS && failed >= 0 && local == TPDP_SUCCESS) {
-    st = TPDP_ERR((tpdp_status)all[failed].status,
-                  "rank %d of %s rejected the mesh (%s); see that rank's "
-                  "message",
-                  failed, comm->name,
-                  tpdp_status_string((tpdp_status)all[failed].status));
-  }
-  free(all);
-  /* A rank whose own arguments failed keeps its message when the meshes
-   * agree; a disagreement is the better explanation when they do not. */
-  if (local != TPDP_SUCCESS && (st == TPDP_SUCCESS || differ < 0)) return local;
-  return st;
+  return comm_agree(comm, &kind, &mine, local);
 }
 
 tpdp_status tpdp_mesh_create(tpdp_comm *comm, int ndim, const int64_t *sizes,
@@ -511,15 +496,20 @@ tpdp_status tpdp_mesh_rank_of(const tpdp_mesh *mesh, const int64_t *coords,
   return TPDP_SUCCESS;
 }
 
+static tpdp_status check_dim(const tpdp_mesh *mesh, int dim) {
+  if (dim < 0 || dim >= mesh->ndim)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
+                    mesh->ndim);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_mesh_group_ranks(const tpdp_mesh *mesh, int dim, int rank,
                                   int *ranks) {
   TPDP_API_ENTRY;
   CHECK_PTR(mesh);
   CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(ranks);
-  if (dim < 0 || dim >= mesh->ndim)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
-                    mesh->ndim);
+  CHECK(check_dim(mesh, dim));
   int64_t coords[TPDP_MAX_DIMS];
   CHECK(tpdp_mesh_coords(mesh, rank, coords));
   for (int64_t i = 0; i < mesh->sizes[dim]; i++) {
@@ -535,9 +525,7 @@ tpdp_status tpdp_mesh_dim_comm(const tpdp_mesh *mesh, int dim,
   CHECK_PTR(mesh);
   CHECK(comm_mesh_check(mesh, "the mesh"));
   CHECK_PTR(out);
-  if (dim < 0 || dim >= mesh->ndim)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "dim %d outside [0, %d)", dim,
-                    mesh->ndim);
+  CHECK(check_dim(mesh, dim));
   if (mesh->parent == NULL)
     return TPDP_ERR(TPDP_ERR_STATE,
                     "mesh is layout-only (created without a communicator)");

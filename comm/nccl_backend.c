@@ -554,16 +554,13 @@ static tpdp_status nccl_work_release(tpdp_work *work) {
 
 /* ---------------------------------------------------------- collectives */
 
-/* alltoall as grouped ncclSend/ncclRecv, one pair per peer. */
-static tpdp_status enqueue_alltoall(tpdp_comm *comm, const tpdp_coll_args *a) {
-  nccl_impl *impl = (nccl_impl *)comm->impl;
-  ncclComm_t nc = impl->nccl;
-  cudaStream_t s = impl->stream;
-  const tpdp_tensor *send = a->send;
-  tpdp_tensor *recv = a->recv;
-  ncclDataType_t dt = nccl_dtype(recv->dtype);
+/* alltoall of rn elements of dt as grouped ncclSend/ncclRecv on nc and s,
+ * one pair per peer (enqueue's case). */
+static tpdp_status enqueue_alltoall(tpdp_comm *comm, ncclComm_t nc,
+                                    cudaStream_t s, const tpdp_tensor *send,
+                                    tpdp_tensor *recv, ncclDataType_t dt,
+                                    size_t rn) {
   size_t es = tpdp_dtype_size(recv->dtype);
-  size_t rn = (size_t)tpdp_tensor_numel(recv);
   if (rn == 0) return TPDP_SUCCESS;
   size_t block = rn / (size_t)comm->size;
   const char *sb = (const char *)send->data;
@@ -649,7 +646,7 @@ static tpdp_status enqueue(tpdp_comm *comm, const tpdp_coll_args *a) {
                          "ncclBroadcast");
     }
     case TPDP_COLL_ALLTOALL:
-      return enqueue_alltoall(comm, a);
+      return enqueue_alltoall(comm, nc, s, send, recv, dt, rn);
     case TPDP_COLL_BARRIER:
       break;
   }

@@ -123,6 +123,15 @@ void core_trace_propagate(const char *file, int line, tpdp_status status);
       return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", #p); \
   } while (0)
 
+/* The check of a handle argument `arg` (its name in the messages) whose
+ * magic field, read by the caller (h ? h->magic : 0), is `magic`:
+ * TPDP_ERR_NULL_POINTER "argument 'm' is NULL" for NULL;
+ * TPDP_ERR_INVALID_ARGUMENT "argument 'm' (0x...) is a KIND that has been
+ * destroyed (DESTROYED_BY), or not a KIND" when magic is not `want`. */
+tpdp_status core_check_handle(const void *h, unsigned magic, unsigned want,
+                              const char *arg, const char *kind,
+                              const char *destroyed_by);
+
 /* Internal logging helpers. */
 #define TPDP_WARN(...) tpdp_log(TPDP_LOG_WARN, __VA_ARGS__)
 #define TPDP_INFO(...) tpdp_log(TPDP_LOG_INFO, __VA_ARGS__)

@@ -86,6 +86,17 @@ static tpdp_status check_name(const tpdp_module *m, const char *name,
   return TPDP_SUCCESS;
 }
 
+/* Room for one more entry in a module's list of children, parameters or
+ * buffers (`n` entries of `elem` bytes in *items) and a copy of the
+ * entry's name into *copy; on failure nothing changed. */
+static tpdp_status reserve_entry(void **items, int *cap, int n, size_t elem,
+                                 const char *name, char **copy) {
+  CHECK(core_grow(items, cap, n + 1, elem));
+  *copy = core_strdup(name);
+  if (*copy == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  return TPDP_SUCCESS;
+}
+
 /* ------------------------------------------------------------ modules */
 
 tpdp_status tpdp_module_create(const char *class_name, tpdp_module **out) {
@@ -137,14 +148,8 @@ static void free_subtree(tpdp_module *m) {
 }
 
 tpdp_status core_module_check(const tpdp_module *m, const char *arg) {
-  if (m == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
-  if (m->magic != CORE_MODULE_MAGIC)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "argument '%s' (%p) is a module that has been destroyed "
-                    "(tpdp_module_destroy of its root), or not a module",
-                    arg, (const void *)m);
-  return TPDP_SUCCESS;
+  return core_check_handle(m, m ? m->magic : 0, CORE_MODULE_MAGIC, arg,
+                           "module", "tpdp_module_destroy of its root");
 }
 
 tpdp_status tpdp_module_destroy(tpdp_module *m) {
@@ -187,13 +192,10 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
                     "child '%s' of '%s'",
                     cl, name, pl);
   }
-  CHECK(core_grow((void **)&parent->children, &parent->cap_children,
-                  parent->nchildren + 1, sizeof *parent->children));
-  char *nm = core_strdup(name);
-  if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-  parent->children[parent->nchildren].name = nm;
-  parent->children[parent->nchildren].module = child;
-  parent->nchildren++;
+  char *nm = NULL;
+  CHECK(reserve_entry((void **)&parent->children, &parent->cap_children,
+                      parent->nchildren, sizeof *parent->children, name, &nm));
+  parent->children[parent->nchildren++] = (tpdp_child_entry){nm, child};
   child->parent = parent;
   child->name = core_strdup(name);
   if (child->name == NULL) {
@@ -212,13 +214,10 @@ tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
   CHECK(core_module_check(m, "m"));
   CHECK_PTR(p);
   CHECK(check_name(m, name, "parameter"));
-  CHECK(core_grow((void **)&m->params, &m->cap_params, m->nparams + 1,
-                  sizeof *m->params));
-  char *nm = core_strdup(name);
-  if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-  m->params[m->nparams].name = nm;
-  m->params[m->nparams].param = p;
-  m->nparams++;
+  char *nm = NULL;
+  CHECK(reserve_entry((void **)&m->params, &m->cap_params, m->nparams,
+                      sizeof *m->params, name, &nm));
+  m->params[m->nparams++] = (tpdp_param_entry){nm, p};
   p->refcount++;
   tree_changed();
   return TPDP_SUCCESS;
@@ -230,13 +229,10 @@ tpdp_status tpdp_module_add_buffer(tpdp_module *m, const char *name,
   CHECK(core_module_check(m, "m"));
   CHECK_PTR(buffer);
   CHECK(check_name(m, name, "buffer"));
-  CHECK(core_grow((void **)&m->buffers, &m->cap_buffers, m->nbuffers + 1,
-                  sizeof *m->buffers));
-  char *nm = core_strdup(name);
-  if (nm == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-  m->buffers[m->nbuffers].name = nm;
-  m->buffers[m->nbuffers].tensor = *buffer;
-  m->nbuffers++;
+  char *nm = NULL;
+  CHECK(reserve_entry((void **)&m->buffers, &m->cap_buffers, m->nbuffers,
+                      sizeof *m->buffers, name, &nm));
+  m->buffers[m->nbuffers++] = (tpdp_buffer_entry){nm, *buffer};
   return TPDP_SUCCESS;
 }
 
@@ -470,26 +466,54 @@ tpdp_status tpdp_params_set_form_state(tpdp_param *const *params, int n,
   return TPDP_SUCCESS;
 }
 
-/* "{A, B}" of names into buf. */
-static void format_states(const int *allowed, int n, const char *(*name)(int),
-                          char *buf, size_t len) {
-  size_t pos = 0;
-  buf[0] = '\0';
-  int w = snprintf(buf, len, "{");
-  if (w > 0) pos = (size_t)w;
-  for (int i = 0; i < n && pos < len; i++) {
-    w = snprintf(buf + pos, len - pos, "%s%s", i ? ", " : "", name(allowed[i]));
-    if (w < 0) break;
-    pos += (size_t)w;
-  }
-  if (pos < len) snprintf(buf + pos, len - pos, "}");
-}
+/* A state enum for find_state: the i-th value of an array of it, and the
+ * name of a value. */
+typedef struct {
+  int (*at)(const void *list, int i);
+  const char *(*name)(int state);
+} state_kind;
 
+static int handle_at(const void *list, int i) {
+  return (int)((const tpdp_handle_state *)list)[i];
+}
 static const char *handle_name_int(int s) {
   return tpdp_handle_state_name((tpdp_handle_state)s);
 }
+static const state_kind handle_states = {handle_at, handle_name_int};
+
+static int training_at(const void *list, int i) {
+  return (int)((const tpdp_training_state *)list)[i];
+}
 static const char *training_name_int(int s) {
   return tpdp_training_state_name((tpdp_training_state)s);
+}
+static const state_kind training_states = {training_at, training_name_int};
+
+/* The part of tpdp_param_check_state and tpdp_module_check_state before
+ * their messages: *in = 1 when `state` is one of the n states of `allowed`
+ * (an array of kind's enum); else *in = 0 and the first 16 of them named
+ * "{A, B}" into set. TPDP_ERR_INVALID_ARGUMENT for a bad list. */
+static tpdp_status find_state(const state_kind *kind, const void *allowed,
+                              int n, int state, int *in, char *set,
+                              size_t len) {
+  if (n < 0 || (n > 0 && allowed == NULL))
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
+  *in = 1;
+  for (int i = 0; i < n; i++)
+    if (kind->at(allowed, i) == state) return TPDP_SUCCESS;
+  *in = 0;
+  size_t pos = 0;
+  set[0] = '\0';
+  int w = snprintf(set, len, "{");
+  if (w > 0) pos = (size_t)w;
+  for (int i = 0; i < n && i < 16 && pos < len; i++) {
+    w = snprintf(set + pos, len - pos, "%s%s", i ? ", " : "",
+                 kind->name(kind->at(allowed, i)));
+    if (w < 0) break;
+    pos += (size_t)w;
+  }
+  if (pos < len) snprintf(set + pos, len - pos, "}");
+  return TPDP_SUCCESS;
 }
 
 tpdp_status tpdp_param_check_state(const tpdp_param *p,
@@ -497,15 +521,11 @@ tpdp_status tpdp_param_check_state(const tpdp_param *p,
                                    const char *what) {
   TPDP_API_ENTRY;
   CHECK_PTR(p);
-  if (n < 0 || (n > 0 && allowed == NULL))
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
-  for (int i = 0; i < n; i++)
-    if (allowed[i] == p->state) return TPDP_SUCCESS;
-  int tmp[16];
-  int k = n < 16 ? n : 16;
-  for (int i = 0; i < k; i++) tmp[i] = (int)allowed[i];
+  int in;
   char set[256];
-  format_states(tmp, k, handle_name_int, set, sizeof set);
+  CHECK(find_state(&handle_states, allowed, n, (int)p->state, &in, set,
+                   sizeof set));
+  if (in) return TPDP_SUCCESS;
   return TPDP_ERR(TPDP_ERR_STATE,
                   "parameter '%s': expected to be in states %s but current "
                   "state is %s",
@@ -633,15 +653,11 @@ tpdp_status tpdp_module_check_state(const tpdp_module *m,
                                     const tpdp_training_state *allowed, int n) {
   TPDP_API_ENTRY;
   CHECK(core_module_check(m, "m"));
-  if (n < 0 || (n > 0 && allowed == NULL))
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
-  for (int i = 0; i < n; i++)
-    if (allowed[i] == m->state) return TPDP_SUCCESS;
-  int tmp[16];
-  int k = n < 16 ? n : 16;
-  for (int i = 0; i < k; i++) tmp[i] = (int)allowed[i];
+  int in;
   char set[256];
-  format_states(tmp, k, training_name_int, set, sizeof set);
+  CHECK(find_state(&training_states, allowed, n, (int)m->state, &in, set,
+                   sizeof set));
+  if (in) return TPDP_SUCCESS;
   LABEL(m, lbl);
   return TPDP_ERR(TPDP_ERR_STATE,
                   "module '%s': expected to be in states %s but current "

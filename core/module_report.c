@@ -114,6 +114,13 @@ static void str_list_free(str_list *l) {
   memset(l, 0, sizeof *l);
 }
 
+/* The public accessors' view of a list: its length and item j (0 and NULL
+ * for a NULL list or j out of range). */
+static int str_list_len(const str_list *l) { return l ? l->n : 0; }
+static const char *str_list_get(const str_list *l, int j) {
+  return (l && j >= 0 && j < l->n) ? l->items[j] : NULL;
+}
+
 /* ---------------------------------------------------- param -> FQNs */
 
 typedef struct {
@@ -228,13 +235,15 @@ int tpdp_param_fqns_count(const tpdp_param_fqns *map) {
 tpdp_param *tpdp_param_fqns_param(const tpdp_param_fqns *map, int i) {
   return (map && i >= 0 && i < map->n) ? map->entries[i].param : NULL;
 }
+/* Entry i's FQNs, NULL for a NULL map or i out of range. */
+static const str_list *entry_fqns(const tpdp_param_fqns *map, int i) {
+  return (map && i >= 0 && i < map->n) ? &map->entries[i].fqns : NULL;
+}
 int tpdp_param_fqns_num(const tpdp_param_fqns *map, int i) {
-  return (map && i >= 0 && i < map->n) ? map->entries[i].fqns.n : 0;
+  return str_list_len(entry_fqns(map, i));
 }
 const char *tpdp_param_fqns_get(const tpdp_param_fqns *map, int i, int j) {
-  if (map == NULL || i < 0 || i >= map->n) return NULL;
-  const str_list *l = &map->entries[i].fqns;
-  return (j >= 0 && j < l->n) ? l->items[j] : NULL;
+  return str_list_get(entry_fqns(map, i), j);
 }
 tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
                                  const tpdp_param *p, int *index) {
@@ -447,13 +456,15 @@ int tpdp_tree_report_num_units(const tpdp_tree_report *r) {
 const char *tpdp_tree_report_unit(const tpdp_tree_report *r, int i) {
   return (r && i >= 0 && i < r->nunits) ? r->units[i].key : NULL;
 }
+/* Unit i's FQNs, NULL for a NULL report or i out of range. */
+static const str_list *unit_fqns(const tpdp_tree_report *r, int i) {
+  return (r && i >= 0 && i < r->nunits) ? &r->units[i].fqns : NULL;
+}
 int tpdp_tree_report_num_fqns(const tpdp_tree_report *r, int i) {
-  return (r && i >= 0 && i < r->nunits) ? r->units[i].fqns.n : 0;
+  return str_list_len(unit_fqns(r, i));
 }
 const char *tpdp_tree_report_fqn(const tpdp_tree_report *r, int i, int j) {
-  if (r == NULL || i < 0 || i >= r->nunits) return NULL;
-  const str_list *l = &r->units[i].fqns;
-  return (j >= 0 && j < l->n) ? l->items[j] : NULL;
+  return str_list_get(unit_fqns(r, i), j);
 }
 const char *tpdp_tree_report_json(const tpdp_tree_report *r) {
   return r ? r->json : "";

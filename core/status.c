@@ -2,7 +2,6 @@
  * core/check.h), allocation helpers. */
 #include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,18 +89,13 @@ const char *core_error_detail(void) { return last_error + detail_at; }
 
 tpdp_status core_error(tpdp_status status, const char *file, int line,
                        const char *fmt, ...) {
-  /* Format into a local buffer first: the arguments may include
-   * tpdp_last_error() itself (wrapping an inner error). */
-  char buf[sizeof last_error];
-  const char *func = core_api.depth > 0 ? core_api.func : "tpdp";
-  int n = snprintf(buf, sizeof buf, "%s: ", func);
-  if (n < 0 || (size_t)n >= sizeof buf) n = 0;
+  /* The arguments may include tpdp_last_error() itself (wrapping an inner
+   * error): core_error_vformat formats into a buffer of its own first. */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  const char *func = core_api.depth > 0 ? core_api.func : "tpdp";
+  detail_at = core_error_vformat(last_error, sizeof last_error, func, fmt, ap);
   va_end(ap);
-  memcpy(last_error, buf, sizeof last_error);
-  detail_at = (size_t)n;
   if (tpdp_log_get_level() >= TPDP_LOG_TRACE)
     tpdp_log(TPDP_LOG_TRACE, "%s:%d: %s: %s", file, line,
              tpdp_status_string(status), last_error);
@@ -126,6 +120,19 @@ void core_trace_propagate(const char *file, int line, tpdp_status status) {
   if (tpdp_log_get_level() >= TPDP_LOG_TRACE)
     tpdp_log(TPDP_LOG_TRACE, "%s:%d -> %s", file, line,
              tpdp_status_string(status));
+}
+
+tpdp_status core_check_handle(const void *h, unsigned magic, unsigned want,
+                              const char *arg, const char *kind,
+                              const char *destroyed_by) {
+  if (h == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
+  if (magic != want)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "argument '%s' (%p) is a %s that has been destroyed "
+                    "(%s), or not a %s",
+                    arg, h, kind, destroyed_by, kind);
+  return TPDP_SUCCESS;
 }
 
 tpdp_status core_calloc(void **out, size_t count, size_t size) {

@@ -292,15 +292,19 @@ tpdp_status tpdp_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
 
 /* ----------------------------------------------------------- DLPack */
 
+/* The DLPack type code and bits of each tpdp dtype, both ways. */
+static const struct {
+  uint8_t code, bits;
+} dlpack_dtypes[TPDP_DTYPE_COUNT] = {
+    [TPDP_F32] = {kDLFloat, 32}, [TPDP_F64] = {kDLFloat, 64},
+    [TPDP_F16] = {kDLFloat, 16}, [TPDP_BF16] = {kDLBfloat, 16},
+    [TPDP_I32] = {kDLInt, 32},   [TPDP_I64] = {kDLInt, 64},
+    [TPDP_U8] = {kDLUInt, 8}};
+
 tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(t);
   CHECK_PTR(out);
-  static const struct {
-    uint8_t code, bits;
-  } map[TPDP_DTYPE_COUNT] = {{kDLFloat, 32},  {kDLFloat, 64}, {kDLFloat, 16},
-                             {kDLBfloat, 16}, {kDLInt, 32},   {kDLInt, 64},
-                             {kDLUInt, 8}};
   if (tpdp_dtype_size(t->dtype) == 0)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "invalid dtype %d", (int)t->dtype);
   if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
@@ -313,8 +317,8 @@ tpdp_status tpdp_tensor_to_dlpack(const tpdp_tensor *t, DLTensor *out) {
   out->device.device_id =
       t->device.type == TPDP_DEVICE_CUDA ? t->device.index : 0;
   out->ndim = t->ndim;
-  out->dtype.code = map[t->dtype].code;
-  out->dtype.bits = map[t->dtype].bits;
+  out->dtype.code = dlpack_dtypes[t->dtype].code;
+  out->dtype.bits = dlpack_dtypes[t->dtype].bits;
   out->dtype.lanes = 1;
   /* DLTensor's fields are non-const; the view promises not to write. */
   out->shape = (int64_t *)t->shape;
@@ -343,31 +347,21 @@ tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(in);
   CHECK_PTR(out);
-  tpdp_dtype dtype;
   int bits = in->dtype.bits;
   if (in->dtype.lanes != 1)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "DLPack dtype has %d lanes; "
                     "tpdp takes 1",
                     in->dtype.lanes);
-  if (in->dtype.code == kDLFloat && bits == 32)
-    dtype = TPDP_F32;
-  else if (in->dtype.code == kDLFloat && bits == 64)
-    dtype = TPDP_F64;
-  else if (in->dtype.code == kDLFloat && bits == 16)
-    dtype = TPDP_F16;
-  else if (in->dtype.code == kDLBfloat && bits == 16)
-    dtype = TPDP_BF16;
-  else if (in->dtype.code == kDLInt && bits == 32)
-    dtype = TPDP_I32;
-  else if (in->dtype.code == kDLInt && bits == 64)
-    dtype = TPDP_I64;
-  else if (in->dtype.code == kDLUInt && bits == 8)
-    dtype = TPDP_U8;
-  else
+  int d = 0;
+  while (d < TPDP_DTYPE_COUNT && (dlpack_dtypes[d].code != in->dtype.code ||
+                                  dlpack_dtypes[d].bits != bits))
+    d++;
+  if (d == TPDP_DTYPE_COUNT)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "DLPack dtype code %d bits %d has no tpdp dtype",
                     in->dtype.code, bits);
+  tpdp_dtype dtype = (tpdp_dtype)d;
   tpdp_device device = {TPDP_DEVICE_CPU, 0};
   if (in->device.device_type == kDLCUDA) {
     device.type = TPDP_DEVICE_CUDA;
@@ -408,6 +402,18 @@ tpdp_status tpdp_tensor_from_dlpack(const DLTensor *in, tpdp_tensor *out) {
 
 /* ------------------------------------------------- half precision */
 
+/* A float's bits and back. */
+static float f32_from_bits(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+static uint32_t f32_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof x);
+  return x;
+}
+
 float tpdp_f16_to_f32(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
@@ -430,14 +436,11 @@ float tpdp_f16_to_f32(uint16_t h) {
   } else {
     bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
   }
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
+  return f32_from_bits(bits);
 }
 
 uint16_t tpdp_f32_to_f16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
+  uint32_t x = f32_bits(f);
   uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t exp = (x >> 23) & 0xffu;
   uint32_t mant = x & 0x7fffffu;
@@ -461,16 +464,10 @@ uint16_t tpdp_f32_to_f16(float f) {
   return (uint16_t)half; /* a carry into the exponent rounds up correctly */
 }
 
-float tpdp_bf16_to_f32(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &bits, sizeof f);
-  return f;
-}
+float tpdp_bf16_to_f32(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
 
 uint16_t tpdp_f32_to_bf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof x);
+  uint32_t x = f32_bits(f);
   if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: keep it quiet */
     return (uint16_t)((x >> 16) | 0x40u);
   uint32_t lsb = (x >> 16) & 1u;

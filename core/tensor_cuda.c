@@ -133,6 +133,15 @@ static tpdp_tensor contiguous_like(const tpdp_tensor *t, void *data,
   return c;
 }
 
+/* A host buffer of `bytes` bytes for packing or unpacking strided data. */
+static tpdp_status host_staging(size_t bytes, void **out) {
+  *out = malloc(bytes);
+  if (*out == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "staging buffer of %zu bytes",
+                    bytes);
+  return TPDP_SUCCESS;
+}
+
 tpdp_status core_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK_PTR(dst);
   CHECK_PTR(src);
@@ -163,12 +172,7 @@ tpdp_status core_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
      * device if dst has strides). */
     const void *packed = src->data;
     if (!src_contig) {
-      host_tmp = malloc(bytes);
-      if (host_tmp == NULL) {
-        st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "staging buffer of %zu bytes",
-                      bytes);
-        goto done;
-      }
+      CHECK_GOTO(host_staging(bytes, &host_tmp), st, done);
       tpdp_tensor h = contiguous_like(src, host_tmp, cpu);
       CHECK_GOTO(tpdp_tensor_copy(&h, src), st, done);
       packed = host_tmp;
@@ -215,12 +219,7 @@ tpdp_status core_cuda_tensor_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
     }
     void *out = dst->data;
     if (!dst_contig) {
-      host_tmp = malloc(bytes);
-      if (host_tmp == NULL) {
-        st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "staging buffer of %zu bytes",
-                      bytes);
-        goto done;
-      }
+      CHECK_GOTO(host_staging(bytes, &host_tmp), st, done);
       out = host_tmp;
     }
     /* cudaMemcpy to pageable host memory waits for the default stream, so

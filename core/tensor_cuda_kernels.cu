@@ -43,30 +43,45 @@ unsigned grid_for(int64_t n) {
   return blocks < 1 ? 1u : (unsigned)blocks;
 }
 
-}  // namespace
+// The launches of each kernel for an element type T (an unsigned integer
+// of the element's size: the kernels only move bytes).
+struct copy_launch {
+  void *dst;
+  const void *src;
+  template <typename T>
+  void run(unsigned g, cudaStream_t s, const core_cuda_layout &l) const {
+    strided_copy<T><<<g, 256, 0, s>>>((T *)dst, (const T *)src, l);
+  }
+};
 
-extern "C" int core_cuda_launch_strided_copy(void *dst, const void *src,
-                                             size_t elem_size,
-                                             const core_cuda_layout *layout,
-                                             void *stream) {
+struct zero_launch {
+  void *dst;
+  template <typename T>
+  void run(unsigned g, cudaStream_t s, const core_cuda_layout &l) const {
+    strided_zero<T><<<g, 256, 0, s>>>((T *)dst, l);
+  }
+};
+
+// Launch `k` for elements of elem_size bytes (1, 2, 4 or 8) on `stream`;
+// the CUDA error code of the launch (cudaErrorInvalidValue for another
+// size).
+template <typename Launch>
+int launch_by_size(const Launch &k, size_t elem_size,
+                   const core_cuda_layout *layout, void *stream) {
   cudaStream_t s = (cudaStream_t)stream;
   unsigned g = grid_for(layout->numel);
   switch (elem_size) {
     case 1:
-      strided_copy<uint8_t>
-          <<<g, 256, 0, s>>>((uint8_t *)dst, (const uint8_t *)src, *layout);
+      k.template run<uint8_t>(g, s, *layout);
       break;
     case 2:
-      strided_copy<uint16_t>
-          <<<g, 256, 0, s>>>((uint16_t *)dst, (const uint16_t *)src, *layout);
+      k.template run<uint16_t>(g, s, *layout);
       break;
     case 4:
-      strided_copy<uint32_t>
-          <<<g, 256, 0, s>>>((uint32_t *)dst, (const uint32_t *)src, *layout);
+      k.template run<uint32_t>(g, s, *layout);
       break;
     case 8:
-      strided_copy<uint64_t>
-          <<<g, 256, 0, s>>>((uint64_t *)dst, (const uint64_t *)src, *layout);
+      k.template run<uint64_t>(g, s, *layout);
       break;
     default:
       return (int)cudaErrorInvalidValue;
@@ -74,26 +89,17 @@ extern "C" int core_cuda_launch_strided_copy(void *dst, const void *src,
   return (int)cudaGetLastError();
 }
 
+}  // namespace
+
+extern "C" int core_cuda_launch_strided_copy(void *dst, const void *src,
+                                             size_t elem_size,
+                                             const core_cuda_layout *layout,
+                                             void *stream) {
+  return launch_by_size(copy_launch{dst, src}, elem_size, layout, stream);
+}
+
 extern "C" int core_cuda_launch_strided_zero(void *dst, size_t elem_size,
                                              const core_cuda_layout *layout,
                                              void *stream) {
-  cudaStream_t s = (cudaStream_t)stream;
-  unsigned g = grid_for(layout->numel);
-  switch (elem_size) {
-    case 1:
-      strided_zero<uint8_t><<<g, 256, 0, s>>>((uint8_t *)dst, *layout);
-      break;
-    case 2:
-      strided_zero<uint16_t><<<g, 256, 0, s>>>((uint16_t *)dst, *layout);
-      break;
-    case 4:
-      strided_zero<uint32_t><<<g, 256, 0, s>>>((uint32_t *)dst, *layout);
-      break;
-    case 8:
-      strided_zero<uint64_t><<<g, 256, 0, s>>>((uint64_t *)dst, *layout);
-      break;
-    default:
-      return (int)cudaErrorInvalidValue;
-  }
-  return (int)cudaGetLastError();
+  return launch_by_size(zero_launch{dst}, elem_size, layout, stream);
 }

@@ -41,6 +41,18 @@ char *core_strdup(const char *s) {
   return d;
 }
 
+size_t core_error_vformat(char *msg, size_t len, const char *func,
+                          const char *fmt, va_list ap) {
+  char buf[CORE_ERROR_FORMAT_MAX];
+  if (len == 0) return 0;
+  if (len > sizeof buf) len = sizeof buf;
+  int n = snprintf(buf, len, "%s: ", func);
+  if (n < 0 || (size_t)n >= len) n = 0;
+  vsnprintf(buf + n, len - (size_t)n, fmt, ap);
+  memcpy(msg, buf, len);
+  return (size_t)n;
+}
+
 double core_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,13 +1,15 @@
 /*
  * Internal: small helpers shared by the library and by tools/ (one copy of
  * each): string duplication, a monotonic clock, integer environment
- * variables, a growable string with JSON escaping, a pointer map. Not
- * installed. Nothing here records errors: allocation failures come back as
- * NULL / -1 / a `failed` flag, and the caller reports them in its own way.
+ * variables, a growable string with JSON escaping, a pointer map, the
+ * formatting of a last-error message. Not installed. Nothing here records
+ * errors: allocation failures come back as NULL / -1 / a `failed` flag,
+ * and the caller reports them in its own way.
  */
 #ifndef TPDP_CORE_UTIL_H
 #define TPDP_CORE_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +34,17 @@ void core_alloc_fail_at(long n, int any_thread);
 long core_alloc_fail_left(void);
 /* 1 if this allocation must fail (counts it); for the allocators above. */
 int core_alloc_fail_now(void);
+
+/* The formatting of a last-error recorder (core/status.c's core_error, the
+ * planning library's planning_error): "func: " and then fmt's message into
+ * msg (len bytes, truncated). The text is formatted into a buffer of its
+ * own first (up to CORE_ERROR_FORMAT_MAX bytes) and then copied, so that
+ * the arguments may point into msg itself (wrapping the previous message).
+ * Returns where the message starts, after "func: " (0 when the prefix
+ * alone does not fit). */
+#define CORE_ERROR_FORMAT_MAX 4096
+size_t core_error_vformat(char *msg, size_t len, const char *func,
+                          const char *fmt, va_list ap);
 
 /* Seconds on CLOCK_MONOTONIC. */
 double core_now_s(void);

@@ -55,13 +55,6 @@ void tp_layout_param_fqn(const tpdp_module *m, const char *name, char *buf,
   snprintf(buf + n, len - n, "%s%s", n > 0 ? "." : "", name);
 }
 
-/* "fqn[Class]" (the root "[Class]"), as the tree report writes modules. */
-static void module_label(const tpdp_module *m, char *buf, size_t len) {
-  size_t n = tpdp_module_fqn(m, buf, len);
-  if (n >= len) n = strlen(buf);
-  snprintf(buf + n, len - n, "[%s]", tpdp_module_class_name(m));
-}
-
 static const char *kind_name(tp_layout_kind kind) {
   switch (kind) {
     case TP_LAYOUT_HEADS:
@@ -252,12 +245,7 @@ tpdp_status tp_layout_get(const tpdp_module *m, tp_layout_kind kind,
                           const char *what, tp_layout_state **out) {
   CHECK_PTR(m);
   tp_layout_state *st = tpdp_module_get_ext(m, TP_LAYOUT_KEY);
-  if (st == NULL || st->kind != kind) {
-    char label[320];
-    module_label(m, label, sizeof label);
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
-                    "module '%s' was not parallelized by %s", label, what);
-  }
+  if (st == NULL || st->kind != kind) return tp_not_parallelized(m, what);
   *out = st;
   return TPDP_SUCCESS;
 }
@@ -267,7 +255,7 @@ static tpdp_status check_free_module(const tpdp_module *m) {
   const char *kind = tpdp_module_unit_kind(m);
   if (kind == NULL) return TPDP_SUCCESS;
   char label[320];
-  module_label(m, label, sizeof label);
+  tpdp_module_label(m, label, sizeof label);
   return TPDP_ERR(TPDP_ERR_ALREADY,
                   "module '%s' is already a managed unit of kind '%s'", label,
                   kind);
@@ -283,15 +271,11 @@ tpdp_status tpdp_tp_layout_comm(const tpdp_module *m, tpdp_comm **out) {
   CHECK_PTR(m);
   CHECK_PTR(out);
   tp_layout_state *st = tpdp_module_get_ext(m, TP_LAYOUT_KEY);
-  if (st == NULL) {
-    char label[320];
-    module_label(m, label, sizeof label);
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
-                    "module '%s' was not parallelized by a transformer "
-                    "layout (tpdp_tp_parallelize_linear, _attention or "
-                    "_vocab)",
-                    label);
-  }
+  if (st == NULL)
+    return tp_not_parallelized(m,
+                               "a transformer layout "
+                               "(tpdp_tp_parallelize_linear, _attention or "
+                               "_vocab)");
   *out = st->tp_comm;
   return TPDP_SUCCESS;
 }

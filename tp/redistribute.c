@@ -176,17 +176,35 @@ typedef struct {
   int64_t parent[TPDP_MAX_DIMS]; /* extents before sharding on this dim */
 } ctx;
 
+/* The collective can run on the tensors as they are: dim d's extent E
+ * splits into k equal blocks that are contiguous in `in`. */
+static int as_is(const ctx *x, int d, int64_t E, const tpdp_tensor *in) {
+  return E % x->k == 0 && outer_of(x->ndim, x->lin, d) == 1 &&
+         tpdp_tensor_is_contiguous(in);
+}
+
+/* The shape B of one block of a padded exchange: the local input shape with
+ * dim d at ch (a chunk); returns its element count. */
+static int64_t block_shape(const ctx *x, int d, int64_t ch, int64_t *B) {
+  memcpy(B, x->lin, sizeof(int64_t) * TPDP_MAX_DIMS);
+  B[d] = ch;
+  return numel_of(x->ndim, B);
+}
+
+/* Block r of `buf`, a run of blocks of shape B (bn elements each). */
+static tpdp_tensor block_at(const ctx *x, void *buf, int64_t r, int64_t bn,
+                            const int64_t *B) {
+  return contig_view(byte_at(buf, r * bn, x->es), x->spec->dtype,
+                     x->spec->device, x->ndim, B);
+}
+
 static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
                                  tpdp_tensor *out) {
   int64_t E = x->lout[d], k = x->k;
   int64_t ch = tp_ceil_div(E, k);
-  if (E % k == 0 && outer_of(x->ndim, x->lin, d) == 1 &&
-      tpdp_tensor_is_contiguous(in))
-    return tpdp_allgather(x->comm, in, out);
+  if (as_is(x, d, E, in)) return tpdp_allgather(x->comm, in, out);
   int64_t B[TPDP_MAX_DIMS];
-  memcpy(B, x->lin, sizeof B);
-  B[d] = ch;
-  int64_t bn = numel_of(x->ndim, B);
+  int64_t bn = block_shape(x, d, ch, B);
   void *buf = NULL;
   tpdp_device dev = x->spec->device;
   CHECK(core_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
@@ -212,8 +230,7 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
     int64_t size, start;
     tp_chunk(E, k, r, &size, &start);
     if (size == 0) continue;
-    tpdp_tensor blk = contig_view(byte_at(rbuf, r * bn, x->es), x->spec->dtype,
-                                  dev, x->ndim, B);
+    tpdp_tensor blk = block_at(x, rbuf, r, bn, B);
     tpdp_tensor src_part, dst_part;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, d, 0, size, &src_part), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(out, d, start, size, &dst_part), st, done);
@@ -236,13 +253,9 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
                                       const tpdp_tensor *in, tpdp_tensor *out) {
   int64_t E = x->lin[j], k = x->k;
   int64_t ch = tp_ceil_div(E, k);
-  if (E % k == 0 && outer_of(x->ndim, x->lin, j) == 1 &&
-      tpdp_tensor_is_contiguous(in))
-    return tpdp_reduce_scatter(x->comm, in, out, op);
+  if (as_is(x, j, E, in)) return tpdp_reduce_scatter(x->comm, in, out, op);
   int64_t B[TPDP_MAX_DIMS];
-  memcpy(B, x->lin, sizeof B);
-  B[j] = ch;
-  int64_t bn = numel_of(x->ndim, B);
+  int64_t bn = block_shape(x, j, ch, B);
   tpdp_device dev = x->spec->device;
   void *buf = NULL;
   CHECK(core_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
@@ -250,8 +263,7 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   for (int64_t r = 0; r < k; r++) {
     int64_t size, start;
     tp_chunk(E, k, r, &size, &start);
-    tpdp_tensor blk = contig_view(byte_at(buf, r * bn, x->es), x->spec->dtype,
-                                  dev, x->ndim, B);
+    tpdp_tensor blk = block_at(x, buf, r, bn, B);
     tpdp_tensor a, b;
     CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, size, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(in, j, start, size, &b), st, done);
@@ -287,8 +299,7 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
   int64_t Ei = x->lout[i], Ej = x->lin[j];
   int64_t chi = tp_ceil_div(Ei, k), chj = tp_ceil_div(Ej, k);
   int64_t B[TPDP_MAX_DIMS];
-  memcpy(B, x->lin, sizeof B);
-  B[i] = chi;
+  block_shape(x, i, chi, B);
   B[j] = chj;
   int64_t bn = numel_of(x->ndim, B);
   tpdp_device dev = x->spec->device;
@@ -307,8 +318,7 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
   for (int64_t r = 0; r < k; r++) {
     int64_t sj, oj;
     tp_chunk(Ej, k, r, &sj, &oj);
-    tpdp_tensor blk =
-        contig_view(byte_at(buf, r * bn, x->es), dt, dev, x->ndim, B);
+    tpdp_tensor blk = block_at(x, buf, r, bn, B);
     tpdp_tensor a, b;
     CHECK_GOTO(narrow2(&blk, i, 0, my_i, j, 0, sj, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(in, j, sj ? oj : 0, sj, &b), st, done);
@@ -323,8 +333,7 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
     int64_t si, oi;
     tp_chunk(Ei, k, r, &si, &oi);
     if (si == 0) continue;
-    tpdp_tensor blk =
-        contig_view(byte_at(rbuf, r * bn, x->es), dt, dev, x->ndim, B);
+    tpdp_tensor blk = block_at(x, rbuf, r, bn, B);
     tpdp_tensor a, b;
     CHECK_GOTO(narrow2(&blk, i, 0, si, j, 0, my_j, &a), st, done);
     CHECK_GOTO(tpdp_tensor_narrow(out, i, oi, si, &b), st, done);
@@ -355,17 +364,12 @@ static tpdp_status run_partialize(const ctx *x, tpdp_reduce_op op,
 
 static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
                                const char *role) {
-  int same = t->ndim == spec->ndim;
-  for (int d = 0; same && d < spec->ndim; d++)
-    same = t->shape[d] == spec->self_shape[d];
-  if (!same) {
-    char want[128], got[128];
-    tpdp_shape_format(spec->ndim, spec->self_shape, want, sizeof want);
-    tpdp_shape_format(t->ndim, t->shape, got, sizeof got);
+  char want[128], got[128];
+  if (core_shapes_differ(spec->ndim, spec->self_shape, t->ndim, t->shape, want,
+                         got, sizeof want))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "%s local tensor has shape %s but mesh rank %d needs %s",
                     role, got, spec->self_rank, want);
-  }
   if (t->dtype != spec->dtype)
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "%s local tensor has dtype %s but the spec says %s", role,
@@ -402,17 +406,12 @@ static tpdp_status check_args(const tpdp_dtensor *src,
     return TPDP_ERR(TPDP_ERR_STATE,
                     "the spec's mesh is layout-only (no communicator); "
                     "redistribute needs a mesh created over a communicator");
-  int same = ss->ndim == dst_spec->ndim;
-  for (int d = 0; same && d < ss->ndim; d++)
-    same = ss->global_shape[d] == dst_spec->global_shape[d];
-  if (!same) {
-    char a[128], b[128];
-    tpdp_shape_format(ss->ndim, ss->global_shape, a, sizeof a);
-    tpdp_shape_format(dst_spec->ndim, dst_spec->global_shape, b, sizeof b);
+  char a[128], b[128];
+  if (core_shapes_differ(ss->ndim, ss->global_shape, dst_spec->ndim,
+                         dst_spec->global_shape, a, b, sizeof a))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "source global shape %s != destination global shape %s", a,
                     b);
-  }
   if (ss->dtype != dst_spec->dtype)
     return TPDP_ERR(
         TPDP_ERR_DTYPE_MISMATCH, "source dtype %s != destination dtype %s",

@@ -114,6 +114,15 @@ static tpdp_status mismatch_status(const rd_args *a, const rd_args *b) {
   return TPDP_ERR_INVALID_ARGUMENT;
 }
 
+static tpdp_status mismatch(const tpdp_comm *comm, const void *a, const void *b,
+                            const char *ranks) {
+  return TPDP_ERR(mismatch_status(a, b),
+                  "ranks of %s passed different arguments (this is rank "
+                  "%d): %s; every rank must pass the same global shape, "
+                  "dtype and placements",
+                  comm->name, comm->rank, ranks);
+}
+
 static int agreed_before(const tpdp_spec *src, uint64_t h) {
   for (int i = 0; i < TP_AGREED_PAIRS; i++)
     if (src->agreed[i] == h && h != 0) return 1;
@@ -122,47 +131,21 @@ static int agreed_before(const tpdp_spec *src, uint64_t h) {
 
 tpdp_status tp_redistribute_agree(const tpdp_spec *src, const tpdp_spec *dst,
                                   tpdp_status local) {
+  static const comm_agree_kind kind = {sizeof(rd_args), same_args, describe,
+                                       mismatch, "its arguments"};
   tpdp_comm *comm = tpdp_mesh_comm(src->mesh);
   if (comm == NULL) return local; /* layout-only: refused by the caller */
   rd_args mine;
   fill(&mine, src, dst, local);
   uint64_t h = hash_args(&mine);
   if (!comm->debug_collectives && agreed_before(src, h)) return local;
-  rd_args *all = NULL;
-  tpdp_status st = TPDP_CALLOC(all, (size_t)comm->size);
-  if (st != TPDP_SUCCESS) return local != TPDP_SUCCESS ? local : st;
-  st = comm_host_allgather(comm, &mine, sizeof mine, all);
-  int differ = -1, failed = -1;
-  for (int k = 0; st == TPDP_SUCCESS && k < comm->size; k++) {
-    if (differ < 0 && !same_args(&all[0], &all[k])) differ = k;
-    if (failed < 0 && all[k].status != TPDP_SUCCESS) failed = k;
-  }
-  if (st == TPDP_SUCCESS && differ >= 0) {
-    core_strbuf b = {0};
-    comm_sb_rank_groups(&b, all, sizeof *all, comm->size, same_args, describe,
-                        "passed ", 8);
-    st = TPDP_ERR(mismatch_status(&all[0], &all[differ]),
-                  "ranks of %s passed different arguments (this is rank "
-                  "%d): %s; every rank must pass the same global shape, "
-                  "dtype and placements",
-                  comm->name, comm->rank, b.failed ? "?" : b.s);
-    core_sb_free(&b);
-  } else if (st == TPDP_SUCCESS && failed >= 0 && local == TPDP_SUCCESS) {
-    st = TPDP_ERR((tpdp_status)all[failed].status,
-                  "rank %d of %s rejected its arguments (%s); see that "
-                  "rank's message",
-                  failed, comm->name,
-                  tpdp_status_string((tpdp_status)all[failed].status));
-  } else if (st == TPDP_SUCCESS && failed < 0) {
-    /* Every rank records the same pair in the same slot. */
+  tpdp_status st = comm_agree(comm, &kind, &mine, local);
+  if (st == TPDP_SUCCESS) {
+    /* Every rank agreed and records the same pair in the same slot. */
     tpdp_spec *s = (tpdp_spec *)src; /* the cache is not the spec's value */
     s->agreed[s->agreed_next] = h;
     s->agreed_next = (s->agreed_next + 1) % TP_AGREED_PAIRS;
   }
-  free(all);
-  /* This rank's own failure keeps its message unless the ranks disagree,
-   * which explains it better. */
-  if (local != TPDP_SUCCESS && (st == TPDP_SUCCESS || differ < 0)) return local;
   return st;
 }
 

@@ -157,14 +157,8 @@ void tp_local_shape(int mesh_ndim, const int64_t *mesh_sizes,
 /* ------------------------------------------------------------ spec */
 
 tpdp_status tp_spec_check(const tpdp_spec *spec, const char *arg) {
-  if (spec == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "argument '%s' is NULL", arg);
-  if (spec->magic != TP_SPEC_MAGIC)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "argument '%s' (%p) is a spec that has been destroyed "
-                    "(tpdp_spec_destroy), or not a spec",
-                    arg, (const void *)spec);
-  return TPDP_SUCCESS;
+  return core_check_handle(spec, spec ? spec->magic : 0, TP_SPEC_MAGIC, arg,
+                           "spec", "tpdp_spec_destroy");
 }
 
 static tpdp_status check_placements(const tpdp_mesh *mesh,

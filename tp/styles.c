@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "tp/tp_internal.h"
 #include "tpdp/dtensor.h"
 #include "tpdp/module.h"
 
@@ -392,15 +393,17 @@ done:
   return res;
 }
 
+tpdp_status tp_not_parallelized(const tpdp_module *m, const char *by) {
+  char label[320];
+  tpdp_module_label(m, label, sizeof label);
+  return TPDP_ERR(TPDP_ERR_NOT_FOUND, "module '%s' was not parallelized by %s",
+                  label, by);
+}
+
 static tpdp_status module_state(const tpdp_module *m, tp_module_state **out) {
   CHECK_PTR(m);
   tp_module_state *st = tpdp_module_get_ext(m, TP_EXT_KEY);
-  if (st == NULL) {
-    char lbl[256];
-    tpdp_module_label(m, lbl, sizeof lbl);
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND,
-                    "module '%s' was not parallelized by a TP plan", lbl);
-  }
+  if (st == NULL) return tp_not_parallelized(m, "a TP plan");
   *out = st;
   return TPDP_SUCCESS;
 }
@@ -425,23 +428,25 @@ tpdp_status tpdp_tp_module_comm(const tpdp_module *m, tpdp_comm **out) {
 
 /* ------------------------------------------------- functional collectives */
 
+/* t summed in place over m's TP group. */
+static tpdp_status allreduce_sum(const tpdp_module *m, tpdp_tensor *t) {
+  tp_module_state *st = NULL;
+  CHECK(module_state(m, &st));
+  return tpdp_allreduce(st->tp_comm, t, t, TPDP_OP_SUM);
+}
+
 tpdp_status tpdp_tp_colwise_input_backward(const tpdp_module *m,
                                            tpdp_tensor *grad_input) {
   TPDP_API_ENTRY;
   CHECK_PTR(grad_input);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  return tpdp_allreduce(st->tp_comm, grad_input, grad_input, TPDP_OP_SUM);
+  return allreduce_sum(m, grad_input);
 }
 
 tpdp_status tpdp_tp_rowwise_output_forward(const tpdp_module *m,
                                            tpdp_tensor *partial_output) {
   TPDP_API_ENTRY;
   CHECK_PTR(partial_output);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  return tpdp_allreduce(st->tp_comm, partial_output, partial_output,
-                        TPDP_OP_SUM);
+  return allreduce_sum(m, partial_output);
 }
 
 /* Redistribute an activation between two placements on the TP dim
@@ -480,6 +485,18 @@ static tpdp_status check_seq_dim(const tpdp_tensor *t, int seq_dim) {
   return TPDP_SUCCESS;
 }
 
+/* A move on the sequence dim `seq_dim` of `full`, the activation in its
+ * global shape (src or dst), from placement `from` to `to` on m's TP dim. */
+static tpdp_status move_sequence(const tpdp_module *m, const tpdp_tensor *src,
+                                 tpdp_placement from, tpdp_placement to,
+                                 const tpdp_tensor *full, int seq_dim,
+                                 tpdp_tensor *dst) {
+  tp_module_state *st = NULL;
+  CHECK(module_state(m, &st));
+  CHECK(check_seq_dim(full, seq_dim));
+  return move_activation(st, src, from, to, full->shape, dst);
+}
+
 tpdp_status tpdp_tp_rowwise_output_reduce_scatter(const tpdp_module *m,
                                                   const tpdp_tensor *partial,
                                                   int seq_dim,
@@ -487,11 +504,8 @@ tpdp_status tpdp_tp_rowwise_output_reduce_scatter(const tpdp_module *m,
   TPDP_API_ENTRY;
   CHECK_PTR(partial);
   CHECK_PTR(shard);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  CHECK(check_seq_dim(partial, seq_dim));
-  return move_activation(st, partial, tpdp_partial(TPDP_OP_SUM),
-                         tpdp_shard(seq_dim), partial->shape, shard);
+  return move_sequence(m, partial, tpdp_partial(TPDP_OP_SUM),
+                       tpdp_shard(seq_dim), partial, seq_dim, shard);
 }
 
 tpdp_status tpdp_tp_sequence_scatter_grad(const tpdp_module *m,
@@ -509,11 +523,8 @@ tpdp_status tpdp_tp_sequence_gather(const tpdp_module *m,
   TPDP_API_ENTRY;
   CHECK_PTR(shard);
   CHECK_PTR(full);
-  tp_module_state *st = NULL;
-  CHECK(module_state(m, &st));
-  CHECK(check_seq_dim(full, seq_dim));
-  return move_activation(st, shard, tpdp_shard(seq_dim), tpdp_replicate(),
-                         full->shape, full);
+  return move_sequence(m, shard, tpdp_shard(seq_dim), tpdp_replicate(), full,
+                       seq_dim, full);
 }
 
 static tpdp_status reduce_sp_grads(tpdp_module *m, const char *prefix,

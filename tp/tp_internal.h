@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "tpdp/dtensor.h"
+#include "tpdp/module.h"
 
 /* Spec pairs a source spec remembers as agreed (tpdp_spec.agreed). */
 #define TP_AGREED_PAIRS 4
@@ -61,6 +62,10 @@ tpdp_status tp_redistribute_agree(const tpdp_spec *src, const tpdp_spec *dst,
 /* TPDP_ERR_INVALID_ARGUMENT if the bytes of `dst` and `src` (first to last
  * element, any strides) overlap on the same device. */
 tpdp_status tp_check_no_overlap(const tpdp_tensor *src, const tpdp_tensor *dst);
+
+/* TPDP_ERR_NOT_FOUND for a module without the TP state a call needs:
+ * "module 'fqn[Class]' was not parallelized by <by>" ("a TP plan"). */
+tpdp_status tp_not_parallelized(const tpdp_module *m, const char *by);
 
 /* ceil(n / k) for n >= 0, k >= 1, without the n + k - 1 that wraps. */
 static inline int64_t tp_ceil_div(int64_t n, int64_t k) {

@@ -3,9 +3,9 @@
 
 #include <stdarg.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "core/util.h"
 
 static _Thread_local char last_error[2048];
 static _Thread_local size_t detail_at; /* where the message follows "f: " */
@@ -34,18 +34,13 @@ void planning_leave(int *unused) {
 }
 
 tpdp_status planning_error(tpdp_status status, const char *fmt, ...) {
-  /* Format into a local buffer first: the arguments may point into
-   * last_error itself (wrapping the previous message). */
-  char buf[sizeof last_error];
-  const char *func = running.depth > 0 ? running.func : "planning";
-  int n = snprintf(buf, sizeof buf, "%s: ", func);
-  if (n < 0 || (size_t)n >= sizeof buf) n = 0;
+  /* The arguments may point into last_error itself (wrapping the previous
+   * message): core_error_vformat formats into a buffer of its own first. */
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  const char *func = running.depth > 0 ? running.func : "planning";
+  detail_at = core_error_vformat(last_error, sizeof last_error, func, fmt, ap);
   va_end(ap);
-  memcpy(last_error, buf, sizeof last_error);
-  detail_at = (size_t)n;
   return status;
 }
 
