@@ -8,17 +8,27 @@
  *
  * Usage: gpt2_gemm_bench --layers L --embd C --vocab V --rows N
  *                        [--threads T] [--repeat R]
- * Prints "gemm_floor: <ms> ms, <GFLOP/s> GFLOP/s" (the best of R).
+ * Prints "gemm_floor: <ms> ms, <GFLOP/s> GFLOP/s (<T> threads, OpenBLAS
+ * <core>)" (the best of R).
+ *        gpt2_gemm_bench --better-core
+ * Prints the OPENBLAS_CORETYPE that would give this CPU faster kernels than
+ * OpenBLAS picked (nn_blas_better_core), or an empty line.
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "examples/common/nn_cpu.h"
 #include "examples/common/util.h"
 
 int main(int argc, char **argv) {
+  if (argc == 2 && strcmp(argv[1], "--better-core") == 0) {
+    const char *core = nn_blas_better_core();
+    printf("%s\n", core ? core : "");
+    return 0;
+  }
   int L = 12, C = 768, V = 50257, N = 256, repeat = 3;
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   static const struct option opts[] = {{"layers", required_argument, 0, 'L'},
@@ -30,7 +40,7 @@ int main(int argc, char **argv) {
                                        {0, 0, 0, 0}};
   int c;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    int v = atoi(optarg);
+    int v = optarg ? atoi(optarg) : 0;
     switch (c) {
       case 'L':
         L = v;
@@ -88,8 +98,8 @@ int main(int argc, char **argv) {
     double dt = ex_now() - t0;
     if (r > 0 && dt < best) best = dt;
   }
-  printf("gemm_floor: %.1f ms, %.1f GFLOP/s (%d threads)\n", 1e3 * best,
-         flop / best * 1e-9, threads);
+  printf("gemm_floor: %.1f ms, %.1f GFLOP/s (%d threads, OpenBLAS %s)\n",
+         1e3 * best, flop / best * 1e-9, threads, nn_blas_core());
   free(W);
   free(dW);
   free(X);

@@ -4,6 +4,8 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
 
 /* A small pool for the elementwise kernels. Its workers wait on a
  * condition variable, not spinning: between kernels the cores belong to
@@ -72,6 +74,29 @@ void nn_set_threads(int n) {
 }
 
 int nn_threads(void) { return pool.n; }
+
+const char *nn_blas_core(void) { return openblas_get_corename(); }
+
+const char *nn_blas_better_core(void) {
+  if (getenv("OPENBLAS_CORETYPE") != NULL) return NULL;
+  const char *core = openblas_get_corename();
+  __builtin_cpu_init();
+  /* OpenBLAS's names of its AVX-512 and AVX2 kernel sets. */
+  static const char *const avx512[] = {"SkylakeX", "Cooperlake",
+                                       "SapphireRapids"};
+  static const char *const avx2[] = {"Haswell", "Zen"};
+  int has512 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  int wide = 0;
+  for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
+    wide |= strcasecmp(core, avx512[i]) == 0;
+  if (has512) return wide ? NULL : "SKYLAKEX";
+  for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
+    wide |= strcasecmp(core, avx2[i]) == 0;
+  return has2 && !wide ? "HASWELL" : NULL;
+}
 
 /* Run fn over [0, n) in one contiguous range per thread (a single call for
  * short loops, where waking threads would cost more than it saves).

@@ -49,6 +49,18 @@ static inline float nn_tanhf(float x) {
 void nn_set_threads(int n);
 int nn_threads(void);
 
+/* OpenBLAS's kernel set ("Haswell", "SkylakeX", ...: its core name). */
+const char *nn_blas_core(void);
+/* The OPENBLAS_CORETYPE value that would give this CPU faster kernels than
+ * the ones OpenBLAS picked, or NULL when there is none to advise (the
+ * variable is set, or OpenBLAS picked a kernel set with the CPU's widest
+ * vector unit). OpenBLAS 0.3.21 (Debian 12) does not recognise recent
+ * Xeons and falls back to its generic SSE3 "Prescott" kernels, which run
+ * the example models' GEMMs about 5x slower than its AVX-512 ones. The
+ * variable is read when OpenBLAS loads, before main: a program can only
+ * tell its user (examples print it as a warning; bench/gpt2.sh sets it). */
+const char *nn_blas_better_core(void);
+
 /* Y[N, out] = X[N, in] W + b, W [in, out] (Hugging Face Conv1D); b may be
  * NULL. */
 void nn_conv1d_fwd(const float *X, const float *W, const float *b, float *Y,
