@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -135,6 +137,26 @@ TEST(NnCpu, ThreadsGiveTheSameBits) {
     EXPECT_EQ(v, v1) << t << " threads";
   }
   nn_set_threads(1);
+}
+
+// The OpenBLAS kernel advice: none once the user has chosen a kernel set
+// (OpenBLAS read the variable at load; advice would only repeat it), and
+// advice only on a CPU with AVX2 at least (OpenBLAS's "Haswell" and
+// "SkylakeX" kernel sets need it).
+TEST(NnCpu, BlasAdviceOnlyWithoutAChoiceAndForAWideCpu) {
+  const char *had = getenv("OPENBLAS_CORETYPE");
+  std::string saved = had ? had : "";
+  setenv("OPENBLAS_CORETYPE", "HASWELL", 1);
+  EXPECT_EQ(nn_blas_better_core(), nullptr);
+  unsetenv("OPENBLAS_CORETYPE");
+  const char *advice = nn_blas_better_core();
+  __builtin_cpu_init();
+  if (advice != nullptr) {
+    EXPECT_TRUE(__builtin_cpu_supports("avx2")) << advice;
+    EXPECT_NE(std::string(advice), std::string(nn_blas_core()));
+  }
+  if (had) setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
+  EXPECT_NE(nn_blas_core(), nullptr);
 }
 
 }  // namespace
