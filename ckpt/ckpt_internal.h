@@ -68,6 +68,17 @@ int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out);
  * floating). */
 int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to);
 /* dst[0..n) = src[0..n) converted (same dtype: a copy). */
+/* A stored tensor `name` (dtype dt, shape) can be read into dst: the same
+ * shape (TPDP_ERR_SHAPE_MISMATCH) and a convertible dtype
+ * (TPDP_ERR_DTYPE_MISMATCH). Messages start "file 'FILE': tensor ..." and
+ * say "shape"; with file NULL, "tensor ..." and "global shape". */
+tpdp_status ckpt_check_read(const char *file, const char *name, tpdp_dtype dt,
+                            int ndim, const int64_t *shape,
+                            const tpdp_tensor *dst);
+/* 0 <= i < n, else TPDP_ERR_INVALID_ARGUMENT "WHAT i outside [0, n) of
+ * OF'NAME'" (of: "checkpoint ", "tensor ", ""). */
+tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,
+                          const char *name);
 void ckpt_convert(void *dst, tpdp_dtype to, const void *src, tpdp_dtype from,
                   int64_t n);
 
@@ -83,6 +94,10 @@ int ckpt_shape_nbytes(int ndim, const int64_t *shape, tpdp_dtype dt,
  * and safetensors headers), else -1. */
 struct cJSON;
 int ckpt_json_uint(const struct cJSON *v, uint64_t *out);
+/* out[0..n) = the elements of JSON array a, each a ckpt_json_uint; -1, or
+ * the position of the first element that is not one (out is filled up to
+ * it). */
+int ckpt_json_dims(const struct cJSON *a, int n, int64_t *out);
 
 /* Names sorted for lookup. */
 typedef struct {

@@ -66,15 +66,11 @@ static tpdp_status get_dims(const parser *p, const cJSON *obj,
                     "integers",
                     p->path, what, field, ndim >= 0 ? "" : "at most ",
                     ndim >= 0 ? ndim : TPDP_MAX_DIMS);
-  for (int d = 0; d < n; d++) {
-    uint64_t v;
-    if (ckpt_json_uint(cJSON_GetArrayItem(a, d), &v) != 0)
-      return TPDP_ERR(TPDP_ERR_PARSE,
-                      "index '%s': %s\"%s\"[%d] is not an integer in [0, "
-                      "2^53]",
-                      p->path, what, field, d);
-    out[d] = (int64_t)v;
-  }
+  int bad = ckpt_json_dims(a, n, out);
+  if (bad >= 0)
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "index '%s': %s\"%s\"[%d] is not an integer in [0, 2^53]",
+                    p->path, what, field, bad);
   if (nout) *nout = n;
   return TPDP_SUCCESS;
 }
@@ -537,20 +533,12 @@ int tpdp_checkpoint_num_tensors(const tpdp_checkpoint *ck) {
 }
 
 static tpdp_status check_tensor(const tpdp_checkpoint *ck, int i) {
-  if (i < 0 || i >= ck->nt)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "tensor %d outside [0, %d) of checkpoint '%s'", i, ck->nt,
-                    ck->dir);
-  return TPDP_SUCCESS;
+  return ckpt_check_at("tensor", i, ck->nt, "checkpoint ", ck->dir);
 }
 
 static tpdp_status check_slice(const tpdp_checkpoint *ck, int i, int j) {
   CHECK(check_tensor(ck, i));
-  if (j < 0 || j >= ck->t[i].nslices)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "slice %d outside [0, %d) of tensor '%s'", j,
-                    ck->t[i].nslices, ck->t[i].name);
-  return TPDP_SUCCESS;
+  return ckpt_check_at("slice", j, ck->t[i].nslices, "tensor ", ck->t[i].name);
 }
 
 tpdp_status tpdp_checkpoint_tensor_at(const tpdp_checkpoint *ck, int i,
@@ -667,18 +655,7 @@ tpdp_status tpdp_checkpoint_read_tensor(const tpdp_checkpoint *ck, int i,
   CHECK_PTR(dst);
   CHECK(check_tensor(ck, i));
   const ckpt_tensor *t = &ck->t[i];
-  char a[160], b[160];
-  if (core_shapes_differ(t->ndim, t->shape, dst->ndim, dst->shape, a, b,
-                         sizeof a))
-    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                    "tensor '%s' has global shape %s but the destination %s",
-                    t->name, a, b);
-  if (!ckpt_dtype_convertible(t->dtype, dst->dtype))
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                    "tensor '%s' is %s and cannot convert to the "
-                    "destination's %s",
-                    t->name, ckpt_st_dtype_name(t->dtype),
-                    tpdp_dtype_name(dst->dtype));
+  CHECK(ckpt_check_read(NULL, t->name, t->dtype, t->ndim, t->shape, dst));
   void *stage = NULL;
   int owned = 0;
   CHECK(ckpt_stage_begin(dst, 0, &stage, &owned));

@@ -83,15 +83,12 @@ static tpdp_status parse_tensor(tpdp_safetensors *f, const cJSON *e,
                     "most %d)",
                     p, n, nd, TPDP_MAX_DIMS);
   t->ndim = nd;
-  for (int d = 0; d < nd; d++) {
-    uint64_t v;
-    if (ckpt_json_uint(cJSON_GetArrayItem(sh, d), &v) != 0)
-      return TPDP_ERR(TPDP_ERR_PARSE,
-                      "file '%s': tensor '%s': shape[%d] is not an integer "
-                      "in [0, 2^53]",
-                      p, n, d);
-    t->shape[d] = (int64_t)v;
-  }
+  int bad = ckpt_json_dims(sh, nd, t->shape);
+  if (bad >= 0)
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "file '%s': tensor '%s': shape[%d] is not an integer in "
+                    "[0, 2^53]",
+                    p, n, bad);
   char shape[160];
   tpdp_shape_format(nd, t->shape, shape, sizeof shape);
   uint64_t need;
@@ -322,19 +319,12 @@ tpdp_status tpdp_safetensors_close(tpdp_safetensors *f) {
 
 int tpdp_safetensors_count(const tpdp_safetensors *f) { return f ? f->n : 0; }
 
-static tpdp_status check_tensor(const tpdp_safetensors *f, int i) {
-  if (i < 0 || i >= f->n)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "tensor %d outside [0, %d) of '%s'", i, f->n, f->path);
-  return TPDP_SUCCESS;
-}
-
 tpdp_status tpdp_safetensors_tensor_at(const tpdp_safetensors *f, int i,
                                        tpdp_safetensors_tensor *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(f);
   CHECK_PTR(out);
-  CHECK(check_tensor(f, i));
+  CHECK(ckpt_check_at("tensor", i, f->n, "", f->path));
   const ckpt_st_tensor *t = &f->t[i];
   memset(out, 0, sizeof *out);
   out->name = t->name;
@@ -374,21 +364,9 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
   TPDP_API_ENTRY;
   CHECK_PTR(f);
   CHECK_PTR(dst);
-  CHECK(check_tensor(f, i));
+  CHECK(ckpt_check_at("tensor", i, f->n, "", f->path));
   const ckpt_st_tensor *t = &f->t[i];
-  char want[160], got[160];
-  if (core_shapes_differ(t->ndim, t->shape, dst->ndim, dst->shape, want, got,
-                         sizeof want))
-    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
-                    "file '%s': tensor '%s' has shape %s but the destination "
-                    "%s",
-                    f->path, t->name, want, got);
-  if (!ckpt_dtype_convertible(t->dtype, dst->dtype))
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                    "file '%s': tensor '%s' is %s and cannot convert to the "
-                    "destination's %s",
-                    f->path, t->name, ckpt_st_dtype_name(t->dtype),
-                    tpdp_dtype_name(dst->dtype));
+  CHECK(ckpt_check_read(f->path, t->name, t->dtype, t->ndim, t->shape, dst));
   void *stage = NULL;
   int owned = 0;
   CHECK(ckpt_stage_begin(dst, 0, &stage, &owned));

@@ -18,22 +18,48 @@ static const char *const st_unsupported[] = {
     "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
 
 const char *ckpt_st_dtype_name(tpdp_dtype dt) {
-  return (unsigned)dt < TPDP_DTYPE_COUNT ? st_names[dt] : "?";
+  return core_name_at(st_names, TPDP_DTYPE_COUNT, (int)dt);
 }
 
 int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out) {
-  for (int d = 0; d < TPDP_DTYPE_COUNT; d++)
-    if (strcmp(name, st_names[d]) == 0) {
-      *out = (tpdp_dtype)d;
-      return 0;
-    }
-  for (size_t i = 0; i < sizeof st_unsupported / sizeof *st_unsupported; i++)
-    if (strcmp(name, st_unsupported[i]) == 0) return -1;
-  return -2;
+  int d = core_name_find(st_names, TPDP_DTYPE_COUNT, name);
+  if (d >= 0) {
+    *out = (tpdp_dtype)d;
+    return 0;
+  }
+  int nu = (int)(sizeof st_unsupported / sizeof *st_unsupported);
+  return core_name_find(st_unsupported, nu, name) >= 0 ? -1 : -2;
 }
 
 int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to) {
   return from == to || (tpdp_dtype_is_float(from) && tpdp_dtype_is_float(to));
+}
+
+tpdp_status ckpt_check_read(const char *file, const char *name, tpdp_dtype dt,
+                            int ndim, const int64_t *shape,
+                            const tpdp_tensor *dst) {
+  const char *pre = file ? "file '" : "", *f = file ? file : "",
+             *post = file ? "': " : "";
+  char a[160], b[160];
+  if (core_shapes_differ(ndim, shape, dst->ndim, dst->shape, a, b, sizeof a))
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "%s%s%stensor '%s' has %sshape %s but the destination %s",
+                    pre, f, post, name, file ? "" : "global ", a, b);
+  if (!ckpt_dtype_convertible(dt, dst->dtype))
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "%s%s%stensor '%s' is %s and cannot convert to the "
+                    "destination's %s",
+                    pre, f, post, name, ckpt_st_dtype_name(dt),
+                    tpdp_dtype_name(dst->dtype));
+  return TPDP_SUCCESS;
+}
+
+tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,
+                          const char *name) {
+  if (i < 0 || i >= n)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "%s %d outside [0, %d) of %s'%s'", what, i, n, of, name);
+  return TPDP_SUCCESS;
 }
 
 /* Element i of a floating array as a double. */
@@ -123,4 +149,13 @@ int ckpt_json_uint(const cJSON *v, uint64_t *out) {
     return -1;
   *out = (uint64_t)d;
   return 0;
+}
+
+int ckpt_json_dims(const cJSON *a, int n, int64_t *out) {
+  for (int d = 0; d < n; d++) {
+    uint64_t v;
+    if (ckpt_json_uint(cJSON_GetArrayItem(a, d), &v) != 0) return d;
+    out[d] = (int64_t)v;
+  }
+  return -1;
 }

@@ -17,23 +17,20 @@ size_t tpdp_dtype_size(tpdp_dtype dtype) {
 }
 
 const char *tpdp_dtype_name(tpdp_dtype dtype) {
-  if ((int)dtype < 0 || dtype >= TPDP_DTYPE_COUNT) return "?";
-  return dtype_names[dtype];
+  return core_name_at(dtype_names, TPDP_DTYPE_COUNT, (int)dtype);
 }
 
 tpdp_status tpdp_dtype_parse(const char *name, tpdp_dtype *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(name);
   CHECK_PTR(out);
-  for (int i = 0; i < TPDP_DTYPE_COUNT; i++) {
-    if (strcmp(name, dtype_names[i]) == 0) {
-      *out = (tpdp_dtype)i;
-      return TPDP_SUCCESS;
-    }
-  }
-  return TPDP_ERR(TPDP_ERR_PARSE,
-                  "unknown dtype '%s' (expected f32 f64 f16 bf16 i32 i64 u8)",
-                  name);
+  int i = core_name_find(dtype_names, TPDP_DTYPE_COUNT, name);
+  if (i < 0)
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "unknown dtype '%s' (expected f32 f64 f16 bf16 i32 i64 u8)",
+                    name);
+  *out = (tpdp_dtype)i;
+  return TPDP_SUCCESS;
 }
 
 int tpdp_dtype_is_float(tpdp_dtype dtype) {

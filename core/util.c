@@ -59,6 +59,16 @@ double core_now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+const char *core_name_at(const char *const *names, int n, int i) {
+  return i >= 0 && i < n ? names[i] : "?";
+}
+
+int core_name_find(const char *const *names, int n, const char *name) {
+  for (int i = 0; i < n; i++)
+    if (strcmp(name, names[i]) == 0) return i;
+  return -1;
+}
+
 long core_env_long(const char *name, long dflt) {
   const char *v = getenv(name);
   if (v == NULL || *v == '\0') return dflt;

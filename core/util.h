@@ -46,6 +46,11 @@ int core_alloc_fail_now(void);
 size_t core_error_vformat(char *msg, size_t len, const char *func,
                           const char *fmt, va_list ap);
 
+/* Enum names in a table: names[i] for 0 <= i < n, else "?"; and the
+ * position of `name` in names[0..n), -1 if absent. */
+const char *core_name_at(const char *const *names, int n, int i);
+int core_name_find(const char *const *names, int n, const char *name);
+
 /* Seconds on CLOCK_MONOTONIC. */
 double core_now_s(void);
 

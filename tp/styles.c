@@ -37,27 +37,25 @@ static void tp_state_free(void *ptr) {
   free(st);
 }
 
+static const char *const style_names[TPDP_STYLE_COUNT] = {
+    "colwise", "rowwise", "sequence_parallel", "replicate"};
+
 const char *tpdp_tp_style_name(tpdp_tp_style style) {
-  static const char *const names[] = {"colwise", "rowwise", "sequence_parallel",
-                                      "replicate"};
-  if ((int)style < 0 || style >= TPDP_STYLE_COUNT) return "?";
-  return names[style];
+  return core_name_at(style_names, TPDP_STYLE_COUNT, (int)style);
 }
 
 tpdp_status tpdp_tp_style_parse(const char *text, tpdp_tp_style *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(text);
   CHECK_PTR(out);
-  for (int s = 0; s < TPDP_STYLE_COUNT; s++) {
-    if (strcmp(text, tpdp_tp_style_name((tpdp_tp_style)s)) == 0) {
-      *out = (tpdp_tp_style)s;
-      return TPDP_SUCCESS;
-    }
-  }
-  return TPDP_ERR(TPDP_ERR_PARSE,
-                  "unknown TP style '%s' (expected colwise, rowwise, "
-                  "sequence_parallel or replicate)",
-                  text);
+  int s = core_name_find(style_names, TPDP_STYLE_COUNT, text);
+  if (s < 0)
+    return TPDP_ERR(TPDP_ERR_PARSE,
+                    "unknown TP style '%s' (expected colwise, rowwise, "
+                    "sequence_parallel or replicate)",
+                    text);
+  *out = (tpdp_tp_style)s;
+  return TPDP_SUCCESS;
 }
 
 int tpdp_fqn_match(const char *pattern, const char *fqn) {
