@@ -348,8 +348,8 @@ TEST(CommMisuse, RanksPassDifferentMeshSpecs) {
 TEST(CommMisuse, DifferentCollectivesOnTwoRanks) {
   setenv("TPDP_DEBUG_COLLECTIVES", "1", 1);
   tpdp_comm *c = nullptr;
-  tpdp_status made = tpdp_comm_split(tpdp_test::World(), 0,
-                                     tpdp_test::WorldRank(), &c);
+  tpdp_status made =
+      tpdp_comm_split(tpdp_test::World(), 0, tpdp_test::WorldRank(), &c);
   unsetenv("TPDP_DEBUG_COLLECTIVES");
   ASSERT_TPDP_OK(made);
   // Without fingerprints the mismatch below would hang both ranks.

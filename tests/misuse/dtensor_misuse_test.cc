@@ -461,8 +461,8 @@ TEST(DtensorMisuse, RedistributeWithADifferentShapeOnEachRank) {
       "ranks of world passed different arguments (this is rank " +
       std::to_string(tpdp_test::WorldRank()) + "): ";
   EXPECT_TPDP_ERROR(tpdp_redistribute(&dt, r.s, &dst.t),
-                    TPDP_ERR_SHAPE_MISMATCH, "tpdp_redistribute: ",
-                    head.c_str(),
+                    TPDP_ERR_SHAPE_MISMATCH,
+                    "tpdp_redistribute: ", head.c_str(),
                     "rank 0 passed f32 [4, 3] [S0] -> [R], rank 1 f32 [6, 3] "
                     "[S0] -> [R]");
 }
@@ -477,8 +477,7 @@ TEST(DtensorMisuse, MeshDestroyedWhileASpecUsesIt) {
   tpdp_placement r = tpdp_replicate();
   int64_t shape[1] = {4};
   ASSERT_TPDP_OK(tpdp_spec_create(m, &r, 1, 1, shape, TPDP_F32, kCpu, &s));
-  EXPECT_TPDP_ERROR(tpdp_mesh_destroy(m), TPDP_ERR_STATE,
-                    "tpdp_mesh_destroy: ",
+  EXPECT_TPDP_ERROR(tpdp_mesh_destroy(m), TPDP_ERR_STATE, "tpdp_mesh_destroy: ",
                     "mesh tp=2 is still in use by 1 spec(s) and 0 reducer(s)",
                     "nothing was destroyed");
   EXPECT_TPDP_OK(tpdp_spec_destroy(s));
