@@ -29,6 +29,21 @@ tpdp_status dp_check_handle(const tpdp_reducer *r) {
   return TPDP_SUCCESS;
 }
 
+int64_t dp_find_ptr(const tpdp_reducer *r, const void *data) {
+  int64_t lo = 0, hi = r->nptr - 1;
+  uintptr_t x = (uintptr_t)data;
+  while (lo <= hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    uintptr_t m = (uintptr_t)r->by_ptr[mid].ptr;
+    if (m == x) return r->by_ptr[mid].index;
+    if (m < x)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}
+
 void dp_param_desc(const tpdp_reducer *r, int64_t i, char *buf, size_t len) {
   if (r->fqns[i])
     snprintf(buf, len, "%lld ('%s')", (long long)i, r->fqns[i]);
@@ -155,6 +170,30 @@ static tpdp_status index_pointers(tpdp_reducer *r) {
   return TPDP_SUCCESS;
 }
 
+/* View mode with options.module: the module's parameters that are this
+ * reducer's (same data pointer), each retained, for finalize's check that
+ * their gradients are still the reducer's views. */
+static tpdp_status watch_module_params(tpdp_reducer *r) {
+  if (r->opt.module == NULL || !r->opt.gradient_as_bucket_view)
+    return TPDP_SUCCESS;
+  tpdp_param_fqns *map = NULL;
+  CHECK(tpdp_param_fqns_create(r->opt.module, 1, NULL, 0, &map));
+  int count = tpdp_param_fqns_count(map);
+  tpdp_status st = TPDP_SUCCESS;
+  if (count > 0) st = TPDP_CALLOC(r->mod_params, (size_t)count);
+  for (int i = 0; st == TPDP_SUCCESS && i < count; i++) {
+    tpdp_param *p = tpdp_param_fqns_param(map, i);
+    int64_t index = dp_find_ptr(r, tpdp_param_tensor(p)->data);
+    if (index < 0) continue;
+    tpdp_param_retain(p);
+    r->mod_params[r->nmod_params].param = p;
+    r->mod_params[r->nmod_params].index = index;
+    r->nmod_params++;
+  }
+  tpdp_param_fqns_destroy(map);
+  return st;
+}
+
 /* Arenas sized for any bucket layout (see reducer_internal.h), zeroed and
  * touched now so that no step of the training loop faults pages in. */
 static tpdp_status alloc_arenas(tpdp_reducer *r) {
@@ -230,6 +269,7 @@ static tpdp_status setup(tpdp_comm *comm, const tpdp_reducer_param *params,
     r->views[i] = params[i].grad;
   }
   CHECK(index_pointers(r));
+  CHECK(watch_module_params(r));
   CHECK(alloc_arenas(r));
   tpdp_tensor *metas = NULL;
   tpdp_bucket_assignment a;
@@ -330,6 +370,9 @@ static tpdp_status reducer_free(tpdp_reducer *r) {
   free(r->last_seq);
   free(r->unused);
   free(r->by_ptr);
+  for (int64_t i = 0; i < r->nmod_params; i++)
+    tpdp_param_release(r->mod_params[i].param);
+  free(r->mod_params);
   free(r->rebuild_order);
   free(r->sort_tmp);
   free(r);

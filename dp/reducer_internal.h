@@ -19,7 +19,9 @@
  * a parameter's marks count only when mark_iter[p] is the current
  * iteration, and it holds local gradient data ("touched") when mark_iter[p]
  * is later than the last reduced iteration. prepare and finalize therefore
- * cost O(buckets), and a mark O(1) (plus its bucket's launch).
+ * cost O(buckets), and a mark O(1) (plus its bucket's launch); in view mode
+ * with options.module, finalize also compares one gradient pointer per
+ * module parameter that is a reducer parameter (dp_module_param).
  */
 #ifndef TPDP_DP_REDUCER_INTERNAL_H
 #define TPDP_DP_REDUCER_INTERNAL_H
@@ -81,6 +83,14 @@ typedef struct {
   int64_t key, index;
 } dp_key_entry;
 
+/* View mode with options.module: a parameter of the module tree whose
+ * tensor is reducer parameter `index` (matched by data pointer at create;
+ * one reference held). Its gradient must stay the reducer's view. */
+typedef struct {
+  tpdp_param *param;
+  int64_t index;
+} dp_module_param;
+
 /* tpdp_reducer.magic of a live reducer; destroy clears it. */
 #define DP_REDUCER_MAGIC 0x52445055u
 
@@ -106,6 +116,8 @@ struct tpdp_reducer {
   int64_t *bucket_of;
   dp_ptr_entry *by_ptr; /* sorted by pointer: mark_ready_ptr */
   int64_t nptr;
+  dp_module_param *mod_params; /* checked by finalize; NULL if none */
+  int64_t nmod_params;
 
   dp_bucket *buckets;
   int64_t nbuckets;
@@ -159,6 +171,8 @@ struct tpdp_reducer {
 
 /* ---- reducer.c */
 
+/* The parameter whose data pointer is `data` (by_ptr), else -1. */
+int64_t dp_find_ptr(const tpdp_reducer *r, const void *data);
 /* "3 ('fc.weight')" or "3". */
 void dp_param_desc(const tpdp_reducer *r, int64_t i, char *buf, size_t len);
 /* A view of slot k of bucket b (its parameter's shape and dtype). */

@@ -468,17 +468,8 @@ tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
 }
 
 static tpdp_status mark_ptr(tpdp_reducer *r, const void *data) {
-  int64_t lo = 0, hi = r->nptr - 1;
-  uintptr_t x = (uintptr_t)data;
-  while (lo <= hi) {
-    int64_t mid = lo + (hi - lo) / 2;
-    uintptr_t m = (uintptr_t)r->by_ptr[mid].ptr;
-    if (m == x) return mark(r, r->by_ptr[mid].index);
-    if (m < x)
-      lo = mid + 1;
-    else
-      hi = mid - 1;
-  }
+  int64_t index = dp_find_ptr(r, data);
+  if (index >= 0) return mark(r, index);
   return TPDP_ERR(TPDP_ERR_NOT_FOUND,
                   "no parameter of this reducer has data pointer %p (the "
                   "reducer knows the parameters' data pointers given to "
@@ -526,6 +517,47 @@ static void learn_static_graph(tpdp_reducer *r) {
       b->expect += r->expected[b->params[k]] > 0;
   }
   r->static_learned = 1;
+}
+
+/* The module's FQN of p (an error path: it walks the tree), or "?". */
+static void module_fqn(const tpdp_reducer *r, const tpdp_param *p, char *buf,
+                       size_t len) {
+  tpdp_param_fqns *map = NULL;
+  int i = -1;
+  snprintf(buf, len, "?");
+  if (tpdp_param_fqns_create(r->opt.module, 1, NULL, 0, &map) == TPDP_SUCCESS &&
+      tpdp_param_fqns_find(map, p, &i) == TPDP_SUCCESS)
+    snprintf(buf, len, "%s", tpdp_param_fqns_get(map, i, 0));
+  tpdp_param_fqns_destroy(map);
+}
+
+/* View mode with options.module: the module parameters that are ours must
+ * still have the reducer's views as gradients. One that was re-pointed at
+ * a buffer of its own (a gradient cleared to NULL is not) was left out of
+ * the reduction. One pointer comparison per such parameter. */
+static tpdp_status check_module_grads(const tpdp_reducer *r) {
+  int64_t bad = 0, first = -1;
+  for (int64_t k = 0; k < r->nmod_params; k++) {
+    const tpdp_tensor *g = tpdp_param_grad(r->mod_params[k].param);
+    if (g != NULL && g->data != NULL &&
+        g->data != r->views[r->mod_params[k].index].data && bad++ == 0)
+      first = k;
+  }
+  if (bad == 0) return TPDP_SUCCESS;
+  const dp_module_param *m = &r->mod_params[first];
+  char d[300], fqn[300];
+  dp_param_desc(r, m->index, d, sizeof d);
+  module_fqn(r, m->param, fqn, sizeof fqn);
+  return TPDP_ERR(
+      TPDP_ERR_STATE,
+      "the gradient of parameter %s (module parameter '%s') was replaced: "
+      "it points at %p, not at the reducer's gradient view %p, so it was "
+      "left out of the reduction (%lld module parameter(s) like this). In "
+      "gradient-as-bucket-view mode write gradients into the reducer's "
+      "views (tpdp_reducer_grad_view, read again after a prepare that "
+      "rebuilt the buckets) instead of replacing them",
+      d, fqn, tpdp_param_grad(m->param)->data, r->views[m->index].data,
+      (long long)bad);
 }
 
 static tpdp_status finalize(tpdp_reducer *r) {
@@ -586,7 +618,13 @@ static tpdp_status finalize(tpdp_reducer *r) {
   r->synced_iters++;
   if (r->synced_iters == 1 && dp_rebuild_ahead(r)) plan_rebuild(r);
   r->reduced_iter = r->iter;
-  return end_iteration(r);
+  /* Checked once the reduction is complete: a rank whose check fails has
+   * taken part in every collective and ends the iteration as its peers
+   * do (the next prepare, rebuild included, matches theirs); only its
+   * status differs. */
+  tpdp_status gs = check_module_grads(r);
+  CHECK(end_iteration(r));
+  return gs;
 }
 
 tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {

@@ -386,7 +386,12 @@ TPDP_API tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r,
  * and actual state; the module not in FORWARD_BACKWARD, or inside its
  * forward; parameters never marked without find_unused_parameters, named:
  * in these cases the reducer stays in the iteration so they can still be
- * marked); communicator and hook errors (the iteration ends). */
+ * marked); communicator and hook errors (the iteration ends);
+ * TPDP_ERR_STATE in view mode with the options' module when a module
+ * parameter that is one of the reducer's (same data pointer at create) has
+ * a gradient (tpdp_param_grad) other than its reducer view, naming it: that
+ * gradient was left out of the reduction (the reduction itself completed
+ * and the iteration ended, as on the other ranks). */
 TPDP_API tpdp_status tpdp_reducer_finalize(tpdp_reducer *r);
 
 /* no_sync: sync = 0 makes the following iterations accumulate gradients

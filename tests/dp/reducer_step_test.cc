@@ -2,7 +2,8 @@
 // reducer_test.cc: the module's training states (PyTorch FSDP's IDLE /
 // FORWARD_BACKWARD), failures of memory inside prepare, mark_ready and
 // finalize (fault injection of core/util.h, armed alike on every rank so
-// that every rank fails at the same point), and a communicator of one rank.
+// that every rank fails at the same point), module parameters' gradients
+// that must stay the reducer's views, and a communicator of one rank.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -301,6 +302,79 @@ TEST(ReducerFaults, FinalizeShortOfMemoryEndsTheIteration) {
     ExpectMean(m, AllRanks(size), {step});
   }
   EXPECT_EQ(tpdp_reducer_rebuilt(r), 1);
+  EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+}
+
+// ------------------------------------------------ module gradients
+
+// View mode with options.module: the module parameters over the reducer's
+// tensors must keep the reducer's views as gradients. Written into the
+// views (read again after each prepare, as the rebuild moves them) or
+// never set, finalize passes; re-pointed at a buffer of the framework's
+// own on the last rank, that rank's finalize fails naming the parameter
+// (reducer index and FQN, module FQN) while its peer's passes, and neither
+// is left waiting: the next step reduces on every rank.
+TEST(ReducerModuleGrads, GradientReplacedOnOneRankFailsThatRanksFinalize) {
+  int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
+  const int last = size - 1;
+  Tree t;
+  tpdp_module *fc = tpdp_module_child(t.root, 0, nullptr);
+  ASSERT_NE(fc, nullptr);
+  Model m(rank);
+  // fc.weight over parameter 0 (its gradient never set), fc.bias over 3.
+  tpdp_param *w = nullptr, *b = nullptr;
+  ASSERT_TPDP_OK(tpdp_param_create(&m.params[0].param, &w));
+  ASSERT_TPDP_OK(tpdp_param_create(&m.params[3].param, &b));
+  ASSERT_TPDP_OK(tpdp_module_add_param(fc, "weight", w));
+  ASSERT_TPDP_OK(tpdp_module_add_param(fc, "bias", b));
+  tpdp_param_release(w);
+  tpdp_param_release(b);
+  tpdp_reducer_options o = Opts(1);
+  o.module = t.root;
+  tpdp_reducer *r = Attach(m, o);
+  ASSERT_NE(r, nullptr);
+  for (int step = 0; step < 3; step++) {
+    ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+    tpdp_tensor v;
+    ASSERT_TPDP_OK(tpdp_reducer_grad_view(r, 3, &v));
+    ASSERT_TPDP_OK(tpdp_param_set_grad(b, &v));
+    WriteGrads(m, rank, step, false);
+    MarkAll(r, kReverse);
+    ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+    ExpectMean(m, AllRanks(size), {step});
+  }
+  EXPECT_EQ(tpdp_reducer_rebuilt(r), 1);
+
+  std::vector<float> own(7, 0.f);
+  ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+  tpdp_tensor v;
+  ASSERT_TPDP_OK(tpdp_reducer_grad_view(r, 3, &v));
+  tpdp_tensor mine = v;
+  if (rank == last) mine.data = own.data();
+  ASSERT_TPDP_OK(tpdp_param_set_grad(b, &mine));
+  WriteGrads(m, rank, 3, false);
+  MarkAll(r, kReverse);
+  if (rank == last) {
+    EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE,
+                      "tpdp_reducer_finalize: ",
+                      "the gradient of parameter 3 ('l1.bias') (module "
+                      "parameter 'fc.bias') was replaced",
+                      "so it was left out of the reduction (1 module "
+                      "parameter(s) like this)",
+                      "tpdp_reducer_grad_view");
+  } else {
+    EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
+  }
+  EXPECT_EQ(tpdp_module_get_state(t.root), TPDP_STATE_IDLE);
+  EXPECT_EQ(own[0], 0.f);  // the replacement was not reduced
+
+  ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+  ASSERT_TPDP_OK(tpdp_reducer_grad_view(r, 3, &v));
+  ASSERT_TPDP_OK(tpdp_param_set_grad(b, &v));
+  WriteGrads(m, rank, 4, false);
+  MarkAll(r, kReverse);
+  ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+  ExpectMean(m, AllRanks(size), {4});
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
 }
 

@@ -1,7 +1,8 @@
 // Misuse of include/tpdp/comm.h on 2 ranks: each case asserts the status and
 // that the message names the communicator, the rank, the buffer at fault
 // and the expected and actual values. Every case fails the same way on
-// every rank before any communication, so no rank is left waiting.
+// every rank (before any communication, or in the agreement that the
+// library runs first), so no rank is left waiting.
 // Cases:
 //  - tpdp_comm_destroy of the world (owned by tpdp)
 //  - collectives: NULL communicator, NULL recv / send tensor, NULL work
@@ -20,15 +21,16 @@
 //    (the mesh's dims listed), a layout-only mesh
 //  - tpdp_mesh_coords / _rank_of / _group_ranks: out of range
 //  - tpdp_comm_create_nccl / tpdp_cuda_device_count without --config=cuda
-//  - DISABLED (defects owned by other areas of issue 13): destroying a
-//    mesh's own sub-communicator; ranks passing different mesh specs;
-//    allreduce on one rank while the other calls allgather, with
-//    TPDP_DEBUG_COLLECTIVES=1
+//  - a mesh's own sub-communicator destroyed; ranks passing different mesh
+//    specs; allreduce on one rank while the other calls allgather, on a
+//    communicator made with TPDP_DEBUG_COLLECTIVES=1
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "comm/comm_internal.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -311,46 +313,60 @@ TEST(CommMisuse, NcclWithoutCudaBuild) {
                     "built without --config=cuda");
 }
 
-// Defect (issue 13, lifetime; owned by the lifetime fixes): destroying a
-// mesh's own sub-communicator returns success and the mesh frees it again
-// at tpdp_mesh_destroy. Expected: refused, naming the owner.
-TEST(CommMisuse, DISABLED_DestroyOfAMeshSubCommunicator) {
+// Fixed: destroying one of a mesh's own sub-communicators used to succeed
+// (the mesh then freed it again); it is refused, naming the owner, and the
+// mesh still destroys it cleanly.
+TEST(CommMisuse, DestroyOfAMeshSubCommunicator) {
   Mesh mesh(tpdp_test::World(), "dp=2,tp=1");
   tpdp_comm *dp = nullptr;
   ASSERT_TPDP_OK(tpdp_mesh_dim_comm_by_name(mesh.m, "dp", &dp));
-  EXPECT_TPDP_ERROR(tpdp_comm_destroy(dp), TPDP_ERR_STATE, "mesh.dp",
-                    "owned by", "tpdp_mesh_destroy");
+  const std::string msg =
+      "communicator mesh.dp (" + Rank() + ") belongs to a mesh";
+  EXPECT_TPDP_ERROR(tpdp_comm_destroy(dp), TPDP_ERR_STATE,
+                    "tpdp_comm_destroy: ", msg.c_str(),
+                    "tpdp_mesh_destroy destroys it");
 }
 
-// Defect (issue 13, mesh agreement; owned by the fingerprint work): ranks
-// passing different mesh specs hang (one rank fails with
-// TPDP_ERR_MESH_SIZE, the other waits in the split) or build communicators
-// that disagree with the mesh. Expected: every rank fails, naming the
-// ranks and their specs.
-TEST(CommMisuse, DISABLED_RanksPassDifferentMeshSpecs) {
+// Fixed: ranks passing different mesh specs used to hang or build
+// communicators that disagree with the mesh; every rank now fails, naming
+// each rank and its spec.
+TEST(CommMisuse, RanksPassDifferentMeshSpecs) {
   tpdp_mesh *m = nullptr;
   const char *spec = tpdp_test::WorldRank() == 0 ? "dp=2,tp=1" : "dp=1,tp=2";
+  const std::string head =
+      "ranks of world passed different meshes (this is " + Rank() + "): ";
   EXPECT_TPDP_ERROR(tpdp_mesh_create_from_string(tpdp_test::World(), spec, &m),
-                    TPDP_ERR_MESH_MISMATCH, "rank 0", "rank 1", "dp=2", "tp=2");
+                    TPDP_ERR_MESH_MISMATCH, head.c_str(),
+                    "rank 0 passed dp=2,tp=1, rank 1 dp=1,tp=2",
+                    "every rank must pass the same dims");
   EXPECT_EQ(m, nullptr);
 }
 
-// Defect (issue 13, collective mismatch detection; owned by the
-// fingerprint work): rank 0 calls allreduce while rank 1 calls allgather
-// and both hang. Expected with TPDP_DEBUG_COLLECTIVES=1: both fail with a
-// message showing each rank's call. (Run this binary with the variable
-// set; without it the ranks hang.)
-TEST(CommMisuse, DISABLED_DifferentCollectivesOnTwoRanks) {
+// Fixed: with TPDP_DEBUG_COLLECTIVES=1 set when a communicator is made, an
+// allreduce on one rank against an allgather on the other no longer hangs:
+// both ranks fail, the message showing each rank's call.
+TEST(CommMisuse, DifferentCollectivesOnTwoRanks) {
+  setenv("TPDP_DEBUG_COLLECTIVES", "1", 1);
+  tpdp_comm *c = nullptr;
+  tpdp_status made =
+      tpdp_comm_split(tpdp_test::World(), 0, tpdp_test::WorldRank(), &c);
+  unsetenv("TPDP_DEBUG_COLLECTIVES");
+  ASSERT_TPDP_OK(made);
+  // Without fingerprints the mismatch below would hang both ranks.
+  ASSERT_EQ(c->debug_collectives, 1);
   Buf a(4), b(8);
-  tpdp_comm *w = tpdp_test::World();
+  const std::string want = "collective mismatch on world/split(0) (this is " +
+                           Rank() +
+                           "): rank 0 called tpdp_allreduce sum f32 x 4 (#1), "
+                           "rank 1 tpdp_allgather f32 x 4 (#1)";
   if (tpdp_test::WorldRank() == 0)
-    EXPECT_TPDP_ERROR(tpdp_allreduce(w, &a.t, &a.t, TPDP_OP_SUM),
-                      TPDP_ERR_INVALID_ARGUMENT, "rank 0 called allreduce f32",
-                      "rank 1 called allgather f32");
+    EXPECT_TPDP_ERROR(tpdp_allreduce(c, &a.t, &a.t, TPDP_OP_SUM),
+                      TPDP_ERR_INVALID_ARGUMENT,
+                      "tpdp_allreduce: ", want.c_str());
   else
-    EXPECT_TPDP_ERROR(tpdp_allgather(w, &a.t, &b.t), TPDP_ERR_INVALID_ARGUMENT,
-                      "rank 0 called allreduce f32",
-                      "rank 1 called allgather f32");
+    EXPECT_TPDP_ERROR(tpdp_allgather(c, &a.t, &b.t), TPDP_ERR_INVALID_ARGUMENT,
+                      "tpdp_allgather: ", want.c_str());
+  EXPECT_TPDP_OK(tpdp_comm_destroy(c));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Misuse of include/tpdp/dtensor.h on 2 ranks (a mesh "tp=2" over the
 // world): each case asserts the status and that the message names the
 // placement, mesh dim, parameter FQN or rank at fault with the expected and
-// actual values. Every case fails alike on both ranks before communicating.
+// actual values. Every case fails alike on both ranks (before
+// communicating, or in the agreement that the library runs first).
 // Cases:
 //  - placements: unknown text, unknown reduce op, a list too long, an empty
 //    item
@@ -25,9 +26,8 @@
 //    without forward_begin, a second forward_begin before forward_end,
 //    forward in SUMMON_FULL_PARAMS, a local tensor replaced by one of
 //    another shape behind the transform's back
-//  - DISABLED (defects owned by other work of issue 13): redistribute with
-//    a different global shape on each rank (fingerprints); a mesh destroyed
-//    while a spec uses it (lifetimes)
+//  - redistribute with a different global shape on each rank; a mesh
+//    destroyed while a spec uses it
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -447,34 +447,38 @@ TEST(DtensorMisuse, LocalTensorReplacedBehindTheTransformsBack) {
                     "local tensor has shape [3, 3]", "the local shape [2, 3]");
 }
 
-// Defect (issue 13, redistribute agreement; owned by the fingerprint
-// work): ranks passing different global shapes get MPI_ERR_TRUNCATE on one
-// rank and success with uninitialised data on the other. Expected: every
-// rank fails naming both shapes (at least with TPDP_DEBUG_COLLECTIVES=1).
-TEST(DtensorMisuse, DISABLED_RedistributeWithADifferentShapeOnEachRank) {
+// Fixed: ranks passing different global shapes used to get
+// MPI_ERR_TRUNCATE on one rank and uninitialised data on the other; every
+// rank now fails, naming each rank's shape.
+TEST(DtensorMisuse, RedistributeWithADifferentShapeOnEachRank) {
   Mesh mesh(tpdp_test::World(), "tp=2");
   const int64_t rows = tpdp_test::WorldRank() == 0 ? 4 : 6;
   Spec s0(mesh.m, "S0", {rows, 3}), r(mesh.m, "R", {rows, 3});
   Local local({rows / 2, 3}), dst({rows, 3});
   tpdp_dtensor dt;
   ASSERT_TPDP_OK(tpdp_dtensor_unflatten(&local.t, s0.s, &dt));
+  const std::string head =
+      "ranks of world passed different arguments (this is rank " +
+      std::to_string(tpdp_test::WorldRank()) + "): ";
   EXPECT_TPDP_ERROR(tpdp_redistribute(&dt, r.s, &dst.t),
-                    TPDP_ERR_SHAPE_MISMATCH, "[4, 3]", "[6, 3]", "rank 1");
+                    TPDP_ERR_SHAPE_MISMATCH,
+                    "tpdp_redistribute: ", head.c_str(),
+                    "rank 0 passed f32 [4, 3] [S0] -> [R], rank 1 f32 [6, 3] "
+                    "[S0] -> [R]");
 }
 
-// Defect (issue 13; owned by the lifetime fixes): a mesh destroyed while
-// a spec still uses it left the spec reading freed memory. Expected: the
-// destroy is refused, naming what still holds the mesh, and destroys
-// nothing.
-TEST(DtensorMisuse, DISABLED_MeshDestroyedWhileASpecUsesIt) {
+// Fixed: a mesh destroyed while a spec still used it left the spec reading
+// freed memory; the destroy is refused, naming the mesh and what holds it,
+// and destroys nothing.
+TEST(DtensorMisuse, MeshDestroyedWhileASpecUsesIt) {
   tpdp_mesh *m = nullptr;
   ASSERT_TPDP_OK(tpdp_mesh_create_from_string(tpdp_test::World(), "tp=2", &m));
   tpdp_spec *s = nullptr;
   tpdp_placement r = tpdp_replicate();
   int64_t shape[1] = {4};
   ASSERT_TPDP_OK(tpdp_spec_create(m, &r, 1, 1, shape, TPDP_F32, kCpu, &s));
-  EXPECT_TPDP_ERROR(tpdp_mesh_destroy(m), TPDP_ERR_STATE,
-                    "tpdp_mesh_destroy: ", "still in use by 1 spec(s)",
+  EXPECT_TPDP_ERROR(tpdp_mesh_destroy(m), TPDP_ERR_STATE, "tpdp_mesh_destroy: ",
+                    "mesh tp=2 is still in use by 1 spec(s) and 0 reducer(s)",
                     "nothing was destroyed");
   EXPECT_TPDP_OK(tpdp_spec_destroy(s));
   EXPECT_TPDP_OK(tpdp_mesh_destroy(m));

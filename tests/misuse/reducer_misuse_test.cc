@@ -19,10 +19,9 @@
 //    (e.g. reallocated) parameter, grad_view and bucket out of range
 //  - with options.module: mark_ready inside the module's forward, prepare
 //    while the module summons full parameters
-//  - DISABLED (defects owned by the reducer/lifetime work of issue 13):
-//    the mesh's TP communicator handed to the reducer; options that differ
-//    between ranks; gradient views dangling after destroy; gradients
-//    replaced behind the reducer's back
+//  - the mesh's TP communicator handed to the reducer; options that differ
+//    between ranks; the caller's gradients given back by destroy; a module
+//    parameter's gradient replaced behind the reducer's back
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -366,11 +365,10 @@ TEST(ReducerMisuse, PrepareWhileTheModuleSummonsFullParams) {
   EXPECT_TPDP_OK(tpdp_module_destroy(root));
 }
 
-// Defect (issue 13; owned by the reducer fixes): a reducer created on the
-// mesh's TP communicator succeeds, and its initial broadcast overwrites
-// rank 1's TP shard with rank 0's. Expected: refused, saying which
-// communicator to use (the status may differ in the fix: adjust it).
-TEST(ReducerMisuse, DISABLED_TheTpCommunicatorHandedToTheReducer) {
+// Fixed: a reducer created on the mesh's TP communicator used to overwrite
+// rank 1's TP shard with rank 0's; it is refused, naming the parameter, the
+// ranks that differ and the communicator to use, and the shards are kept.
+TEST(ReducerMisuse, TheTpCommunicatorHandedToTheReducer) {
   tpdp_mesh *mesh = nullptr;
   ASSERT_TPDP_OK(
       tpdp_mesh_create_from_string(tpdp_test::World(), "dp=1,tp=2", &mesh));
@@ -383,37 +381,38 @@ TEST(ReducerMisuse, DISABLED_TheTpCommunicatorHandedToTheReducer) {
   EXPECT_TPDP_ERROR(tpdp_reducer_create(tp, ps.p.data(), 3, nullptr, &r),
                     TPDP_ERR_INVALID_ARGUMENT,
                     "parameter 0 'fc.weight' holds different values on the "
-                    "ranks of mesh.tp",
-                    "\"dp\"");
+                    "ranks of mesh.tp: rank 0's differ from those of rank(s) 1",
+                    "tpdp_mesh_dim_comm_by_name(mesh, \"dp\", &comm)");
   EXPECT_EQ(ps.data[0][0], (float)tpdp_test::WorldRank() + 1.f);
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
   EXPECT_TPDP_OK(tpdp_mesh_destroy(mesh));
 }
 
-// Defect (issue 13; owned by the reducer fixes): options that differ
-// between ranks are not compared (bucket caps here: a heap-buffer-overflow
-// in MPI_Allreduce or wrong gradients). Expected: create fails on every
-// rank naming the option and both ranks' values.
-TEST(ReducerMisuse, DISABLED_OptionsThatDifferBetweenRanks) {
+// Fixed: options that differ between ranks (bucket caps here) used to go
+// unnoticed until a heap-buffer-overflow in MPI_Allreduce or wrong
+// gradients; create fails on every rank naming the option and both ranks'
+// values.
+TEST(ReducerMisuse, OptionsThatDifferBetweenRanks) {
   Params ps;
   tpdp_reducer_options o = TPDP_REDUCER_OPTIONS_INIT;
   o.first_bucket_bytes = 16;
   o.bucket_cap_bytes = tpdp_test::WorldRank() == 0 ? 16 : 1024;
   tpdp_reducer *r = nullptr;
+  const std::string me =
+      "(this is rank " + std::to_string(tpdp_test::WorldRank()) + ")";
   EXPECT_TPDP_ERROR(Create(ps, &o, &r), TPDP_ERR_INVALID_ARGUMENT,
+                    "tpdp_reducer_create: ",
                     "option bucket_cap_bytes differs across the ranks of "
-                    "world",
-                    "16", "1024");
+                    "world: rank 0 has 16, rank 1 has 1024",
+                    me.c_str());
   EXPECT_EQ(r, nullptr);
 }
 
-// Defect (issue 13; not detected today): in view mode the framework must
-// write gradients into the reducer's slots. A gradient re-pointed at a
-// buffer of its own (here through the module tree the reducer knows, as
-// options.module) is silently left out of the reduction. Expected: finalize
-// notices that the module parameter's gradient no longer is the reducer's
-// view and names the FQN.
-TEST(ReducerMisuse, DISABLED_GradientReplacedBehindTheReducersBack) {
+// Fixed: in view mode a module parameter's gradient re-pointed at a buffer
+// of the framework's own (through options.module's tree) used to be left
+// out of the reduction silently; finalize fails naming the parameter and
+// what to do, after a reduction that every rank completed.
+TEST(ReducerMisuse, GradientReplacedBehindTheReducersBack) {
   tpdp_module *root = nullptr;
   ASSERT_TPDP_OK(tpdp_module_create("Net", &root));
   Params ps;
@@ -432,18 +431,32 @@ TEST(ReducerMisuse, DISABLED_GradientReplacedBehindTheReducersBack) {
   ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
   for (int64_t i = 2; i >= 0; i--)
     ASSERT_TPDP_OK(tpdp_reducer_mark_ready(r, i));
-  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE, "fc.weight",
-                    "gradient");
+  EXPECT_TPDP_ERROR(tpdp_reducer_finalize(r), TPDP_ERR_STATE,
+                    "tpdp_reducer_finalize: ",
+                    "the gradient of parameter 0 ('fc.weight') (module "
+                    "parameter 'weight') was replaced",
+                    "left out of the reduction",
+                    "write gradients into the reducer's views "
+                    "(tpdp_reducer_grad_view");
+  EXPECT_EQ(own[0], 5.f);  // not reduced
+  // The iteration ended as on the other rank: the next one starts.
+  EXPECT_EQ(tpdp_module_get_state(root), TPDP_STATE_IDLE);
+  ASSERT_TPDP_OK(tpdp_reducer_prepare(r));  // rebuilds: the views move
+  tpdp_tensor view;
+  ASSERT_TPDP_OK(tpdp_reducer_grad_view(r, 0, &view));
+  ASSERT_TPDP_OK(tpdp_param_set_grad(w, &view));
+  for (int64_t i = 2; i >= 0; i--)
+    ASSERT_TPDP_OK(tpdp_reducer_mark_ready(r, i));
+  EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
   tpdp_param_release(w);
   EXPECT_TPDP_OK(tpdp_module_destroy(root));
 }
 
-// Defect (issue 13; owned by the reducer fixes): destroying a view-mode
-// reducer left params[i].grad pointing into its freed buckets. Expected:
-// destroy writes the caller's own gradient tensors back, with the reduced
-// values.
-TEST(ReducerMisuse, DISABLED_DestroyGivesTheGradientsBack) {
+// Fixed: destroying a view-mode reducer used to leave params[i].grad
+// pointing into its freed buckets; destroy points it back at the caller's
+// own buffer, holding the reduced values.
+TEST(ReducerMisuse, DestroyGivesTheGradientsBack) {
   Params ps;
   float *own = ps.grad[0].data();
   tpdp_reducer *r = nullptr;
