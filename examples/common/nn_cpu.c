@@ -17,6 +17,9 @@ static struct {
   int n; /* threads taking part, the caller's included */
   int started;
   pthread_t workers[NN_MAX_THREADS];
+  /* generation when worker i was created: the jobs after it are its own,
+   * even those posted before the new thread first takes the lock. */
+  uint64_t born[NN_MAX_THREADS];
   pthread_mutex_t mu;
   pthread_cond_t go, done;
   uint64_t generation;
@@ -26,6 +29,7 @@ static struct {
   int64_t total;
 } pool = {1,
           0,
+          {0},
           {0},
           PTHREAD_MUTEX_INITIALIZER,
           PTHREAD_COND_INITIALIZER,
@@ -39,7 +43,9 @@ static struct {
 static void *pool_worker(void *arg) {
   const int64_t me = (int64_t)(intptr_t)arg; /* 1 .. n-1 */
   pthread_mutex_lock(&pool.mu);
-  uint64_t seen = pool.generation; /* jobs from before this worker: not its */
+  /* Not pool.generation here: a job posted between pthread_create and
+   * this line would be skipped, and its caller would wait for it forever. */
+  uint64_t seen = pool.born[me];
   for (;;) {
     while (pool.generation == seen) pthread_cond_wait(&pool.go, &pool.mu);
     seen = pool.generation;
@@ -63,6 +69,7 @@ void nn_set_threads(int n) {
   /* Workers are started once (more on a later, larger request); a smaller
    * request just uses fewer of them. */
   for (int i = pool.started + 1; i < n; i++) {
+    pool.born[i] = pool.generation;
     if (pthread_create(&pool.workers[i], NULL, pool_worker,
                        (void *)(intptr_t)i) != 0)
       break;
