@@ -85,6 +85,133 @@ tpdp_status tpdp_topo_destroy(tpdp_topo *topo) {
   return TPDP_SUCCESS;
 }
 
+/* hwloc 2.9's XML import trusts a topology's sets: a root object with a
+ * cpuset but no complete_cpuset, or a nodeset but no complete_nodeset,
+ * makes it dereference NULL (hwloc_bitmap_set called from
+ * hwloc_insert_object_by_parent; found by tests/fuzz/topo_xml_fuzz).
+ * hwloc's own exports write both sets of each pair on every object, so a
+ * file where an object has one without the other was not written by
+ * hwloc: refuse it, naming the object, before hwloc reads it. The scan
+ * knows just enough XML for that: tags and quoted attribute values (hwloc's
+ * own XML reader takes no comments either). */
+typedef struct {
+  int cpuset, complete_cpuset, nodeset, complete_nodeset;
+  char type[32];
+} xml_object_sets;
+
+/* The attributes of the tag starting at p (after "<object"); returns where
+ * the tag ends (its '>' or the end of the text). */
+static const char *scan_object_attrs(const char *p, const char *end,
+                                     xml_object_sets *o) {
+  memset(o, 0, sizeof *o);
+  while (p < end && *p != '>') {
+    if (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n' || *p == '/') {
+      p++;
+      continue;
+    }
+    const char *name = p;
+    while (p < end && *p != '=' && *p != '>' && *p != ' ' && *p != '\t' &&
+           *p != '\r' && *p != '\n')
+      p++;
+    size_t nlen = (size_t)(p - name);
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+      p++;
+    if (p >= end || *p != '=') continue;
+    p++;
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+      p++;
+    if (p >= end || (*p != '"' && *p != '\'')) continue;
+    const char quote = *p++;
+    const char *val = p;
+    while (p < end && *p != quote) p++;
+    size_t vlen = (size_t)(p - val);
+    if (p < end) p++;
+#define IS(lit) (nlen == sizeof(lit) - 1 && memcmp(name, lit, nlen) == 0)
+    if (IS("cpuset")) o->cpuset = 1;
+    if (IS("complete_cpuset")) o->complete_cpuset = 1;
+    if (IS("nodeset")) o->nodeset = 1;
+    if (IS("complete_nodeset")) o->complete_nodeset = 1;
+    if (IS("type")) {
+      if (vlen >= sizeof o->type) vlen = sizeof o->type - 1;
+      memcpy(o->type, val, vlen);
+      o->type[vlen] = '\0';
+    }
+#undef IS
+  }
+  return p;
+}
+
+static tpdp_status check_xml_set_pairs(const char *path, const char *text,
+                                       size_t len) {
+  const char *p = text, *end = text + len;
+  int line = 1;
+  while (p < end) {
+    if (*p == '\n') line++;
+    if (end - p >= 8 && memcmp(p, "<object", 7) == 0 &&
+        (p[7] == ' ' || p[7] == '\t' || p[7] == '\r' || p[7] == '\n')) {
+      xml_object_sets o;
+      const char *q = scan_object_attrs(p + 7, end, &o);
+      const char *has = NULL, *lacks = NULL;
+      if (o.cpuset != o.complete_cpuset) {
+        has = o.cpuset ? "cpuset" : "complete_cpuset";
+        lacks = o.cpuset ? "complete_cpuset" : "cpuset";
+      } else if (o.nodeset != o.complete_nodeset) {
+        has = o.nodeset ? "nodeset" : "complete_nodeset";
+        lacks = o.nodeset ? "complete_nodeset" : "nodeset";
+      }
+      if (has != NULL)
+        return TPDP_ERR(TPDP_ERR_IO,
+                        "topology XML '%s': the object of type '%s' at line "
+                        "%d has a %s but no %s (hwloc writes both of each "
+                        "pair, and its XML import crashes on such an "
+                        "object)",
+                        path, o.type[0] ? o.type : "?", line, has, lacks);
+      for (; p < q; p++) line += *p == '\n';
+      continue;
+    }
+    p++;
+  }
+  return TPDP_SUCCESS;
+}
+
+/* A topology of a few thousand machines' worth of objects stays far below
+ * this; a larger file is refused before it is read whole. */
+#define TOPO_XML_MAX_BYTES (256 << 20)
+
+/* Reads the whole file for check_xml_set_pairs. */
+static tpdp_status check_xml_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (f == NULL)
+    return TPDP_ERR(TPDP_ERR_IO, "cannot open topology XML '%s': %s", path,
+                    strerror(errno));
+  char *text = NULL;
+  int len = 0, cap = 0;
+  tpdp_status st = TPDP_SUCCESS;
+  for (;;) {
+    if (len > TOPO_XML_MAX_BYTES) {
+      st = TPDP_ERR(TPDP_ERR_IO,
+                    "topology XML '%s' is larger than %d bytes: not a "
+                    "topology",
+                    path, TOPO_XML_MAX_BYTES);
+      break;
+    }
+    if (len + 65536 > cap) {
+      st = core_grow((void **)&text, &cap, len + 65536, 1);
+      if (st != TPDP_SUCCESS) break;
+    }
+    size_t got = fread(text + len, 1, (size_t)(cap - len), f);
+    len += (int)got;
+    if (got == 0) break;
+  }
+  if (st == TPDP_SUCCESS && ferror(f))
+    st = TPDP_ERR(TPDP_ERR_IO, "cannot read topology XML '%s': %s", path,
+                  strerror(errno));
+  fclose(f);
+  if (st == TPDP_SUCCESS) st = check_xml_set_pairs(path, text, (size_t)len);
+  free(text);
+  return st;
+}
+
 tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
   TPDP_API_ENTRY;
   CHECK_PTR(out);
@@ -111,13 +238,7 @@ tpdp_status tpdp_topo_load(const char *xml_path, tpdp_topo **out) {
     goto fail;
   }
   if (xml_path != NULL) {
-    FILE *f = fopen(xml_path, "r");
-    if (f == NULL) {
-      st = TPDP_ERR(TPDP_ERR_IO, "cannot open topology XML '%s': %s", xml_path,
-                    strerror(errno));
-      goto fail;
-    }
-    fclose(f);
+    CHECK_GOTO(check_xml_file(xml_path), st, fail);
     if (hwloc_topology_set_xml(t->h, xml_path) != 0) {
       st = TPDP_ERR(TPDP_ERR_IO, "hwloc cannot use '%s' as XML: %s", xml_path,
                     strerror(errno));

@@ -2,7 +2,8 @@
 // of tests/data): each case asserts the status and that the message names
 // the file, the index or the mesh at fault with the allowed range.
 // Cases:
-//  - tpdp_topo_load: NULL out, a missing XML file, a file that is not XML
+//  - tpdp_topo_load: NULL out, a missing XML file, a file that is not XML,
+//    an object with half of a set pair (hwloc's import crashes on it)
 //  - tpdp_topo_gpu: index out of range (naming the GPU count), NULL out
 //  - tpdp_topo_binding_for: nlocal 0, local rank past nlocal
 //  - tpdp_topo_bind_self on a topology read from XML (not this machine)
@@ -43,6 +44,59 @@ TEST(TopoMisuse, LoadNullOutMissingAndNotXml) {
   EXPECT_NE(std::string(tpdp_last_error()).find(junk), std::string::npos)
       << tpdp_last_error();
   EXPECT_EQ(t, nullptr);
+}
+
+// The fixture with one attribute of its root object removed (the first
+// `name="..."` on its line 4), written to TEST_TMPDIR.
+static std::string RootWithout(const std::string &name) {
+  std::string in = tpdp_test::DataPath("topo_cpu2.xml");
+  FILE *f = fopen(in.c_str(), "r");
+  EXPECT_NE(f, nullptr);
+  std::string text;
+  char buf[4096];
+  size_t n;
+  while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  if (f) fclose(f);
+  size_t root = text.find("<object type=\"Machine\"");
+  size_t at = text.find(" " + name + "=\"", root);
+  EXPECT_NE(at, std::string::npos) << name;
+  size_t close = text.find('"', at + name.size() + 3);
+  text.erase(at, close + 1 - at);
+  std::string out =
+      std::string(getenv("TEST_TMPDIR")) + "/root-without-" + name + ".xml";
+  FILE *g = fopen(out.c_str(), "w");
+  EXPECT_NE(g, nullptr);
+  if (g) {
+    fputs(text.c_str(), g);
+    fclose(g);
+  }
+  return out;
+}
+
+// hwloc's XML import dereferences NULL on a root object with a nodeset but
+// no complete_nodeset, or a cpuset but no complete_cpuset (found by
+// tests/fuzz/topo_xml_fuzz; hwloc itself writes both of each pair): the
+// load refuses such a file, naming the object and the missing set, before
+// hwloc reads it.
+TEST(TopoMisuse, LoadObjectWithHalfASetPair) {
+  tpdp_topo *t = nullptr;
+  std::string p = RootWithout("complete_nodeset");
+  EXPECT_TPDP_ERROR(tpdp_topo_load(p.c_str(), &t), TPDP_ERR_IO,
+                    "tpdp_topo_load: ", p.c_str(),
+                    "the object of type 'Machine' at line 4 has a nodeset but "
+                    "no complete_nodeset");
+  EXPECT_EQ(t, nullptr);
+  p = RootWithout("complete_cpuset");
+  EXPECT_TPDP_ERROR(tpdp_topo_load(p.c_str(), &t), TPDP_ERR_IO,
+                    "the object of type 'Machine' at line 4 has a cpuset but "
+                    "no complete_cpuset");
+  // allowed_nodeset is no pair's half: that file loads.
+  p = RootWithout("allowed_nodeset");
+  ASSERT_TPDP_OK(tpdp_topo_load(p.c_str(), &t));
+  tpdp_topo_counts c;
+  ASSERT_TPDP_OK(tpdp_topo_get_counts(t, &c));
+  EXPECT_EQ(c.pus, 2);
+  EXPECT_TPDP_OK(tpdp_topo_destroy(t));
 }
 
 TEST(TopoMisuse, GpuIndexOutOfRange) {
