@@ -176,7 +176,7 @@ static tpdp_status work_finish(tpdp_work *work, tpdp_status wait_st) {
   core_first_error f;
   core_first_error_init(&f);
   core_first_error_add(&f, wait_st);
-  core_first_error_add(&f, work->release(work));
+  core_first_error_add(&f, work->ops->release(work));
   free(work);
   return f.status;
 }
@@ -186,27 +186,27 @@ tpdp_status comm_backend_allgather(tpdp_comm *comm, const tpdp_tensor *send,
   tpdp_coll_args args = {TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0, 1};
   tpdp_work *work = NULL;
   CHECK(comm->ops->collective(comm, &args, &work));
-  return work_finish(work, work->wait(work));
+  return work_finish(work, work->ops->wait(work));
 }
 
 tpdp_status tpdp_work_wait(tpdp_work *work) {
   TPDP_API_ENTRY;
   if (work == NULL) return TPDP_SUCCESS;
-  return work_finish(work, work->wait(work));
+  return work_finish(work, work->ops->wait(work));
 }
 
 tpdp_status tpdp_work_test(tpdp_work *work, int *done) {
   TPDP_API_ENTRY;
   CHECK_PTR(work);
   CHECK_PTR(done);
-  return work->test(work, done);
+  return work->ops->test(work, done);
 }
 
 tpdp_status tpdp_work_wait_stream(tpdp_work *work, void *stream) {
   TPDP_API_ENTRY;
   if (work == NULL) return TPDP_SUCCESS;
-  if (work->wait_stream == NULL) return tpdp_work_wait(work);
-  return work_finish(work, work->wait_stream(work, stream));
+  if (work->ops->wait_stream == NULL) return tpdp_work_wait(work);
+  return work_finish(work, work->ops->wait_stream(work, stream));
 }
 
 /* ------------------------------------------------------------ checks */

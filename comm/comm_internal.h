@@ -80,9 +80,8 @@ extern const char comm_owner_tpdp[];
 #define COMM_OWNER_TPDP ((const void *)comm_owner_tpdp)
 
 /* Work handles: a backend allocates one and fills the callbacks. */
-struct tpdp_work {
-  tpdp_comm *comm;
-  tpdp_coll_kind kind;
+/* What a backend does with its work handles (one static table each). */
+typedef struct {
   /* Block until done; must not free the handle. */
   tpdp_status (*wait)(tpdp_work *work);
   /* Non-blocking completion check. */
@@ -92,6 +91,12 @@ struct tpdp_work {
   /* Release backend resources held by the handle (after wait or
    * wait_stream, whatever they returned); the front end then frees it. */
   tpdp_status (*release)(tpdp_work *work);
+} tpdp_work_ops;
+
+struct tpdp_work {
+  tpdp_comm *comm;
+  tpdp_coll_kind kind;
+  const tpdp_work_ops *ops;
   void *impl;
 };
 

@@ -26,6 +26,7 @@ struct tpdp_mesh {
   tpdp_comm *parent; /* NULL for layout-only meshes */
   tpdp_comm *dim_comms[TPDP_MAX_DIMS];
   int rank;
+  core_scratch scratch; /* mesh_internal.h: redistribution's packing */
 };
 
 /* Strip leading and trailing blanks in place. */
@@ -216,6 +217,10 @@ const tpdp_mesh *comm_mesh_hold_by_comm(const tpdp_comm *c,
       }
   pthread_mutex_unlock(&live_mu);
   return found;
+}
+
+core_scratch *comm_mesh_scratch(const tpdp_mesh *m) {
+  return &((tpdp_mesh *)m)->scratch;
 }
 
 /* TPDP_ERR_STATE while specs or reducers hold the mesh: they read it (and
@@ -431,6 +436,7 @@ tpdp_status tpdp_mesh_destroy(tpdp_mesh *mesh) {
     if (mesh->dim_comms[d] != NULL) mesh->dim_comms[d]->owner = NULL;
     core_first_error_add(&f, tpdp_comm_destroy(mesh->dim_comms[d]));
   }
+  core_first_error_add(&f, core_scratch_free(&mesh->scratch));
   free(mesh);
   return f.status;
 }

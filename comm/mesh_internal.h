@@ -10,6 +10,7 @@
 #define TPDP_COMM_MESH_INTERNAL_H
 
 #include "core/check.h"
+#include "core/mem.h"
 #include "tpdp/comm.h"
 
 #ifdef __cplusplus
@@ -32,6 +33,10 @@ void comm_mesh_release(const tpdp_mesh *m, comm_mesh_user kind);
  * `kind`; NULL (nothing held) if `c` is no mesh's dim communicator. */
 const tpdp_mesh *comm_mesh_hold_by_comm(const tpdp_comm *c,
                                         comm_mesh_user kind);
+
+/* The mesh's packing space for redistribution (core/mem.h), freed by
+ * tpdp_mesh_destroy. Used under the mesh's rule: one thread at a time. */
+core_scratch *comm_mesh_scratch(const tpdp_mesh *m);
 
 #ifdef __cplusplus
 }

@@ -122,25 +122,16 @@ static tpdp_status create_half_ops(void) {
   return TPDP_SUCCESS;
 }
 
+/* MPI's type for each dtype; halves travel as 16-bit words (their
+ * reductions are the ops of create_half_ops). */
 static MPI_Datatype mpi_dtype(tpdp_dtype dtype) {
-  switch (dtype) {
-    case TPDP_F32:
-      return MPI_FLOAT;
-    case TPDP_F64:
-      return MPI_DOUBLE;
-    case TPDP_F16:
-      return MPI_UINT16_T;
-    case TPDP_BF16:
-      return MPI_UINT16_T;
-    case TPDP_I32:
-      return MPI_INT32_T;
-    case TPDP_I64:
-      return MPI_INT64_T;
-    case TPDP_U8:
-      return MPI_UINT8_T;
-    default:
-      return MPI_DATATYPE_NULL;
-  }
+  const MPI_Datatype types[TPDP_DTYPE_COUNT] = {
+      [TPDP_F32] = MPI_FLOAT,    [TPDP_F64] = MPI_DOUBLE,
+      [TPDP_F16] = MPI_UINT16_T, [TPDP_BF16] = MPI_UINT16_T,
+      [TPDP_I32] = MPI_INT32_T,  [TPDP_I64] = MPI_INT64_T,
+      [TPDP_U8] = MPI_UINT8_T};
+  return (int)dtype >= 0 && dtype < TPDP_DTYPE_COUNT ? types[dtype]
+                                                     : MPI_DATATYPE_NULL;
 }
 
 static MPI_Op mpi_op(tpdp_reduce_op op, tpdp_dtype dtype) {
@@ -493,6 +484,13 @@ static tpdp_status mpi_work_release(tpdp_work *work) {
   return TPDP_SUCCESS;
 }
 
+static const tpdp_work_ops mpi_work_ops = {
+    .wait = mpi_work_wait,
+    .test = mpi_work_test,
+    .wait_stream = NULL, /* host memory: tpdp_work_wait */
+    .release = mpi_work_release,
+};
+
 /* ---------------------------------------------------------- ring AVG
  *
  * Open MPI's allreduce has no AVG, so AVG is SUM and then a pass dividing
@@ -689,9 +687,7 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   work->comm = comm;
   work->kind = a->kind;
   work->impl = w;
-  work->wait = mpi_work_wait;
-  work->test = mpi_work_test;
-  work->release = mpi_work_release;
+  work->ops = &mpi_work_ops;
   w->request = MPI_REQUEST_NULL;
 
   const tpdp_tensor *send = a->send;

@@ -149,38 +149,22 @@ static tpdp_status aborted_error(const tpdp_comm *comm, const char *what) {
                   what, comm->name, comm->rank);
 }
 
+/* comm.c has checked the dtype and the op. */
 static ncclDataType_t nccl_dtype(tpdp_dtype d) {
-  switch (d) {
-    case TPDP_F32:
-      return ncclFloat32;
-    case TPDP_F64:
-      return ncclFloat64;
-    case TPDP_F16:
-      return ncclFloat16;
-    case TPDP_BF16:
-      return ncclBfloat16;
-    case TPDP_I32:
-      return ncclInt32;
-    case TPDP_I64:
-      return ncclInt64;
-    case TPDP_U8:
-      return ncclUint8;
-    default: /* TPDP_U8; comm.c has checked the dtype */
-      return ncclUint8;
-  }
+  static const ncclDataType_t types[TPDP_DTYPE_COUNT] = {
+      [TPDP_F32] = ncclFloat32, [TPDP_F64] = ncclFloat64,
+      [TPDP_F16] = ncclFloat16, [TPDP_BF16] = ncclBfloat16,
+      [TPDP_I32] = ncclInt32,   [TPDP_I64] = ncclInt64,
+      [TPDP_U8] = ncclUint8};
+  return (int)d >= 0 && d < TPDP_DTYPE_COUNT ? types[d] : ncclUint8;
 }
 
 static ncclRedOp_t nccl_op(tpdp_reduce_op op) {
-  switch (op) {
-    case TPDP_OP_AVG:
-      return ncclAvg;
-    case TPDP_OP_MAX:
-      return ncclMax;
-    case TPDP_OP_MIN:
-      return ncclMin;
-    default:
-      return ncclSum;
-  }
+  static const ncclRedOp_t ops[TPDP_OP_COUNT] = {[TPDP_OP_SUM] = ncclSum,
+                                                 [TPDP_OP_AVG] = ncclAvg,
+                                                 [TPDP_OP_MAX] = ncclMax,
+                                                 [TPDP_OP_MIN] = ncclMin};
+  return (int)op >= 0 && op < TPDP_OP_COUNT ? ops[op] : ncclSum;
 }
 
 /* ---------------------------------------------------------- life cycle */
@@ -552,6 +536,13 @@ static tpdp_status nccl_work_release(tpdp_work *work) {
   return st;
 }
 
+static const tpdp_work_ops nccl_work_ops = {
+    .wait = nccl_work_wait,
+    .test = nccl_work_test,
+    .wait_stream = nccl_work_wait_stream,
+    .release = nccl_work_release,
+};
+
 /* ---------------------------------------------------------- collectives */
 
 /* alltoall of rn elements of dt as grouped ncclSend/ncclRecv on nc and s,
@@ -690,10 +681,7 @@ static tpdp_status nccl_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   work->comm = comm;
   work->kind = a->kind;
   work->impl = w;
-  work->wait = nccl_work_wait;
-  work->test = nccl_work_test;
-  work->wait_stream = nccl_work_wait_stream;
-  work->release = nccl_work_release;
+  work->ops = &nccl_work_ops;
   w->queued_at = core_now_s();
   CHECK_GOTO(enqueue(comm, a), st, fail);
   CHECK_GOTO(core_cuda_status(cudaEventRecord(w->done, impl->stream),

@@ -166,6 +166,10 @@ tpdp_status core_check_shape_bytes(int ndim, const int64_t *shape,
  * and b_s of len bytes each, for the caller's message; else 0. */
 int core_shapes_differ(int ndim_a, const int64_t *a, int ndim_b,
                        const int64_t *b, char *a_s, char *b_s, size_t len);
+/* The same for the kinds of memory of devices a and b (cpu, cuda; the
+ * index aside), formatted as "cuda:1". */
+int core_device_types_differ(tpdp_device a, tpdp_device b, char *a_s, char *b_s,
+                             size_t len);
 
 /* Same shape and dtype, else TPDP_ERR_SHAPE_MISMATCH / DTYPE_MISMATCH
  * naming both. Used by the host and CUDA copies. */

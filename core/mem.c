@@ -131,6 +131,28 @@ tpdp_status core_mem_free_keep(tpdp_device device, void *p, tpdp_status st) {
   return st != TPDP_SUCCESS ? st : fs;
 }
 
+tpdp_status core_scratch_get(core_scratch *s, tpdp_device device, size_t bytes,
+                             void **out) {
+  if (s->data != NULL && s->bytes >= bytes && s->device.type == device.type &&
+      s->device.index == device.index) {
+    *out = s->data;
+    return TPDP_SUCCESS;
+  }
+  CHECK(core_scratch_free(s));
+  CHECK(core_mem_alloc(device, bytes, &s->data));
+  s->device = device;
+  s->bytes = bytes;
+  *out = s->data;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status core_scratch_free(core_scratch *s) {
+  tpdp_status st = core_mem_free(s->device, s->data);
+  s->data = NULL;
+  s->bytes = 0;
+  return st;
+}
+
 tpdp_status core_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK(core_mem_supported(dst->device, "the destination"));
   CHECK(core_mem_supported(src->device, "the source"));

@@ -47,6 +47,25 @@ tpdp_status core_mem_free(tpdp_device device, void *p);
  * first one wins), else the free's own status. */
 tpdp_status core_mem_free_keep(tpdp_device device, void *p, tpdp_status st);
 
+/* A buffer reused from call to call (a collective's packing space), so
+ * that a hot path pays for an allocation and its first-touch page faults
+ * once instead of every call: 80 MB malloc'ed and freed per call cost more
+ * than the copy it held (tp/redistribute.c). It grows to the largest
+ * request and stays until core_scratch_free; one user at a time. Zero it
+ * with {0} ("empty"). */
+typedef struct {
+  tpdp_device device;
+  void *data;
+  size_t bytes;
+} core_scratch;
+/* At least `bytes` bytes on `device`, uninitialised: s's buffer when it is
+ * large enough and on that device, else a new one (the old one freed, its
+ * contents lost). Errors as core_mem_alloc; s is then empty. */
+tpdp_status core_scratch_get(core_scratch *s, tpdp_device device, size_t bytes,
+                             void **out);
+/* Free s's buffer (empty: no-op); s is empty after. */
+tpdp_status core_scratch_free(core_scratch *s);
+
 /* dst = src elementwise: any strides, same shape and dtype (else
  * SHAPE/DTYPE_MISMATCH naming both), host or device on either side.
  * Synchronous. */

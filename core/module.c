@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/module_internal.h"
+#include "core/util.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -409,29 +410,29 @@ tpdp_handle_state tpdp_param_get_state(const tpdp_param *p) {
   return p ? p->state : TPDP_HANDLE_IDLE;
 }
 
+/* Indexed by tpdp_handle_state. */
+static const char *const handle_state_names[] = {
+    "IDLE", "FORWARD", "BACKWARD_PRE", "BACKWARD_POST", "SUMMON_FULL_PARAMS"};
+_Static_assert(sizeof handle_state_names / sizeof *handle_state_names ==
+                   TPDP_HANDLE_SUMMON_FULL_PARAMS + 1,
+               "one name per handle state");
+
 const char *tpdp_handle_state_name(tpdp_handle_state s) {
-  switch (s) {
-    case TPDP_HANDLE_IDLE:
-      return "IDLE";
-    case TPDP_HANDLE_FORWARD:
-      return "FORWARD";
-    case TPDP_HANDLE_BACKWARD_PRE:
-      return "BACKWARD_PRE";
-    case TPDP_HANDLE_BACKWARD_POST:
-      return "BACKWARD_POST";
-    case TPDP_HANDLE_SUMMON_FULL_PARAMS:
-      return "SUMMON_FULL_PARAMS";
-  }
-  return "?";
+  return core_name_at(handle_state_names, TPDP_HANDLE_SUMMON_FULL_PARAMS + 1,
+                      (int)s);
+}
+
+/* TPDP_ERR_INVALID_ARGUMENT unless s is a tpdp_handle_state. */
+static tpdp_status check_handle_state(tpdp_handle_state s) {
+  if ((int)s >= 0 && s <= TPDP_HANDLE_SUMMON_FULL_PARAMS) return TPDP_SUCCESS;
+  return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "handle state %d outside [0, %d]",
+                  (int)s, (int)TPDP_HANDLE_SUMMON_FULL_PARAMS);
 }
 
 tpdp_status tpdp_param_set_state(tpdp_param *p, tpdp_handle_state state) {
   TPDP_API_ENTRY;
   CHECK_PTR(p);
-  if ((int)state < 0 || state > TPDP_HANDLE_SUMMON_FULL_PARAMS)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "handle state %d outside [0, %d]", (int)state,
-                    (int)TPDP_HANDLE_SUMMON_FULL_PARAMS);
+  CHECK(check_handle_state(state));
   p->state = state;
   return TPDP_SUCCESS;
 }
@@ -447,10 +448,7 @@ tpdp_status tpdp_params_set_form_state(tpdp_param *const *params, int n,
   if (form != TPDP_PARAM_DTENSOR && form != TPDP_PARAM_LOCALIZED)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "form %d is not DTENSOR (1) or LOCALIZED (2)", (int)form);
-  if ((int)state < 0 || state > TPDP_HANDLE_SUMMON_FULL_PARAMS)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "handle state %d outside [0, %d]", (int)state,
-                    (int)TPDP_HANDLE_SUMMON_FULL_PARAMS);
+  CHECK(check_handle_state(state));
   for (int i = 0; i < n; i++) {
     if (params[i] == NULL)
       return TPDP_ERR(TPDP_ERR_NULL_POINTER, "params[%d] is NULL", i);
@@ -622,16 +620,16 @@ done:
 
 /* ------------------------------------------------------ training states */
 
+/* Indexed by tpdp_training_state. */
+static const char *const training_state_names[] = {"IDLE", "FORWARD_BACKWARD",
+                                                   "SUMMON_FULL_PARAMS"};
+_Static_assert(sizeof training_state_names / sizeof *training_state_names ==
+                   TPDP_STATE_SUMMON_FULL_PARAMS + 1,
+               "one name per training state");
+
 const char *tpdp_training_state_name(tpdp_training_state s) {
-  switch (s) {
-    case TPDP_STATE_IDLE:
-      return "IDLE";
-    case TPDP_STATE_FORWARD_BACKWARD:
-      return "FORWARD_BACKWARD";
-    case TPDP_STATE_SUMMON_FULL_PARAMS:
-      return "SUMMON_FULL_PARAMS";
-  }
-  return "?";
+  return core_name_at(training_state_names, TPDP_STATE_SUMMON_FULL_PARAMS + 1,
+                      (int)s);
 }
 
 tpdp_training_state tpdp_module_get_state(const tpdp_module *m) {

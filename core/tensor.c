@@ -140,6 +140,14 @@ int core_shapes_differ(int ndim_a, const int64_t *a, int ndim_b,
   return 1;
 }
 
+int core_device_types_differ(tpdp_device a, tpdp_device b, char *a_s, char *b_s,
+                             size_t len) {
+  if (a.type == b.type) return 0;
+  tpdp_device_format(a, a_s, len);
+  tpdp_device_format(b, b_s, len);
+  return 1;
+}
+
 int64_t tpdp_tensor_numel(const tpdp_tensor *t) {
   /* A view with a corrupt ndim has no elements we could safely name. */
   if (t == NULL || t->ndim < 0 || t->ndim > TPDP_MAX_DIMS) return 0;

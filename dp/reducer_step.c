@@ -349,6 +349,16 @@ done:
 
 /* ------------------------------------------------------------ prepare */
 
+/* The body of a public per-iteration call: the handle checked, `call`
+ * timed into the reducer's total (tpdp_reducer_stats), its status
+ * returned. */
+#define TIMED_ENTRY(r, call)                   \
+  TPDP_API_ENTRY;                              \
+  CHECK(dp_check_handle(r));                   \
+  tpdp_status timed_st_;                       \
+  DP_TIMED(r, total_seconds, timed_st_, call); \
+  return timed_st_
+
 static tpdp_status prepare(tpdp_reducer *r) {
   if (r->in_iter) {
     char list[1024];
@@ -391,11 +401,7 @@ static tpdp_status prepare(tpdp_reducer *r) {
 }
 
 tpdp_status tpdp_reducer_prepare(tpdp_reducer *r) {
-  TPDP_API_ENTRY;
-  CHECK(dp_check_handle(r));
-  tpdp_status st;
-  DP_TIMED(r, total_seconds, st, prepare(r));
-  return st;
+  TIMED_ENTRY(r, prepare(r));
 }
 
 /* ------------------------------------------------------------ mark */
@@ -460,11 +466,7 @@ static tpdp_status mark(tpdp_reducer *r, int64_t index) {
 }
 
 tpdp_status tpdp_reducer_mark_ready(tpdp_reducer *r, int64_t index) {
-  TPDP_API_ENTRY;
-  CHECK(dp_check_handle(r));
-  tpdp_status st;
-  DP_TIMED(r, total_seconds, st, mark(r, index));
-  return st;
+  TIMED_ENTRY(r, mark(r, index));
 }
 
 static tpdp_status mark_ptr(tpdp_reducer *r, const void *data) {
@@ -479,11 +481,7 @@ static tpdp_status mark_ptr(tpdp_reducer *r, const void *data) {
 }
 
 tpdp_status tpdp_reducer_mark_ready_ptr(tpdp_reducer *r, const void *data) {
-  TPDP_API_ENTRY;
-  CHECK(dp_check_handle(r));
-  tpdp_status st;
-  DP_TIMED(r, total_seconds, st, mark_ptr(r, data));
-  return st;
+  TIMED_ENTRY(r, mark_ptr(r, data));
 }
 
 /* ------------------------------------------------------------ finalize */
@@ -627,13 +625,15 @@ static tpdp_status finalize(tpdp_reducer *r) {
   return gs;
 }
 
+/* An iteration counts once its finalize succeeded. */
+static tpdp_status finalize_counted(tpdp_reducer *r) {
+  CHECK(finalize(r));
+  r->stats.iterations++;
+  return TPDP_SUCCESS;
+}
+
 tpdp_status tpdp_reducer_finalize(tpdp_reducer *r) {
-  TPDP_API_ENTRY;
-  CHECK(dp_check_handle(r));
-  tpdp_status st;
-  DP_TIMED(r, total_seconds, st, finalize(r));
-  if (st == TPDP_SUCCESS) r->stats.iterations++;
-  return st;
+  TIMED_ENTRY(r, finalize_counted(r));
 }
 
 tpdp_status tpdp_reducer_set_sync(tpdp_reducer *r, int sync) {

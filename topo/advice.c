@@ -165,23 +165,25 @@ size_t tpdp_topo_advice_format(const tpdp_placement_advice *a, char *buf,
                          "  advice: put %s innermost: mesh %s keeps each "
                          "TP group on one host\n",
                          a->tp_name, a->suggested);
-  } else if (a->tp_size > a->ranks_per_host) {
-    u = topo_text_printf(buf, len, u,
-                         "  advice: %s=%lld is larger than the %d %s of "
-                         "a host: no order keeps a TP group on one host; "
-                         "use %s <= %d\n",
-                         a->tp_name, (long long)a->tp_size, a->ranks_per_host,
-                         a->uses_gpus ? "GPUs" : "cores", a->tp_name,
-                         a->ranks_per_host);
   } else {
-    u = topo_text_printf(buf, len, u,
-                         "  advice: %s=%lld does not divide the %d %s of "
-                         "a host, so some TP groups straddle two hosts "
-                         "whatever the order; use a divisor of %d%s%s\n",
-                         a->tp_name, (long long)a->tp_size, a->ranks_per_host,
-                         a->uses_gpus ? "GPUs" : "cores", a->ranks_per_host,
-                         a->reorder ? " and the order " : "",
-                         a->reorder ? a->suggested : "");
+    /* No order keeps every TP group on one host. */
+    int too_big = a->tp_size > a->ranks_per_host;
+    u = topo_text_printf(
+        buf, len, u, "  advice: %s=%lld %s the %d %s of a host", a->tp_name,
+        (long long)a->tp_size, too_big ? "is larger than" : "does not divide",
+        a->ranks_per_host, a->uses_gpus ? "GPUs" : "cores");
+    if (too_big)
+      u = topo_text_printf(buf, len, u,
+                           ": no order keeps a TP group on one host; use %s "
+                           "<= %d\n",
+                           a->tp_name, a->ranks_per_host);
+    else
+      u = topo_text_printf(buf, len, u,
+                           ", so some TP groups straddle two hosts whatever "
+                           "the order; use a divisor of %d%s%s\n",
+                           a->ranks_per_host,
+                           a->reorder ? " and the order " : "",
+                           a->reorder ? a->suggested : "");
   }
   if (a->tp_in_host > 0 && a->tp_in_switch == 0 && a->gpus_per_switch > 0 &&
       a->tp_size > a->gpus_per_switch)

@@ -19,6 +19,7 @@
  */
 #include <string.h>
 
+#include "comm/mesh_internal.h"
 #include "core/mem.h"
 #include "tp/tp_internal.h"
 
@@ -49,6 +50,18 @@ static int sharded_after(const tpdp_placement *pl, int n, int m, int d) {
   for (int mm = m + 1; mm < n; mm++)
     if (is_shard(pl[mm], d)) return 1;
   return 0;
+}
+
+/* A step that unshards or slices tensor dim d on mesh dim m must work on
+ * d's innermost shard (a shard on a later mesh dim is a chunk of m's); the
+ * plan's order guarantees it, so a failure is a bug here. */
+static tpdp_status check_innermost(const tpdp_placement *pl, int n, int m,
+                                   int d) {
+  if (!sharded_after(pl, n, m, d)) return TPDP_SUCCESS;
+  return TPDP_ERR(TPDP_ERR_INTERNAL,
+                  "redistribute plan: mesh dim %d is not the innermost shard "
+                  "of tensor dim %d",
+                  m, d);
 }
 
 static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst, step *steps,
@@ -88,11 +101,7 @@ static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst, step *steps,
         if (dirty[mm] && (is_shard(sp[mm], j) || is_shard(dp[mm], j))) fast = 0;
     }
     if (cur[m].kind == TPDP_PLACEMENT_SHARD) {
-      if (sharded_after(cur, n, m, cur[m].dim))
-        return TPDP_ERR(TPDP_ERR_INTERNAL,
-                        "redistribute plan: mesh dim %d is not the innermost "
-                        "shard of tensor dim %d",
-                        m, cur[m].dim);
+      CHECK(check_innermost(cur, n, m, cur[m].dim));
       if (fast)
         PUSH(STEP_ALLTOALL, m, dp[m]);
       else
@@ -113,11 +122,7 @@ static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst, step *steps,
                       "phase 2",
                       m);
     if (dp[m].kind == TPDP_PLACEMENT_SHARD) {
-      if (sharded_after(cur, n, m, dp[m].dim))
-        return TPDP_ERR(TPDP_ERR_INTERNAL,
-                        "redistribute plan: slice on mesh dim %d under an "
-                        "inner shard of tensor dim %d",
-                        m, dp[m].dim);
+      CHECK(check_innermost(cur, n, m, dp[m].dim));
       PUSH(STEP_SLICE, m, dp[m]);
     } else {
       PUSH(STEP_PARTIALIZE, m, dp[m]);
@@ -174,6 +179,7 @@ typedef struct {
   int ndim;
   int64_t lin[TPDP_MAX_DIMS], lout[TPDP_MAX_DIMS];
   int64_t parent[TPDP_MAX_DIMS]; /* extents before sharding on this dim */
+  core_scratch *scratch;         /* the mesh's packing space */
 } ctx;
 
 /* The collective can run on the tensors as they are: dim d's extent E
@@ -198,6 +204,36 @@ static tpdp_tensor block_at(const ctx *x, void *buf, int64_t r, int64_t bn,
                      x->spec->device, x->ndim, B);
 }
 
+/* Copies between tensor t's k chunks on dim d (chunk rule over extent E)
+ * and the k blocks of shape B in buf: chunk r <-> the first entries of
+ * block r on dim d. On the block side dim e (e >= 0, the alltoall's other
+ * dim) is narrowed to its first e_len entries as well. Empty chunks are
+ * skipped (their blocks keep what they hold: padding the caller zeroed). */
+static tpdp_status copy_chunks(const ctx *x, void *buf, int64_t bn,
+                               const int64_t *B, const tpdp_tensor *t, int d,
+                               int64_t E, int e, int64_t e_len, int to_blocks) {
+  for (int64_t r = 0; r < x->k; r++) {
+    int64_t size, start;
+    tp_chunk(E, x->k, r, &size, &start);
+    if (size == 0) continue;
+    tpdp_tensor blk = block_at(x, buf, r, bn, B), in_blk, in_t;
+    if (e >= 0)
+      CHECK(narrow2(&blk, d, 0, size, e, 0, e_len, &in_blk));
+    else
+      CHECK(tpdp_tensor_narrow(&blk, d, 0, size, &in_blk));
+    CHECK(tpdp_tensor_narrow(t, d, start, size, &in_t));
+    CHECK(to_blocks ? core_mem_copy(&in_blk, &in_t)
+                    : core_mem_copy(&in_t, &in_blk));
+  }
+  return TPDP_SUCCESS;
+}
+
+/* Zero the first n elements of buf. */
+static tpdp_status zero_elems(const ctx *x, void *buf, int64_t n) {
+  tpdp_tensor z = contig_view(buf, x->spec->dtype, x->spec->device, 1, &n);
+  return core_mem_zero(&z);
+}
+
 static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
                                  tpdp_tensor *out) {
   int64_t E = x->lout[d], k = x->k;
@@ -205,40 +241,29 @@ static tpdp_status run_allgather(const ctx *x, int d, const tpdp_tensor *in,
   if (as_is(x, d, E, in)) return tpdp_allgather(x->comm, in, out);
   int64_t B[TPDP_MAX_DIMS];
   int64_t bn = block_shape(x, d, ch, B);
-  void *buf = NULL;
   tpdp_device dev = x->spec->device;
-  CHECK(core_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
-  tpdp_status st;
-  tpdp_tensor send = contig_view(buf, x->spec->dtype, dev, x->ndim, B);
-  tpdp_tensor part, flat_s, flat_r;
   int64_t sc = x->lin[d];
-  void *sbuf = buf;
-  if (sc == ch && tpdp_tensor_is_contiguous(in)) {
-    sbuf = in->data; /* this rank's block is the local tensor as it is */
-  } else {
-    CHECK_GOTO(tpdp_tensor_narrow(&send, d, 0, sc, &part), st, done);
-    CHECK_GOTO(core_mem_copy(&part, in), st, done);
-    CHECK_GOTO(tpdp_tensor_narrow(&send, d, sc, ch - sc, &part), st, done);
-    CHECK_GOTO(core_mem_zero(&part), st, done);
+  /* This rank's block is the local tensor as it is when it has the block's
+   * shape; else it is packed (padding zeroed) after the k received blocks. */
+  int pack = !(sc == ch && tpdp_tensor_is_contiguous(in));
+  void *rbuf;
+  CHECK(core_scratch_get(x->scratch, dev, (size_t)(bn * (k + pack)) * x->es,
+                         &rbuf));
+  void *sbuf = in->data;
+  if (pack) {
+    sbuf = byte_at(rbuf, bn * k, x->es);
+    tpdp_tensor send = contig_view(sbuf, x->spec->dtype, dev, x->ndim, B);
+    tpdp_tensor part;
+    CHECK(tpdp_tensor_narrow(&send, d, 0, sc, &part));
+    CHECK(core_mem_copy(&part, in));
+    CHECK(tpdp_tensor_narrow(&send, d, sc, ch - sc, &part));
+    CHECK(core_mem_zero(&part));
   }
-  void *rbuf = byte_at(buf, bn, x->es);
-  flat_s = contig_view(sbuf, x->spec->dtype, dev, 1, &bn);
+  tpdp_tensor flat_s = contig_view(sbuf, x->spec->dtype, dev, 1, &bn);
   int64_t rn = bn * k;
-  flat_r = contig_view(rbuf, x->spec->dtype, dev, 1, &rn);
-  CHECK_GOTO(tpdp_allgather(x->comm, &flat_s, &flat_r), st, done);
-  for (int64_t r = 0; r < k; r++) {
-    int64_t size, start;
-    tp_chunk(E, k, r, &size, &start);
-    if (size == 0) continue;
-    tpdp_tensor blk = block_at(x, rbuf, r, bn, B);
-    tpdp_tensor src_part, dst_part;
-    CHECK_GOTO(tpdp_tensor_narrow(&blk, d, 0, size, &src_part), st, done);
-    CHECK_GOTO(tpdp_tensor_narrow(out, d, start, size, &dst_part), st, done);
-    CHECK_GOTO(core_mem_copy(&dst_part, &src_part), st, done);
-  }
-  st = TPDP_SUCCESS;
-done:
-  return core_mem_free_keep(dev, buf, st);
+  tpdp_tensor flat_r = contig_view(rbuf, x->spec->dtype, dev, 1, &rn);
+  CHECK(tpdp_allgather(x->comm, &flat_s, &flat_r));
+  return copy_chunks(x, rbuf, bn, B, out, d, E, -1, 0, 0);
 }
 
 static tpdp_status run_allreduce(const ctx *x, tpdp_reduce_op op,
@@ -257,20 +282,11 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   int64_t B[TPDP_MAX_DIMS];
   int64_t bn = block_shape(x, j, ch, B);
   tpdp_device dev = x->spec->device;
-  void *buf = NULL;
-  CHECK(core_mem_alloc(dev, (size_t)(bn * (k + 1)) * x->es, &buf));
-  tpdp_status st;
-  for (int64_t r = 0; r < k; r++) {
-    int64_t size, start;
-    tp_chunk(E, k, r, &size, &start);
-    tpdp_tensor blk = block_at(x, buf, r, bn, B);
-    tpdp_tensor a, b;
-    CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, size, &a), st, done);
-    CHECK_GOTO(tpdp_tensor_narrow(in, j, start, size, &b), st, done);
-    CHECK_GOTO(core_mem_copy(&a, &b), st, done);
-    CHECK_GOTO(tpdp_tensor_narrow(&blk, j, size, ch - size, &a), st, done);
-    CHECK_GOTO(core_mem_zero(&a), st, done);
-  }
+  void *buf;
+  CHECK(
+      core_scratch_get(x->scratch, dev, (size_t)(bn * (k + 1)) * x->es, &buf));
+  if (E % k != 0) CHECK(zero_elems(x, buf, bn * k)); /* the padding */
+  CHECK(copy_chunks(x, buf, bn, B, in, j, E, -1, 0, 1));
   void *rbuf = byte_at(buf, bn * k, x->es);
   int64_t sn = bn * k;
   /* This rank's block lands in `out` directly when it has the block's
@@ -279,23 +295,18 @@ static tpdp_status run_reduce_scatter(const ctx *x, int j, tpdp_reduce_op op,
   tpdp_tensor flat_s = contig_view(buf, x->spec->dtype, dev, 1, &sn);
   tpdp_tensor flat_r =
       contig_view(direct ? out->data : rbuf, x->spec->dtype, dev, 1, &bn);
-  CHECK_GOTO(tpdp_reduce_scatter(x->comm, &flat_s, &flat_r, op), st, done);
-  if (direct) {
-    st = TPDP_SUCCESS;
-    goto done;
-  }
+  CHECK(tpdp_reduce_scatter(x->comm, &flat_s, &flat_r, op));
+  if (direct) return TPDP_SUCCESS;
   tpdp_tensor blk = contig_view(rbuf, x->spec->dtype, dev, x->ndim, B);
   tpdp_tensor part;
-  CHECK_GOTO(tpdp_tensor_narrow(&blk, j, 0, x->lout[j], &part), st, done);
-  CHECK_GOTO(core_mem_copy(out, &part), st, done);
-  st = TPDP_SUCCESS;
-done:
-  return core_mem_free_keep(dev, buf, st);
+  CHECK(tpdp_tensor_narrow(&blk, j, 0, x->lout[j], &part));
+  CHECK(core_mem_copy(out, &part));
+  return TPDP_SUCCESS;
 }
 
 static tpdp_status run_alltoall(const ctx *x, int i, int j,
                                 const tpdp_tensor *in, tpdp_tensor *out) {
-  int64_t k = x->k, c = x->c;
+  int64_t k = x->k;
   int64_t Ei = x->lout[i], Ej = x->lin[j];
   int64_t chi = tp_ceil_div(Ei, k), chj = tp_ceil_div(Ej, k);
   int64_t B[TPDP_MAX_DIMS];
@@ -304,45 +315,18 @@ static tpdp_status run_alltoall(const ctx *x, int i, int j,
   int64_t bn = numel_of(x->ndim, B);
   tpdp_device dev = x->spec->device;
   tpdp_dtype dt = x->spec->dtype;
-  void *buf = NULL;
-  CHECK(core_mem_alloc(dev, (size_t)(2 * bn * k) * x->es, &buf));
+  void *buf;
+  CHECK(core_scratch_get(x->scratch, dev, (size_t)(2 * bn * k) * x->es, &buf));
   void *rbuf = byte_at(buf, bn * k, x->es);
-  tpdp_status st;
-  int64_t my_i = x->lin[i]; /* rows of dim i this rank holds */
-  int uneven = (Ei % k) != 0 || (Ej % k) != 0;
-  if (uneven) {
-    int64_t all = bn * k;
-    tpdp_tensor z = contig_view(buf, dt, dev, 1, &all);
-    CHECK_GOTO(core_mem_zero(&z), st, done);
-  }
-  for (int64_t r = 0; r < k; r++) {
-    int64_t sj, oj;
-    tp_chunk(Ej, k, r, &sj, &oj);
-    tpdp_tensor blk = block_at(x, buf, r, bn, B);
-    tpdp_tensor a, b;
-    CHECK_GOTO(narrow2(&blk, i, 0, my_i, j, 0, sj, &a), st, done);
-    CHECK_GOTO(tpdp_tensor_narrow(in, j, sj ? oj : 0, sj, &b), st, done);
-    CHECK_GOTO(core_mem_copy(&a, &b), st, done);
-  }
   int64_t all = bn * k;
+  if (Ei % k != 0 || Ej % k != 0) CHECK(zero_elems(x, buf, all));
+  /* Block r: this rank's rows of dim i, rank r's chunk of dim j. */
+  CHECK(copy_chunks(x, buf, bn, B, in, j, Ej, i, x->lin[i], 1));
   tpdp_tensor fs = contig_view(buf, dt, dev, 1, &all);
   tpdp_tensor fr = contig_view(rbuf, dt, dev, 1, &all);
-  CHECK_GOTO(tpdp_alltoall(x->comm, &fs, &fr), st, done);
-  int64_t my_j = x->lout[j];
-  for (int64_t r = 0; r < k; r++) {
-    int64_t si, oi;
-    tp_chunk(Ei, k, r, &si, &oi);
-    if (si == 0) continue;
-    tpdp_tensor blk = block_at(x, rbuf, r, bn, B);
-    tpdp_tensor a, b;
-    CHECK_GOTO(narrow2(&blk, i, 0, si, j, 0, my_j, &a), st, done);
-    CHECK_GOTO(tpdp_tensor_narrow(out, i, oi, si, &b), st, done);
-    CHECK_GOTO(core_mem_copy(&b, &a), st, done);
-  }
-  (void)c;
-  st = TPDP_SUCCESS;
-done:
-  return core_mem_free_keep(dev, buf, st);
+  CHECK(tpdp_alltoall(x->comm, &fs, &fr));
+  /* Block r: rank r's chunk of dim i, this rank's chunk of dim j. */
+  return copy_chunks(x, rbuf, bn, B, out, i, Ei, j, x->lout[j], 0);
 }
 
 static tpdp_status run_slice(const ctx *x, int j, const tpdp_tensor *in,
@@ -374,14 +358,10 @@ static tpdp_status check_local(const tpdp_spec *spec, const tpdp_tensor *t,
     return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
                     "%s local tensor has dtype %s but the spec says %s", role,
                     tpdp_dtype_name(t->dtype), tpdp_dtype_name(spec->dtype));
-  if (t->device.type != spec->device.type) {
-    char want[32], got[32];
-    tpdp_device_format(spec->device, want, sizeof want);
-    tpdp_device_format(t->device, got, sizeof got);
+  if (core_device_types_differ(spec->device, t->device, want, got, sizeof want))
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "%s local tensor is on %s but the spec says %s", role, got,
                     want);
-  }
   if (t->data == NULL && tpdp_tensor_numel(t) > 0)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER,
                     "%s local tensor has NULL data and %lld elements", role,
@@ -416,14 +396,10 @@ static tpdp_status check_args(const tpdp_dtensor *src,
     return TPDP_ERR(
         TPDP_ERR_DTYPE_MISMATCH, "source dtype %s != destination dtype %s",
         tpdp_dtype_name(ss->dtype), tpdp_dtype_name(dst_spec->dtype));
-  if (ss->device.type != dst_spec->device.type) {
-    char a[32], b[32];
-    tpdp_device_format(ss->device, a, sizeof a);
-    tpdp_device_format(dst_spec->device, b, sizeof b);
+  if (core_device_types_differ(ss->device, dst_spec->device, a, b, sizeof a))
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "source spec's device %s != destination spec's device %s",
                     a, b);
-  }
   CHECK(core_mem_supported(ss->device, "the source tensor"));
   CHECK(check_local(ss, &src->local, "source"));
   CHECK(check_local(dst_spec, dst_local, "destination"));
@@ -467,6 +443,7 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
     x.es = tpdp_dtype_size(ss->dtype);
     x.k = ss->mesh_sizes[p->m];
     x.c = coords[p->m];
+    x.scratch = comm_mesh_scratch(ss->mesh);
     CHECK_GOTO(tpdp_mesh_dim_comm(ss->mesh, p->m, &x.comm), st, fail);
     int64_t off[TPDP_MAX_DIMS];
     tp_local_shape(ss->mesh_ndim, ss->mesh_sizes, coords, p->before, ss->ndim,
@@ -517,8 +494,7 @@ tpdp_status tpdp_redistribute_alloc(const tpdp_dtensor *src,
                                     const tpdp_spec *dst_spec,
                                     tpdp_dtensor *out) {
   TPDP_API_ENTRY;
-  CHECK_PTR(src);
-  CHECK_PTR(dst_spec);
+  CHECK_PTR(dst_spec); /* src: tpdp_redistribute checks it */
   CHECK_PTR(out);
   CHECK(core_mem_supported(dst_spec->device, "the destination tensor"));
   tpdp_tensor t;

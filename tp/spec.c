@@ -373,13 +373,10 @@ tpdp_status tpdp_dtensor_unflatten(const tpdp_tensor *local,
                     "local tensor has dtype %s but the spec says %s",
                     tpdp_dtype_name(local->dtype),
                     tpdp_dtype_name(spec->dtype));
-  if (local->device.type != spec->device.type) {
-    char want[32], got[32];
-    tpdp_device_format(spec->device, want, sizeof want);
-    tpdp_device_format(local->device, got, sizeof got);
+  if (core_device_types_differ(spec->device, local->device, want, got,
+                               sizeof want))
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
                     "local tensor is on %s but the spec says %s", got, want);
-  }
   out->local = *local;
   out->spec = spec;
   return TPDP_SUCCESS;

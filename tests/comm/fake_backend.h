@@ -123,9 +123,9 @@ inline tpdp_status Collective(tpdp_comm *comm, const tpdp_coll_args *args,
   }
   w->comm = comm;
   w->kind = args->kind;
-  w->wait = WorkWait;
-  w->test = WorkTest;
-  w->release = WorkRelease;
+  static const tpdp_work_ops work_ops = {WorkWait, WorkTest, nullptr,
+                                         WorkRelease};
+  w->ops = &work_ops;
   *out = w;
   return TPDP_SUCCESS;
 }

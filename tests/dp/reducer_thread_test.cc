@@ -37,9 +37,9 @@ tpdp_status Collective(tpdp_comm *comm, const tpdp_coll_args *args,
   if (w == nullptr) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "fake work");
   w->comm = comm;
   w->kind = args->kind;
-  w->wait = WorkWait;
-  w->test = WorkTest;
-  w->release = WorkRelease;
+  static const tpdp_work_ops work_ops = {WorkWait, WorkTest, nullptr,
+                                         WorkRelease};
+  w->ops = &work_ops;
   *out = w;
   return TPDP_SUCCESS;
 }
