@@ -265,8 +265,9 @@ TPDP_API tpdp_status tpdp_mesh_create_from_string(tpdp_comm *comm,
  * TPDP_ERR_INVALID_ARGUMENT ("has been destroyed"), as far as that goes:
  * the check reads a magic field cleared by destroy in freed memory, which
  * is undefined behaviour and may miss (it catches the common double
- * destroy; never rely on it). Errors: those, then the first failing
- * tpdp_comm_destroy's. */
+ * destroy; never rely on it). Also frees the packing space that
+ * tpdp_redistribute keeps on the mesh. Errors: those, then the first
+ * failing tpdp_comm_destroy's. */
 TPDP_API tpdp_status tpdp_mesh_destroy(tpdp_mesh *mesh);
 
 TPDP_API int tpdp_mesh_ndim(const tpdp_mesh *mesh);

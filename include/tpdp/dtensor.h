@@ -208,9 +208,12 @@ TPDP_API void tpdp_dtensor_free_local(tpdp_dtensor *dt);
  * written. The destination is a caller-owned contiguous tensor with the
  * shape tpdp_spec_local_shape(dst_spec, my rank) gives, the spec's dtype
  * and device; its memory must not overlap the source's (first to last
- * element; TPDP_ERR_INVALID_ARGUMENT). Temporary buffers (for packing
- * uneven shards or non-leading shard dims, intermediate steps) are
- * allocated and freed inside the call.
+ * element; TPDP_ERR_INVALID_ARGUMENT). The packing space for uneven
+ * shards and non-leading shard dims is kept on the mesh from call to call
+ * (one buffer, the largest needed so far, on the last device used; freed
+ * by tpdp_mesh_destroy): a repeated redistribution pays its allocation and
+ * first-touch page faults once, not every call. Buffers between the steps
+ * of a multi-step plan are allocated and freed inside the call.
  *
  * Memory: host (CPU) tensors over an MPI mesh, or device (CUDA) tensors
  * over an NCCL mesh in a --config=cuda build (elsewhere CUDA tensors are
