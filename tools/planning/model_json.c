@@ -551,13 +551,11 @@ tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out) {
   PLANNING_CHECK_PTR(out);
   *out = NULL;
   PLANNING_CHECK_PTR(path);
-  char *buf = NULL;
-  PLANNING_CHECK(tpdp_tools_read_file(path, &buf));
-  tpdp_status st = parse_impl(buf, out);
-  free(buf);
-  if (st != TPDP_SUCCESS)
-    return planning_error(st, "%s: %s", path, planning_error_detail());
-  return TPDP_SUCCESS;
+  char *text = NULL;
+  PLANNING_CHECK(tpdp_tools_read_file(path, &text));
+  tpdp_status st = parse_impl(text, out);
+  free(text);
+  return planning_error_in(path, st);
 }
 
 const tpdp_model_module *tpdp_model_desc_find_module(
