@@ -147,8 +147,7 @@ static tpdp_status parse_input(const cJSON *root, tpdp_plan *plan,
     if (!cJSON_IsArray(units))
       return planning_error(
           TPDP_ERR_PARSE,
-          "\"units\" must be an array of module FQNs (\"\" is the "
-          "root)");
+          "\"units\" must be an array of module FQNs (\"\" is the root)");
     int n = cJSON_GetArraySize(units);
     in->units = calloc((size_t)n + 1, sizeof *in->units);
     if (in->units == NULL)
