@@ -10,7 +10,7 @@
 #include "tools/cli/commands.h"
 #include "tpdp/comm.h"
 
-void cmd_mesh_usage(void) {
+static void cmd_mesh_usage(void) {
   printf(
       "usage: tpdp mesh --mesh SPEC [--json]\n"
       "\n"
@@ -72,7 +72,7 @@ static int json_string(const char *s) {
   return failed ? 2 : 0;
 }
 
-int cmd_mesh(int argc, char **argv) {
+static int cmd_mesh(int argc, char **argv) {
   const char *spec = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -169,3 +169,7 @@ int cmd_mesh(int argc, char **argv) {
   (void)tpdp_mesh_destroy(m); /* layout-only: nothing can fail */
   return rc != 0;
 }
+
+const cli_command cli_cmd_mesh = {
+    "mesh", "show a device mesh layout: coordinates and groups", cmd_mesh,
+    cmd_mesh_usage};

@@ -13,7 +13,7 @@
 #include "tools/planning/partition.h"
 #include "tpdp/core.h"
 
-void cmd_partition_usage(void) {
+static void cmd_partition_usage(void) {
   printf(
       "usage: tpdp partition --model M.json --stages K [--method M] "
       "[--edges E.json]\n"
@@ -250,7 +250,7 @@ done:
   return rc;
 }
 
-int cmd_partition(int argc, char **argv) {
+static int cmd_partition(int argc, char **argv) {
   const char *model_path = NULL, *edges_path = NULL, *stages_s = NULL,
              *method = "optimal";
   int as_json = 0;
@@ -302,3 +302,7 @@ int cmd_partition(int argc, char **argv) {
   tpdp_model_desc_destroy(m);
   return rc;
 }
+
+const cli_command cli_cmd_partition = {
+    "partition", "split a model into balanced pipeline stages", cmd_partition,
+    cmd_partition_usage};

@@ -14,7 +14,7 @@
 #include "tools/planning/plan.h"
 #include "tpdp/dtensor.h"
 
-void cmd_plan_usage(void) {
+static void cmd_plan_usage(void) {
   printf(
       "usage: tpdp plan --model M.json --plan P.json [--limits-bytes "
       "L1,L2,...] [--json]\n\n"
@@ -374,7 +374,7 @@ oom:
   return 1;
 }
 
-int cmd_plan(int argc, char **argv) {
+static int cmd_plan(int argc, char **argv) {
   const char *model_path = NULL, *plan_path = NULL, *limits_s = NULL;
   int as_json = 0;
   for (int i = 1; i < argc; i++) {
@@ -425,3 +425,7 @@ done:
   free(limits);
   return rc;
 }
+
+const cli_command cli_cmd_plan = {
+    "plan", "show how a model will be sharded (tree, params, buckets)",
+    cmd_plan, cmd_plan_usage};
