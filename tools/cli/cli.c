@@ -41,6 +41,29 @@ const char *cli_opt_value(int argc, char **argv, int *i, const char *name,
   return argv[++*i];
 }
 
+int cli_options(const char *cmd, int argc, char **argv, const cli_option *opts,
+                int nopts, int *json) {
+  for (int i = 1; i < argc; i++) {
+    int missing = 0, k = 0;
+    const char *v = NULL;
+    while (k < nopts &&
+           (v = cli_opt_value(argc, argv, &i, opts[k].name, &missing)) == NULL)
+      k++;
+    if (v != NULL)
+      *opts[k].value = v;
+    else if (missing)
+      return cli_usage_error(cmd, "option %s needs a value", argv[i]);
+    else if (strcmp(argv[i], "--json") == 0)
+      *json = 1;
+    else
+      return cli_usage_error(cmd, "unknown argument '%s'", argv[i]);
+  }
+  for (int k = 0; k < nopts; k++)
+    if (opts[k].required && *opts[k].value == NULL)
+      return cli_usage_error(cmd, "%s is required", opts[k].name);
+  return 0;
+}
+
 cli_int_result cli_parse_int(const char *text, int64_t min, int64_t max,
                              int64_t *out) {
   const char *digits = text[0] == '-' ? text + 1 : text;

@@ -36,6 +36,20 @@ int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 const char *cli_opt_value(int argc, char **argv, int *i, const char *name,
                           int *missing);
 
+/* An option that takes a value, for cli_options. */
+typedef struct {
+  const char *name;   /* "--model" */
+  const char **value; /* where its value goes; left as is when not given */
+  int required;       /* a usage error when *value is still NULL after */
+} cli_option;
+
+/* Read argv[1..argc) as the options opts[0..nopts) (through cli_opt_value)
+ * and the flag --json (sets *json). Messages: "option --model needs a
+ * value", "unknown argument '--x'", then "--model is required" for the
+ * first required option left NULL. */
+int cli_options(const char *cmd, int argc, char **argv, const cli_option *opts,
+                int nopts, int *json);
+
 /* Decimal integer text (an optional '-', digits, nothing else) read as an
  * integer, never through a double: CLI_INT_OK with *out set, or why not. */
 typedef enum {

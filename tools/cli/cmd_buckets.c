@@ -8,7 +8,7 @@
 #include "tools/cli/commands.h"
 #include "tpdp/reducer.h"
 
-void cmd_buckets_usage(void) {
+static void cmd_buckets_usage(void) {
   printf(
       "usage: tpdp buckets [--json] [--limits-bytes L1,L2,...] DTYPE:NUMEL "
       "...\n\n"
@@ -30,7 +30,7 @@ void cmd_buckets_usage(void) {
  * most) fit in int64. */
 #define BUCKETS_MAX_NUMEL (INT64_MAX / 8)
 
-int cmd_buckets(int argc, char **argv) {
+static int cmd_buckets(int argc, char **argv) {
   int json = 0;
   size_t default_limits[2] = {TPDP_BUCKET_FIRST_BYTES, TPDP_BUCKET_CAP_BYTES};
   size_t *limits = NULL;
@@ -171,3 +171,7 @@ done:
   free(tensors);
   return rc;
 }
+
+const cli_command cli_cmd_buckets = {
+    "buckets", "show DDP-style gradient bucket assignment", cmd_buckets,
+    cmd_buckets_usage};

@@ -10,7 +10,7 @@
 #include "tools/cli/commands.h"
 #include "tpdp/tpdp.h"
 
-void cmd_ckpt_usage(void) {
+static void cmd_ckpt_usage(void) {
   printf(
       "usage: tpdp ckpt inspect DIR [--json] [--verify]\n"
       "       tpdp ckpt consolidate DIR OUT.safetensors\n\n"
@@ -219,7 +219,7 @@ static int write_hf_config(const char *dir, const char *out) {
   return rc;
 }
 
-int cmd_ckpt(int argc, char **argv) {
+static int cmd_ckpt(int argc, char **argv) {
   if (argc < 2)
     return cli_usage_error("ckpt", "%s", "missing inspect or consolidate");
   const char *sub = argv[1];
@@ -250,3 +250,7 @@ int cmd_ckpt(int argc, char **argv) {
     return cli_usage_error("ckpt", "%s", "inspect needs a directory");
   return inspect(dir, json, verify);
 }
+
+const cli_command cli_cmd_ckpt = {"ckpt",
+                                  "inspect or consolidate a sharded checkpoint",
+                                  cmd_ckpt, cmd_ckpt_usage};

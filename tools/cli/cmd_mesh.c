@@ -10,7 +10,7 @@
 #include "tools/cli/commands.h"
 #include "tpdp/comm.h"
 
-void cmd_mesh_usage(void) {
+static void cmd_mesh_usage(void) {
   printf(
       "usage: tpdp mesh --mesh SPEC [--json]\n"
       "\n"
@@ -59,6 +59,28 @@ static int for_each_group(const tpdp_mesh *m, int dim, int json, int *buf) {
   return 0;
 }
 
+/* Each rank's coordinates, a line per rank: a JSON object, or a row of the
+ * text table. Returns 1 when the mesh cannot give them (tpdp_last_error). */
+static int print_ranks(const tpdp_mesh *m, int json) {
+  int64_t size = tpdp_mesh_size(m);
+  int ndim = tpdp_mesh_ndim(m);
+  for (int64_t r = 0; r < size; r++) {
+    int64_t c[TPDP_MAX_DIMS];
+    if (tpdp_mesh_coords(m, (int)r, c) != TPDP_SUCCESS) return 1;
+    if (json) {
+      printf("    {\"rank\": %lld, \"coords\": [", (long long)r);
+      for (int d = 0; d < ndim; d++)
+        printf(d ? ", %lld" : "%lld", (long long)c[d]);
+      printf("]}%s\n", r + 1 < size ? "," : "");
+    } else {
+      printf("%6lld", (long long)r);
+      for (int d = 0; d < ndim; d++) printf(" %6lld", (long long)c[d]);
+      printf("\n");
+    }
+  }
+  return 0;
+}
+
 /* s as a JSON string: escaped, invalid UTF-8 included (core/util.h), so
  * that the output is always valid JSON. Says so and returns 2 when memory
  * is short (1 is left to failed library calls). */
@@ -72,7 +94,7 @@ static int json_string(const char *s) {
   return failed ? 2 : 0;
 }
 
-int cmd_mesh(int argc, char **argv) {
+static int cmd_mesh(int argc, char **argv) {
   const char *spec = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -127,17 +149,7 @@ int cmd_mesh(int argc, char **argv) {
       printf("]}%s\n", d + 1 < ndim ? "," : "");
     }
     printf("  ],\n  \"ranks\": [\n");
-    for (int64_t r = 0; r < size && rc == 0; r++) {
-      int64_t c[TPDP_MAX_DIMS];
-      if (tpdp_mesh_coords(m, (int)r, c) != TPDP_SUCCESS) {
-        rc = 1;
-        break;
-      }
-      printf("    {\"rank\": %lld, \"coords\": [", (long long)r);
-      for (int d = 0; d < ndim; d++)
-        printf(d ? ", %lld" : "%lld", (long long)c[d]);
-      printf("]}%s\n", r + 1 < size ? "," : "");
-    }
+    if (rc == 0) rc = print_ranks(m, 1);
     printf("  ]\n}\n");
   } else {
     printf("mesh %s: %d dim%s, %lld rank%s (row-major)\n", spec, ndim,
@@ -145,16 +157,7 @@ int cmd_mesh(int argc, char **argv) {
     printf("\n%6s", "rank");
     for (int d = 0; d < ndim; d++) printf(" %6s", tpdp_mesh_dim_name(m, d));
     printf("\n");
-    for (int64_t r = 0; r < size && rc == 0; r++) {
-      int64_t c[TPDP_MAX_DIMS];
-      if (tpdp_mesh_coords(m, (int)r, c) != TPDP_SUCCESS) {
-        rc = 1;
-        break;
-      }
-      printf("%6lld", (long long)r);
-      for (int d = 0; d < ndim; d++) printf(" %6lld", (long long)c[d]);
-      printf("\n");
-    }
+    rc = print_ranks(m, 0);
     printf("\nsub-communicators (world ranks, in group-rank order):\n");
     for (int d = 0; d < ndim && rc == 0; d++) {
       int64_t ds = tpdp_mesh_dim_size(m, d);
@@ -169,3 +172,7 @@ int cmd_mesh(int argc, char **argv) {
   (void)tpdp_mesh_destroy(m); /* layout-only: nothing can fail */
   return rc != 0;
 }
+
+const cli_command cli_cmd_mesh = {
+    "mesh", "show a device mesh layout: coordinates and groups", cmd_mesh,
+    cmd_mesh_usage};

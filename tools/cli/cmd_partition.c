@@ -13,7 +13,7 @@
 #include "tools/planning/partition.h"
 #include "tpdp/core.h"
 
-void cmd_partition_usage(void) {
+static void cmd_partition_usage(void) {
   printf(
       "usage: tpdp partition --model M.json --stages K [--method M] "
       "[--edges E.json]\n"
@@ -250,40 +250,24 @@ done:
   return rc;
 }
 
-int cmd_partition(int argc, char **argv) {
+static int cmd_partition(int argc, char **argv) {
   const char *model_path = NULL, *edges_path = NULL, *stages_s = NULL,
              *method = "optimal";
   int as_json = 0;
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    const char *v;
-    if ((v = cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
-      model_path = v;
-    else if ((v = cli_opt_value(argc, argv, &i, "--stages", &missing)) != NULL)
-      stages_s = v;
-    else if ((v = cli_opt_value(argc, argv, &i, "--edges", &missing)) != NULL)
-      edges_path = v;
-    else if ((v = cli_opt_value(argc, argv, &i, "--method", &missing)) != NULL)
-      method = v;
-    else if (missing)
-      return cli_usage_error("partition", "option %s needs a value", argv[i]);
-    else if (strcmp(argv[i], "--json") == 0)
-      as_json = 1;
-    else
-      return cli_usage_error("partition", "unknown argument '%s'", argv[i]);
-  }
-  if (model_path == NULL)
-    return cli_usage_error("partition", "%s", "--model is required");
-  if (stages_s == NULL)
-    return cli_usage_error("partition", "%s", "--stages is required");
+  const cli_option opts[] = {{"--model", &model_path, 1},
+                             {"--stages", &stages_s, 1},
+                             {"--edges", &edges_path, 0},
+                             {"--method", &method, 0}};
+  int urc = cli_options("partition", argc, argv, opts,
+                        (int)(sizeof opts / sizeof opts[0]), &as_json);
+  if (urc != 0) return urc;
   int greedy = strcmp(method, "greedy") == 0;
   if (!greedy && strcmp(method, "optimal") != 0)
     return cli_usage_error("partition",
                            "--method '%s' is not optimal or greedy", method);
   /* Out-of-range counts that fit an int are the partitioner's to refuse. */
   int64_t k = 0;
-  int urc =
-      cli_int_option("partition", "--stages", stages_s, INT_MIN, INT_MAX, &k);
+  urc = cli_int_option("partition", "--stages", stages_s, INT_MIN, INT_MAX, &k);
   if (urc != 0) return urc;
 
   tpdp_model_desc *m = NULL;
@@ -302,3 +286,7 @@ int cmd_partition(int argc, char **argv) {
   tpdp_model_desc_destroy(m);
   return rc;
 }
+
+const cli_command cli_cmd_partition = {
+    "partition", "split a model into balanced pipeline stages", cmd_partition,
+    cmd_partition_usage};

@@ -14,7 +14,7 @@
 #include "tools/planning/plan.h"
 #include "tpdp/dtensor.h"
 
-void cmd_plan_usage(void) {
+static void cmd_plan_usage(void) {
   printf(
       "usage: tpdp plan --model M.json --plan P.json [--limits-bytes "
       "L1,L2,...] [--json]\n\n"
@@ -374,34 +374,19 @@ oom:
   return 1;
 }
 
-int cmd_plan(int argc, char **argv) {
+static int cmd_plan(int argc, char **argv) {
   const char *model_path = NULL, *plan_path = NULL, *limits_s = NULL;
   int as_json = 0;
-  for (int i = 1; i < argc; i++) {
-    int missing = 0;
-    const char *v;
-    if ((v = cli_opt_value(argc, argv, &i, "--model", &missing)) != NULL)
-      model_path = v;
-    else if ((v = cli_opt_value(argc, argv, &i, "--plan", &missing)) != NULL)
-      plan_path = v;
-    else if ((v = cli_opt_value(argc, argv, &i, "--limits-bytes", &missing)) !=
-             NULL)
-      limits_s = v;
-    else if (missing)
-      return cli_usage_error("plan", "option %s needs a value", argv[i]);
-    else if (strcmp(argv[i], "--json") == 0)
-      as_json = 1;
-    else
-      return cli_usage_error("plan", "unknown argument '%s'", argv[i]);
-  }
-  if (model_path == NULL)
-    return cli_usage_error("plan", "%s", "--model is required");
-  if (plan_path == NULL)
-    return cli_usage_error("plan", "%s", "--plan is required");
+  const cli_option opts[] = {{"--model", &model_path, 1},
+                             {"--plan", &plan_path, 1},
+                             {"--limits-bytes", &limits_s, 0}};
+  int urc = cli_options("plan", argc, argv, opts,
+                        (int)(sizeof opts / sizeof opts[0]), &as_json);
+  if (urc != 0) return urc;
   size_t *limits = NULL;
   int64_t nlimits = 0;
   if (limits_s != NULL) {
-    int urc = cli_parse_limits("plan", limits_s, &limits, &nlimits);
+    urc = cli_parse_limits("plan", limits_s, &limits, &nlimits);
     if (urc != 0) return urc;
   }
 
@@ -425,3 +410,7 @@ done:
   free(limits);
   return rc;
 }
+
+const cli_command cli_cmd_plan = {
+    "plan", "show how a model will be sharded (tree, params, buckets)",
+    cmd_plan, cmd_plan_usage};

@@ -8,7 +8,7 @@
 #include "tools/cli/commands.h"
 #include "tpdp/tpdp.h"
 
-void cmd_shard_usage(void) {
+static void cmd_shard_usage(void) {
   printf(
       "usage: tpdp shard --shape N[,N...] --mesh D[,D...] --placements P[,P...]"
       " [--json]\n\n"
@@ -38,7 +38,7 @@ static void print_list(int n, const int64_t *v, int compact) {
   putchar(']');
 }
 
-int cmd_shard(int argc, char **argv) {
+static int cmd_shard(int argc, char **argv) {
   const char *shape_text = NULL, *mesh_text = NULL, *pl_text = NULL;
   int json = 0;
   for (int i = 1; i < argc; i++) {
@@ -125,3 +125,7 @@ int cmd_shard(int argc, char **argv) {
   if (st != TPDP_SUCCESS) return fail("internal", 1);
   return 0;
 }
+
+const cli_command cli_cmd_shard = {
+    "shard", "show each rank's local shape and offset for a spec", cmd_shard,
+    cmd_shard_usage};

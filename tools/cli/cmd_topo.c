@@ -9,7 +9,7 @@
 #include "tpdp/topo.h"
 #include "tpdp/tpdp.h"
 
-void cmd_topo_usage(void) {
+static void cmd_topo_usage(void) {
   printf(
       "usage: tpdp topo [--xml FILE] [--mesh SPEC] [--local-ranks N]\n"
       "\n"
@@ -46,7 +46,7 @@ static size_t advice_fmt(const void *o, char *b, size_t l) {
  * prints in well under a second. */
 #define TOPO_MAX_LOCAL_RANKS 4096
 
-int cmd_topo(int argc, char **argv) {
+static int cmd_topo(int argc, char **argv) {
   const char *xml = NULL, *mesh = NULL;
   int64_t nlocal = 0;
   for (int i = 1; i < argc; i++) {
@@ -114,3 +114,7 @@ int cmd_topo(int argc, char **argv) {
   if (tpdp_topo_destroy(topo) != TPDP_SUCCESS && rc == 0) rc = 1;
   return rc;
 }
+
+const cli_command cli_cmd_topo = {
+    "topo", "show machine topology, GPU affinity, mesh advice", cmd_topo,
+    cmd_topo_usage};

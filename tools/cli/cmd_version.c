@@ -4,14 +4,17 @@
 #include "tools/cli/commands.h"
 #include "tpdp/core.h"
 
-void cmd_version_usage(void) {
+static void cmd_version_usage(void) {
   printf("usage: tpdp version\n\nPrints the tpdp library version.\n");
 }
 
-int cmd_version(int argc, char **argv) {
+static int cmd_version(int argc, char **argv) {
   (void)argc;
   (void)argv;
   int v = tpdp_version();
   printf("tpdp %d.%d.%d\n", v / 10000, (v / 100) % 100, v % 100);
   return 0;
 }
+
+const cli_command cli_cmd_version = {"version", "print the library version",
+                                     cmd_version, cmd_version_usage};

@@ -1,31 +1,20 @@
-/* Subcommands of the `tpdp` CLI. Each lives in its own cmd_*.c file and
- * returns the process exit status: 0 success, 1 failure, 2 usage error.
- * Shared helpers: cli.h. */
+/* Subcommands of the `tpdp` CLI. Each lives in its own cmd_*.c file, which
+ * defines its cli_command cli_cmd_NAME; tpdp.c lists them. Shared helpers:
+ * cli.h. */
 #ifndef TPDP_TOOLS_CLI_COMMANDS_H
 #define TPDP_TOOLS_CLI_COMMANDS_H
 
 typedef struct {
   const char *name;
-  const char *summary;               /* one line for `tpdp --help` */
-  int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
-  void (*usage)(void);               /* `tpdp NAME --help` text */
+  const char *summary; /* one line for `tpdp --help` */
+  /* Runs it: argv[0] is the subcommand name; returns the process exit
+   * status: 0 success, 1 failure, 2 usage error. */
+  int (*run)(int argc, char **argv);
+  void (*usage)(void); /* `tpdp NAME --help` text */
 } cli_command;
 
-int cmd_version(int argc, char **argv);
-void cmd_version_usage(void);
-int cmd_mesh(int argc, char **argv);
-void cmd_mesh_usage(void);
-int cmd_shard(int argc, char **argv);
-void cmd_shard_usage(void);
-int cmd_buckets(int argc, char **argv);
-void cmd_buckets_usage(void);
-int cmd_topo(int argc, char **argv);
-void cmd_topo_usage(void);
-int cmd_plan(int argc, char **argv);
-void cmd_plan_usage(void);
-int cmd_partition(int argc, char **argv);
-void cmd_partition_usage(void);
-int cmd_ckpt(int argc, char **argv);
-void cmd_ckpt_usage(void);
+extern const cli_command cli_cmd_version, cli_cmd_mesh, cli_cmd_shard,
+    cli_cmd_buckets, cli_cmd_topo, cli_cmd_plan, cli_cmd_partition,
+    cli_cmd_ckpt;
 
 #endif

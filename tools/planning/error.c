@@ -49,6 +49,11 @@ tpdp_status planning_error_tpdp(tpdp_status status) {
   return planning_error(status, "%s", tpdp_last_error());
 }
 
+tpdp_status planning_error_in(const char *source, tpdp_status status) {
+  if (status == TPDP_SUCCESS || source == NULL) return status;
+  return planning_error(status, "%s: %s", source, planning_error_detail());
+}
+
 tpdp_status planning_calloc(void **out, size_t count, size_t size) {
   // Refused before calloc: sanitizers treat an overflowing count * size as
   // a fault rather than returning NULL.

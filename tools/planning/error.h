@@ -61,6 +61,12 @@ const char *planning_error_detail(void);
  * `status`. */
 tpdp_status planning_error_tpdp(tpdp_status status);
 
+/* Wrap a failed `status` in `source` (the file a *_load function read, or
+ * a caller's own name for the text): the last error is recorded again as
+ * "<source>: <message>". Success, or a NULL source, leaves it as it was.
+ * Returns `status`. */
+tpdp_status planning_error_in(const char *source, tpdp_status status);
+
 /* calloc of count * size bytes (at least 1) into *out; on failure
  * TPDP_ERR_OUT_OF_MEMORY naming the sizes (*out untouched). */
 tpdp_status planning_calloc(void **out, size_t count, size_t size);

@@ -155,6 +155,26 @@ static tpdp_status parse_param(const cJSON *obj, const char *path,
   return TPDP_SUCCESS;
 }
 
+/* Start reading member `key` ("params" or "children") of the module at
+ * JSON path `path`, whose value `obj` must be an object (of `what`): *sub =
+ * the member's JSON path (free()), *items = a zeroed array of one `size`
+ * byte item per entry. On failure *sub may be set: the caller frees it. */
+static tpdp_status open_member(const cJSON *obj, const char *path,
+                               const char *key, const char *what, size_t size,
+                               char **sub, void **items) {
+  *sub = path_key(path, key);
+  if (*sub == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  if (!cJSON_IsObject(obj))
+    return planning_error(TPDP_ERR_PARSE, "%s must be an object (%s)", *sub,
+                          what);
+  int n = cJSON_GetArraySize(obj);
+  *items = calloc(n ? (size_t)n : 1, size);
+  if (*items == NULL)
+    return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
+  return TPDP_SUCCESS;
+}
+
 /* Parse the module object `obj` found at JSON path `path` ("" = root). */
 static tpdp_status parse_module(const cJSON *obj, const char *path,
                                 const char *name, const char *fqn,
@@ -216,17 +236,11 @@ static tpdp_status parse_module(const cJSON *obj, const char *path,
   if (!m->name || !m->fqn || !m->class_name) goto nomem;
 
   if (params != NULL) {
-    sub = path_key(path, "params");
-    if (sub == NULL) goto nomem;
-    if (!cJSON_IsObject(params)) {
-      st = planning_error(
-          TPDP_ERR_PARSE,
-          "%s must be an object (parameter name -> {\"shape\": ...})", sub);
-      goto fail;
-    }
-    int n = cJSON_GetArraySize(params);
-    m->params = calloc(n ? (size_t)n : 1, sizeof *m->params);
-    if (m->params == NULL) goto nomem;
+    PLANNING_CHECK_GOTO(
+        open_member(params, path, "params",
+                    "parameter name -> {\"shape\": ...}", sizeof *m->params,
+                    &sub, (void **)&m->params),
+        st, fail);
     for (const cJSON *e = params->child; e != NULL; e = e->next) {
       PLANNING_CHECK_GOTO(check_name(sub, "parameter", e, m), st, fail);
       tpdp_model_param *p = &m->params[m->nparams];
@@ -247,16 +261,10 @@ static tpdp_status parse_module(const cJSON *obj, const char *path,
   }
 
   if (children != NULL) {
-    sub = path_key(path, "children");
-    if (sub == NULL) goto nomem;
-    if (!cJSON_IsObject(children)) {
-      st = planning_error(TPDP_ERR_PARSE,
-                          "%s must be an object (child name -> module)", sub);
-      goto fail;
-    }
-    int n = cJSON_GetArraySize(children);
-    m->children = calloc(n ? (size_t)n : 1, sizeof *m->children);
-    if (m->children == NULL) goto nomem;
+    PLANNING_CHECK_GOTO(
+        open_member(children, path, "children", "child name -> module",
+                    sizeof *m->children, &sub, (void **)&m->children),
+        st, fail);
     for (const cJSON *e = children->child; e != NULL; e = e->next) {
       PLANNING_CHECK_GOTO(check_name(sub, "child", e, m), st, fail);
       char *cpath = fmt_alloc("%s.%s", sub, e->string);
@@ -551,13 +559,11 @@ tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out) {
   PLANNING_CHECK_PTR(out);
   *out = NULL;
   PLANNING_CHECK_PTR(path);
-  char *buf = NULL;
-  PLANNING_CHECK(tpdp_tools_read_file(path, &buf));
-  tpdp_status st = parse_impl(buf, out);
-  free(buf);
-  if (st != TPDP_SUCCESS)
-    return planning_error(st, "%s: %s", path, planning_error_detail());
-  return TPDP_SUCCESS;
+  char *text = NULL;
+  PLANNING_CHECK(tpdp_tools_read_file(path, &text));
+  tpdp_status st = parse_impl(text, out);
+  free(text);
+  return planning_error_in(path, st);
 }
 
 const tpdp_model_module *tpdp_model_desc_find_module(

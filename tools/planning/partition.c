@@ -349,21 +349,27 @@ fail:
   return st;
 }
 
-tpdp_status tpdp_partition_edges_parse(const tpdp_model_desc *model,
-                                       const char *json, const char *source,
-                                       tpdp_partition_edge **edges,
-                                       int *nedges) {
-  PLANNING_ENTRY;
+/* The arguments both edge readers check first, in this order: the outputs
+ * (then emptied) and the model. */
+static tpdp_status edges_check_args(const tpdp_model_desc *model,
+                                    tpdp_partition_edge **edges, int *nedges) {
   PLANNING_CHECK_PTR(edges);
   PLANNING_CHECK_PTR(nedges);
   *edges = NULL;
   *nedges = 0;
   PLANNING_CHECK_PTR(model);
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_partition_edges_parse(const tpdp_model_desc *model,
+                                       const char *json, const char *source,
+                                       tpdp_partition_edge **edges,
+                                       int *nedges) {
+  PLANNING_ENTRY;
+  PLANNING_CHECK(edges_check_args(model, edges, nedges));
   PLANNING_CHECK_PTR(json);
-  tpdp_status st = edges_parse_impl(model, json, edges, nedges);
-  if (st != TPDP_SUCCESS && source != NULL)
-    return planning_error(st, "%s: %s", source, planning_error_detail());
-  return st;
+  return planning_error_in(source,
+                           edges_parse_impl(model, json, edges, nedges));
 }
 
 tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
@@ -371,17 +377,13 @@ tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
                                       tpdp_partition_edge **edges,
                                       int *nedges) {
   PLANNING_ENTRY;
-  PLANNING_CHECK_PTR(edges);
-  PLANNING_CHECK_PTR(nedges);
-  *edges = NULL;
-  *nedges = 0;
-  PLANNING_CHECK_PTR(model);
+  PLANNING_CHECK(edges_check_args(model, edges, nedges));
   PLANNING_CHECK_PTR(path);
   char *text = NULL;
   PLANNING_CHECK(tpdp_tools_read_file(path, &text));
-  tpdp_status st = tpdp_partition_edges_parse(model, text, path, edges, nedges);
+  tpdp_status st = edges_parse_impl(model, text, edges, nedges);
   free(text);
-  return st;
+  return planning_error_in(path, st);
 }
 
 /* ------------------------------------------------ greedy (seed 003) */

@@ -147,8 +147,7 @@ static tpdp_status parse_input(const cJSON *root, tpdp_plan *plan,
     if (!cJSON_IsArray(units))
       return planning_error(
           TPDP_ERR_PARSE,
-          "\"units\" must be an array of module FQNs (\"\" is the "
-          "root)");
+          "\"units\" must be an array of module FQNs (\"\" is the root)");
     int n = cJSON_GetArraySize(units);
     in->units = calloc((size_t)n + 1, sizeof *in->units);
     if (in->units == NULL)
@@ -572,11 +571,9 @@ tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
   *out = NULL;
   PLANNING_CHECK_PTR(model);
   PLANNING_CHECK_PTR(path);
-  char *buf = NULL;
-  PLANNING_CHECK(tpdp_tools_read_file(path, &buf));
-  tpdp_status st = compute(model, buf, limits, nlimits, out);
-  free(buf);
-  if (st != TPDP_SUCCESS)
-    return planning_error(st, "%s: %s", path, planning_error_detail());
-  return TPDP_SUCCESS;
+  char *text = NULL;
+  PLANNING_CHECK(tpdp_tools_read_file(path, &text));
+  tpdp_status st = compute(model, text, limits, nlimits, out);
+  free(text);
+  return planning_error_in(path, st);
 }

@@ -91,6 +91,20 @@ expect_err 2 "bad --limits-bytes value '99999999999999999999': too large (max 92
 expect_err 2 "bad --limits-bytes value '0': limits must be > 0" \
   plan --model "$seed" --plan "$tmp/dp2.json" --limits-bytes 0
 
+# --- options with values (cli_options: plan, partition) ---------------------
+# Each argument is read in turn; the required ones are checked after, in order.
+expect_err 2 "tpdp plan: option --limits-bytes needs a value" \
+  plan --model "$seed" --plan "$tmp/dp2.json" --limits-bytes
+expect_err 2 "tpdp partition: option --method needs a value" \
+  partition --model "$seed" --stages 2 --method
+expect_err 2 "tpdp plan: unknown argument '--json=1'" \
+  plan --model "$seed" --plan "$tmp/dp2.json" --json=1
+expect_err 2 "tpdp partition: unknown argument 'extra'" \
+  partition --model="$seed" --stages=2 extra
+expect_err 2 "tpdp plan: --model is required" plan
+expect_err 2 "tpdp partition: --model is required" partition --json --stages=2
+expect_err 2 "tpdp partition: --stages is required" partition --model="$seed"
+
 # --- JSON output parses ------------------------------------------------------
 "$tpdp" mesh --mesh ' dp=2 , tp=3 ' --json >"$tmp/mesh.json" || fail "mesh --json"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["mesh"]==" dp=2 , tp=3 " and d["size"]==6, d' \

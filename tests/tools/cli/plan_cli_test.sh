@@ -131,29 +131,23 @@ grep -qx '  tp=2 (ranks 2, 5): 1896 bytes' "$tmp/tp3.txt" || fail "tp3 bytes tp=
 grep -q '^  u1.l1.weight .* \[3, 8\]  \[3, 8\]  \[2, 8\]$' "$tmp/tp3.txt" || fail "tp3 shapes: $(cat "$tmp/tp3.txt")"
 
 # --- errors -----------------------------------------------------------------
-p() { echo "$1" >"$tmp/p.json"; }
-p '{"mesh": {"dp": 1, "tp": 2}, "tp": {"u1.nope": "colwise"}}'
-expect_err 1 'pattern "u1.nope" matches no module' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"dp": 1, "tp": 2}, "tp": {"*.l1": "colwise", "u1.l1": "rowwise"}}'
-expect_err 1 'pattern "u1.l1" matches only modules an earlier pattern' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"dp": 2}, "units": ["u3", "u1", "u1.x"]}'
-expect_err 1 'no module named "u3", "u1.x"' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"dp": 2}, "units": ["u1", "u1"]}'
-expect_err 1 '"u1" listed twice' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"dp": 2}, "units": ['
-expect_err 1 'not valid JSON' --model "$seed" --plan "$tmp/p.json"
-p '{"units": [""]}'
-expect_err 1 'missing "mesh"' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"dp": 0}}'
-expect_err 1 'mesh.dp must be a positive integer' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"dp": 2}, "tp": {"u1.l1": "colwise"}}'
-expect_err 1 'no dim named "tp"' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"tp": 2}, "tp": {"u1.l1": "diagonal"}}'
-expect_err 1 'tp."u1.l1": style must be one of' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"tp": 2}, "unit": [""]}'
-expect_err 1 'unknown key "unit"' --model "$seed" --plan "$tmp/p.json"
-p '{"mesh": {"tp": 2}, "units": "u1"}'
-expect_err 1 '"units" must be an array' --model "$seed" --plan "$tmp/p.json"
+# Each case: a substring of the message | the plan (exit 1 on the seed model).
+while IFS='|' read -r needle plan; do
+  echo "$plan" >"$tmp/p.json"
+  expect_err 1 "$needle" --model "$seed" --plan "$tmp/p.json"
+done <<'CASES'
+pattern "u1.nope" matches no module|{"mesh": {"dp": 1, "tp": 2}, "tp": {"u1.nope": "colwise"}}
+pattern "u1.l1" matches only modules an earlier pattern|{"mesh": {"dp": 1, "tp": 2}, "tp": {"*.l1": "colwise", "u1.l1": "rowwise"}}
+no module named "u3", "u1.x"|{"mesh": {"dp": 2}, "units": ["u3", "u1", "u1.x"]}
+"u1" listed twice|{"mesh": {"dp": 2}, "units": ["u1", "u1"]}
+not valid JSON|{"mesh": {"dp": 2}, "units": [
+missing "mesh"|{"units": [""]}
+mesh.dp must be a positive integer|{"mesh": {"dp": 0}}
+no dim named "tp"|{"mesh": {"dp": 2}, "tp": {"u1.l1": "colwise"}}
+tp."u1.l1": style must be one of|{"mesh": {"tp": 2}, "tp": {"u1.l1": "diagonal"}}
+unknown key "unit"|{"mesh": {"tp": 2}, "unit": [""]}
+"units" must be an array|{"mesh": {"tp": 2}, "units": "u1"}
+CASES
 expect_err 1 '/nonexistent_plan.json' --model "$seed" --plan /nonexistent_plan.json
 expect_err 2 '--plan is required' --model "$seed"
 expect_err 2 '--model is required' --plan "$tp_plan"

@@ -28,10 +28,9 @@ tpdp_status WrapTpdp() {
   return planning_error_tpdp(tpdp_dtype_parse("f9", &dt));
 }
 
-tpdp_status WithPath() {
+tpdp_status WithPath(const char *source, int fail) {
   PLANNING_ENTRY;
-  tpdp_status st = Inner(3);
-  return planning_error(st, "%s: %s", "m.json", planning_error_detail());
+  return planning_error_in(source, Inner(fail));
 }
 
 TEST(PlanningError, NamedAfterTheOutermostFunction) {
@@ -65,8 +64,13 @@ TEST(PlanningError, WrapsLibtpdpAndLeavesItsErrorAlone) {
 }
 
 TEST(PlanningError, WrappingTheDetail) {
-  EXPECT_PLANNING_ERROR(WithPath(), TPDP_ERR_NOT_FOUND, "inner 3");
+  EXPECT_PLANNING_ERROR(WithPath("m.json", 3), TPDP_ERR_NOT_FOUND, "inner 3");
   EXPECT_EQ(std::string(planning_last_error()), "WithPath: m.json: inner 3");
+  // No source, or success: the last error is left as it was.
+  EXPECT_PLANNING_ERROR(WithPath(nullptr, 4), TPDP_ERR_NOT_FOUND, "inner 4");
+  EXPECT_EQ(std::string(planning_last_error()), "WithPath: inner 4");
+  ASSERT_PLANNING_OK(WithPath("m.json", 0));
+  EXPECT_EQ(std::string(planning_last_error()), "WithPath: inner 4");
 }
 
 TEST(PlanningError, ThreadLocal) {

@@ -15,12 +15,8 @@
 
 namespace {
 
-using tpdp_test::DataPath;
-
-struct Desc {
-  tpdp_model_desc *d = nullptr;
-  ~Desc() { tpdp_model_desc_destroy(d); }
-};
+using tpdp_test::Desc;
+using tpdp_test::LeafParams;
 
 std::vector<std::string> LeafFqns(const tpdp_model_desc *d) {
   std::vector<std::string> v;
@@ -28,16 +24,9 @@ std::vector<std::string> LeafFqns(const tpdp_model_desc *d) {
   return v;
 }
 
-std::vector<int64_t> LeafCounts(const tpdp_model_desc *d) {
-  std::vector<int64_t> v;
-  for (int i = 0; i < d->nleaves; i++) v.push_back(d->leaves[i].params);
-  return v;
-}
-
 TEST(ModelJson, Seed000Tree) {
   Desc m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   const tpdp_model_desc *d = m.d;
   // Seed 000's tree, line by line: FQN[class] in pre-order.
   std::vector<std::string> want = {
@@ -66,7 +55,7 @@ TEST(ModelJson, Seed000Tree) {
             (std::vector<std::string>{"l1", "u1.l1", "u1.seq.0", "u1.seq.1",
                                       "u1.seq.2", "u1.l2", "u2.l1", "u2.seq.0",
                                       "u2.seq.1", "u2.seq.2", "u2.l2", "l2"}));
-  EXPECT_EQ(LeafCounts(d),
+  EXPECT_EQ(LeafParams(d),
             (std::vector<int64_t>{72, 72, 0, 72, 0, 72, 72, 0, 72, 0, 72, 72}));
 
   const tpdp_model_module *u1 = tpdp_model_desc_find_module(d, "u1");
@@ -100,15 +89,14 @@ TEST(ModelJson, Seed000Tree) {
 
 TEST(ModelJson, SharedCountedOnceRootParamsToFirstLeaf) {
   Desc m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("tied_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("tied_model.json", &m.d);
   const tpdp_model_desc *d = m.d;
   EXPECT_EQ(LeafFqns(d),
             (std::vector<std::string>{"emb", "blocks.0.fc", "blocks.0.act",
                                       "blocks.1.fc", "blocks.1.act", "head"}));
   // emb: weight 40 + the root's scalar "scale" (1, charged to the first
   // leaf); fc: 16 + 4; head: weight tied to emb.weight (not counted) + 10.
-  EXPECT_EQ(LeafCounts(d), (std::vector<int64_t>{41, 20, 0, 20, 0, 10}));
+  EXPECT_EQ(LeafParams(d), (std::vector<int64_t>{41, 20, 0, 20, 0, 10}));
   EXPECT_EQ(d->total_params, 91);
   const tpdp_model_param *scale = tpdp_model_desc_find_param(d, "scale");
   ASSERT_NE(scale, nullptr);
@@ -139,7 +127,7 @@ TEST(ModelJson, SharedReversedAndChained) {
   })";
   Desc m;
   ASSERT_PLANNING_OK(tpdp_model_desc_parse(json, &m.d));
-  EXPECT_EQ(LeafCounts(m.d), (std::vector<int64_t>{6, 5, 0}));
+  EXPECT_EQ(LeafParams(m.d), (std::vector<int64_t>{6, 5, 0}));
   EXPECT_EQ(m.d->total_params, 11);
   const tpdp_model_param *a = tpdp_model_desc_find_param(m.d, "a.w");
   EXPECT_EQ(tpdp_model_desc_find_param(m.d, "b.w")->canonical, a);
@@ -150,19 +138,17 @@ TEST(ModelJson, SharedReversedAndChained) {
 // leaf once in pre-order.
 TEST(ModelJson, Calls) {
   Desc m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("repeated_call_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("repeated_call_model.json", &m.d);
   std::vector<std::string> calls;
   for (int c = 0; c < m.d->ncalls; c++) calls.push_back(m.d->calls[c]->fqn);
   EXPECT_EQ(calls, (std::vector<std::string>{"embed", "cell", "act", "cell",
                                              "act", "cell", "act", "head"}));
   // Calls change no count: each parameter once (32 + 8, 64 + 8, 16 + 2).
-  EXPECT_EQ(LeafCounts(m.d), (std::vector<int64_t>{40, 72, 0, 18}));
+  EXPECT_EQ(LeafParams(m.d), (std::vector<int64_t>{40, 72, 0, 18}));
   EXPECT_EQ(m.d->total_params, 130);
 
   Desc s;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &s.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &s.d);
   ASSERT_EQ(s.d->ncalls, s.d->nleaves);
   for (int c = 0; c < s.d->ncalls; c++)
     EXPECT_EQ(s.d->calls[c], s.d->leaves[c].module);
@@ -250,9 +236,10 @@ const BadCase kBad[] = {
      TPDP_ERR_PARSE, "children.a: \"shared\" is only allowed on the root",
      "shared"},
     {R"({"class": "M", "params": [1]})", TPDP_ERR_PARSE,
-     "params must be an object", "params"},
+     "params must be an object", "(parameter name -> {\"shape\": ...})"},
     {R"({"class": "M", "children": {"a": {"class": "L", "children": []}}})",
-     TPDP_ERR_PARSE, "children.a.children must be an object", "children"},
+     TPDP_ERR_PARSE, "children.a.children must be an object",
+     "(child name -> module)"},
     {R"({"class": "M", "children": {"a": 5}})", TPDP_ERR_PARSE,
      "children.a must be an object", "module"},
     {R"({"class": "M", "class": "N"})", TPDP_ERR_DUPLICATE,

@@ -17,6 +17,7 @@
 namespace {
 
 using tpdp_test::DataPath;
+using tpdp_test::LeafParams;
 
 struct Edge {
   int src, dst;
@@ -211,19 +212,11 @@ TEST(Partition, ArgumentErrors) {
                         TPDP_ERR_NULL_POINTER, "edges");
 }
 
-struct Loaded {
-  tpdp_model_desc *d = nullptr;
+// A model and its edges (freed first).
+struct Loaded : tpdp_test::Desc {
   tpdp_partition_edge *e = nullptr;
   int ne = 0;
-  ~Loaded() {
-    tpdp_partition_edges_free(e, ne);
-    tpdp_model_desc_destroy(d);
-  }
-  std::vector<int64_t> Weights() const {
-    std::vector<int64_t> w;
-    for (int i = 0; i < d->nleaves; i++) w.push_back(d->leaves[i].params);
-    return w;
-  }
+  ~Loaded() { tpdp_partition_edges_free(e, ne); }
 };
 
 // Seed 000's leaves carry 72 0 72 params in the pattern
@@ -231,9 +224,8 @@ struct Loaded {
 // u2.l1 72, u2.seq.0 0, u2.seq.1 72, u2.seq.2 0, u2.l2 72, l2 72.
 TEST(Partition, Seed000HandWorked) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
-  auto w = m.Weights();
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
+  auto w = LeafParams(m.d);
   std::vector<int> b(5);
   int64_t mx = 0;
   // 8 Linears of 72 into 4 stages: 144 each; stages as long as possible
@@ -269,14 +261,13 @@ TEST(Partition, Seed000HandWorked) {
 
 TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   ASSERT_PLANNING_OK(tpdp_partition_edges_load(
       m.d, DataPath("composite_edges_two.json").c_str(), &m.e, &m.ne));
   ASSERT_EQ(m.ne, 2);
   EXPECT_EQ(m.e[0].src, 0);  // l1
   EXPECT_EQ(m.e[0].dst, 5);  // u1.l2
-  auto w = m.Weights();
+  auto w = LeafParams(m.d);
   std::vector<int> b(5);
   int64_t mx = 0;
   // Edge 0 alone: one cut in 1..5 -> 7 stages; edge 1 alone: 6; both: one
@@ -291,8 +282,7 @@ TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
 
 TEST(Partition, EdgesParseErrors) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   tpdp_partition_edge *e = nullptr;
   int n = -1;
   // A non-leaf destination means its first leaf.
@@ -354,7 +344,7 @@ using Names = std::vector<std::vector<std::string>>;
 
 // Optimal bounds over the leaves, for the side-by-side tests.
 std::vector<int> Optimal(const Loaded &m, int k, int64_t *mx) {
-  auto w = m.Weights();
+  auto w = LeafParams(m.d);
   std::vector<int> b(k + 1);
   EXPECT_EQ(
       tpdp_partition_solve(w.data(), m.d->nleaves, k, m.e, m.ne, b.data(), mx),
@@ -371,8 +361,7 @@ std::vector<int> Optimal(const Loaded &m, int k, int64_t *mx) {
 // the model ends. 3 stages (216, 216, 144) for K = 4; optimal gives 4 x 144.
 TEST(PartitionGreedy, CutAfterThresholdGivesFewerStages) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   Greedy g;
   ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 4, nullptr, 0, &g.r));
   EXPECT_EQ(g.r.threshold, 144);
@@ -405,8 +394,7 @@ TEST(PartitionGreedy, CutAfterThresholdGivesFewerStages) {
 // [u1.seq.2 u1.l2] [u2.l1] [u2.seq.0 u2.seq.1] [u2.seq.2 u2.l2] [l2].
 TEST(PartitionGreedy, AnyStageCountAccepted) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   Greedy g;
   ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 13, nullptr, 0, &g.r));
   EXPECT_EQ(g.r.threshold, 44);
@@ -418,7 +406,7 @@ TEST(PartitionGreedy, AnyStageCountAccepted) {
                                   {"u2.seq.0", "u2.seq.1"},
                                   {"u2.seq.2", "u2.l2"},
                                   {"l2"}}));
-  auto w = m.Weights();
+  auto w = LeafParams(m.d);
   std::vector<int> b(14);
   int64_t mx = 0;
   EXPECT_PLANNING_ERROR(
@@ -436,8 +424,7 @@ TEST(PartitionGreedy, AnyStageCountAccepted) {
 // the other side of the second.
 TEST(PartitionGreedy, ZeroParameterCallOpensTheNextStage) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("tied_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("tied_model.json", &m.d);
   Greedy g;
   ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 3, nullptr, 0, &g.r));
   EXPECT_EQ(g.r.threshold, 30);
@@ -458,14 +445,13 @@ TEST(PartitionGreedy, ZeroParameterCallOpensTheNextStage) {
 // stages 40, 40, 50. The optimal counts give 41, 20, 0, 20, 0, 10.
 TEST(PartitionGreedy, CountsModuleParametersTiedIncluded) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("tied_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("tied_model.json", &m.d);
   Greedy g;
   ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 3, nullptr, 0, &g.r));
   EXPECT_EQ(std::vector<int64_t>(g.r.call_params, g.r.call_params + 6),
             (std::vector<int64_t>{40, 20, 0, 20, 0, 50}));
   EXPECT_EQ(g.Params(), (std::vector<int64_t>{40, 40, 50}));
-  EXPECT_EQ(m.Weights(), (std::vector<int64_t>{41, 20, 0, 20, 0, 10}));
+  EXPECT_EQ(LeafParams(m.d), (std::vector<int64_t>{41, 20, 0, 20, 0, 10}));
 }
 
 // Difference 5, repeated calls: 003 splits the calls, and a repeated call
@@ -479,8 +465,7 @@ TEST(PartitionGreedy, CountsModuleParametersTiedIncluded) {
 // or after act (112 | 18): [embed] [cell act head], 90.
 TEST(PartitionGreedy, RepeatedCallsCountTheirModuleAgain) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("repeated_call_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("repeated_call_model.json", &m.d);
   ASSERT_EQ(m.d->ncalls, 8);
   Greedy g;
   ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 2, nullptr, 0, &g.r));
@@ -533,8 +518,7 @@ TEST(PartitionGreedy, RepeatedCallNameSplitAtFirstUnderscore) {
 // [u1.seq.2 .. l2] 360. The optimal method keeps 4 stages (max 216).
 TEST(PartitionGreedy, InputFromEarlierStageMerges) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   ASSERT_PLANNING_OK(tpdp_partition_edges_load(
       m.d, DataPath("composite_edges_u1_l2.json").c_str(), &m.e, &m.ne));
   Greedy g;
@@ -554,8 +538,7 @@ TEST(PartitionGreedy, InputFromEarlierStageMerges) {
   // u2.seq.2, u2.l2 216 > 144, cut. l2's input u1.l2 is in stage 0: u2.l1 ..
   // u2.l2 return to stage 0 and l2 joins it. One stage of 576.
   Loaded both;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &both.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &both.d);
   ASSERT_PLANNING_OK(tpdp_partition_edges_load(
       both.d, DataPath("composite_edges_two.json").c_str(), &both.e, &both.ne));
   Greedy g2;
@@ -569,8 +552,7 @@ TEST(PartitionGreedy, InputFromEarlierStageMerges) {
 // the split stays as without edges.
 TEST(PartitionGreedy, PrecedingCallInputDoesNotMerge) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   ASSERT_PLANNING_OK(tpdp_partition_edges_parse(
       m.d, R"([["u1.seq.1", "u1.seq.2"]])", nullptr, &m.e, &m.ne));
   Greedy g;
@@ -581,8 +563,7 @@ TEST(PartitionGreedy, PrecedingCallInputDoesNotMerge) {
 
 TEST(PartitionGreedy, Errors) {
   Loaded m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("repeated_call_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("repeated_call_model.json", &m.d);
   Greedy g;
   EXPECT_PLANNING_ERROR(tpdp_partition_greedy(m.d, 0, nullptr, 0, &g.r),
                         TPDP_ERR_INVALID_ARGUMENT, "tpdp_partition_greedy",

@@ -14,12 +14,7 @@
 
 namespace {
 
-using tpdp_test::DataPath;
-
-struct Desc {
-  tpdp_model_desc *d = nullptr;
-  ~Desc() { tpdp_model_desc_destroy(d); }
-};
+using tpdp_test::Desc;
 struct Plan {
   tpdp_plan *p = nullptr;
   ~Plan() { tpdp_plan_destroy(p); }
@@ -46,8 +41,7 @@ std::vector<std::string> Bucket(const tpdp_plan *p, int t, int b) {
 
 TEST(Plan, Seed000TreeAndMap) {
   Desc m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   Plan p;
   ASSERT_PLANNING_OK(tpdp_plan_compute(
       m.d, R"({"mesh": {"dp": 2}, "units": ["", "u1", "u2"]})", nullptr, 0,
@@ -88,8 +82,7 @@ TEST(Plan, Seed000TreeAndMap) {
 
 TEST(Plan, TensorParallelShapesBytesBuckets) {
   Desc m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   Plan p;
   size_t limits[2] = {256, 512};
   ASSERT_PLANNING_OK(
@@ -148,8 +141,7 @@ TEST(Plan, TensorParallelShapesBytesBuckets) {
 
 TEST(Plan, SharedParameterCountedOnce) {
   Desc m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("tied_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("tied_model.json", &m.d);
   Plan p;
   ASSERT_PLANNING_OK(tpdp_plan_compute(
       m.d,
@@ -175,8 +167,7 @@ TEST(Plan, SharedParameterCountedOnce) {
 
 TEST(Plan, Errors) {
   Desc m;
-  ASSERT_PLANNING_OK(
-      tpdp_model_desc_load(DataPath("composite_model.json").c_str(), &m.d));
+  ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   tpdp_plan *p = nullptr;
   EXPECT_PLANNING_ERROR(
       tpdp_plan_compute(m.d,
