@@ -330,7 +330,11 @@ tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
  * shape and dtype (*owned = 1), filled from t with copy_in. */
 tpdp_status ckpt_stage_begin(const tpdp_tensor *t, int copy_in, void **stage,
                              int *owned);
-/* With copy: the staged bytes into t (if staged); then free the buffer. */
-tpdp_status ckpt_stage_end(tpdp_tensor *t, void *stage, int owned, int copy);
+/* The end of a read into t through its stage: st is how filling the
+ * stage went. On success the staged bytes go into t (if staged); the
+ * buffer is freed either way. Returns st when it failed, else the status
+ * of the copy into t (the one tail every staged read shares). */
+tpdp_status ckpt_stage_end(tpdp_tensor *t, void *stage, int owned,
+                           tpdp_status st);
 
 #endif /* TPDP_CKPT_INTERNAL_H */

@@ -672,6 +672,5 @@ tpdp_status tpdp_checkpoint_read_tensor(const tpdp_checkpoint *ck, int i,
                        NULL);
     tpdp_safetensors_close(f);
   }
-  tpdp_status st2 = ckpt_stage_end(dst, stage, owned, st == TPDP_SUCCESS);
-  return st != TPDP_SUCCESS ? st : st2;
+  return ckpt_stage_end(dst, stage, owned, st);
 }

@@ -374,8 +374,7 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
   ckpt_src src = {f, i, 0, 0};
   ckpt_dst d = {stage, dst->dtype, dst->shape};
   tpdp_status st = ckpt_copy_box(&src, zero, t->shape, &d, zero, NULL);
-  tpdp_status st2 = ckpt_stage_end(dst, stage, owned, st == TPDP_SUCCESS);
-  return st != TPDP_SUCCESS ? st : st2;
+  return ckpt_stage_end(dst, stage, owned, st);
 }
 
 /* ------------------------------------------------------------- writer */
