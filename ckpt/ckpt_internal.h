@@ -67,7 +67,6 @@ int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out);
 /* 1 if elements of `from` can be converted into `to` (equal, or both
  * floating). */
 int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to);
-/* dst[0..n) = src[0..n) converted (same dtype: a copy). */
 /* A stored tensor `name` (dtype dt, shape) can be read into dst: the same
  * shape (TPDP_ERR_SHAPE_MISMATCH) and a convertible dtype
  * (TPDP_ERR_DTYPE_MISMATCH). Messages start "file 'FILE': tensor ..." and
@@ -79,6 +78,12 @@ tpdp_status ckpt_check_read(const char *file, const char *name, tpdp_dtype dt,
  * OF'NAME'" (of: "checkpoint ", "tensor ", ""). */
 tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,
                           const char *name);
+/* The end of a public find: *index = i when the lookup found `tensor`
+ * (i >= 0), else TPDP_ERR_NOT_FOUND "OF'NAME' has no tensor 'TENSOR'" (of:
+ * "checkpoint ", "file "). */
+tpdp_status ckpt_check_found(int i, const char *of, const char *name,
+                             const char *tensor, int *index);
+/* dst[0..n) = src[0..n) converted (same dtype: a copy). */
 void ckpt_convert(void *dst, tpdp_dtype to, const void *src, tpdp_dtype from,
                   int64_t n);
 

@@ -565,12 +565,8 @@ tpdp_status tpdp_checkpoint_find(const tpdp_checkpoint *ck, const char *name,
   CHECK_PTR(ck);
   CHECK_PTR(name);
   CHECK_PTR(index);
-  int i = ckpt_index_find(ck, name);
-  if (i < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "checkpoint '%s' has no tensor '%s'",
-                    ck->dir, name);
-  *index = i;
-  return TPDP_SUCCESS;
+  return ckpt_check_found(ckpt_index_find(ck, name), "checkpoint ", ck->dir,
+                          name, index);
 }
 
 tpdp_status tpdp_checkpoint_slice_at(const tpdp_checkpoint *ck, int i, int j,

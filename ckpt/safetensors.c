@@ -346,12 +346,7 @@ tpdp_status tpdp_safetensors_find(const tpdp_safetensors *f, const char *name,
   CHECK_PTR(f);
   CHECK_PTR(name);
   CHECK_PTR(index);
-  int i = ckpt_st_find(f, name);
-  if (i < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "file '%s' has no tensor '%s'", f->path,
-                    name);
-  *index = i;
-  return TPDP_SUCCESS;
+  return ckpt_check_found(ckpt_st_find(f, name), "file ", f->path, name, index);
 }
 
 const char *tpdp_safetensors_meta(const tpdp_safetensors *f, const char *key) {

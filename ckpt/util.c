@@ -62,6 +62,15 @@ tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,
   return TPDP_SUCCESS;
 }
 
+tpdp_status ckpt_check_found(int i, const char *of, const char *name,
+                             const char *tensor, int *index) {
+  if (i < 0)
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "%s'%s' has no tensor '%s'", of, name,
+                    tensor);
+  *index = i;
+  return TPDP_SUCCESS;
+}
+
 /* Element i of a floating array as a double. */
 static double load_f(const void *p, tpdp_dtype dt, int64_t i) {
   switch (dt) {
