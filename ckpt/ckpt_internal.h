@@ -251,8 +251,9 @@ tpdp_status ckpt_gather_boxes(const ckpt_group *g, const tpdp_state_dict *sd,
 tpdp_status ckpt_check_same_entries(const ckpt_group *g,
                                     const tpdp_state_dict *sd);
 /* What save and load start with: the group of comm, the options (NULL =
- * defaults), every entry checked and the same on every rank; a failure
- * anywhere fails every rank alike. */
+ * defaults) checked and copied into *o (o NULL: only checked, as save
+ * does, every option being a load option), every entry checked and the
+ * same on every rank; a failure anywhere fails every rank alike. */
 tpdp_status ckpt_prologue(const tpdp_state_dict *sd, const char *dir,
                           tpdp_comm *comm,
                           const tpdp_checkpoint_options *options, ckpt_group *g,

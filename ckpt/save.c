@@ -363,8 +363,7 @@ tpdp_status tpdp_checkpoint_save(const tpdp_state_dict *sd, const char *dir,
                                  const tpdp_checkpoint_options *options) {
   TPDP_API_ENTRY;
   ckpt_group g;
-  tpdp_checkpoint_options o;
-  CHECK(ckpt_prologue(sd, dir, comm, options, &g, &o));
+  CHECK(ckpt_prologue(sd, dir, comm, options, &g, NULL));
   plan p;
   int64_t *hash = NULL, gen = 0;
   tpdp_status st = plan_build(&g, sd, &p);
