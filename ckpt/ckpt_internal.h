@@ -206,8 +206,10 @@ struct tpdp_checkpoint {
 };
 
 /* Parse index.json text (len bytes) of `dir` into *out. Every message
- * starts with the index's path. */
-tpdp_status ckpt_index_parse(const char *dir, const char *text, size_t len,
+ * starts with `path`, the index's path (ckpt_join(dir, "index.json")),
+ * which the callers have already built to read the text. */
+tpdp_status ckpt_index_parse(const char *dir, const char *path,
+                             const char *text, size_t len,
                              tpdp_checkpoint **out);
 /* Rank 0 reads dir/index.json and broadcasts it; every rank parses it. */
 tpdp_status ckpt_index_read(const ckpt_group *g, const char *dir,

@@ -343,10 +343,9 @@ void ckpt_index_free(tpdp_checkpoint *ck) {
   free(ck);
 }
 
-tpdp_status ckpt_index_parse(const char *dir, const char *text, size_t len,
+tpdp_status ckpt_index_parse(const char *dir, const char *path,
+                             const char *text, size_t len,
                              tpdp_checkpoint **out) {
-  char *path = NULL;
-  CHECK(ckpt_join(dir, "index.json", &path));
   tpdp_checkpoint *ck = NULL;
   tpdp_status st = TPDP_CALLOC(ck, 1);
   cJSON *root = NULL;
@@ -371,7 +370,6 @@ tpdp_status ckpt_index_parse(const char *dir, const char *text, size_t len,
 done:
   cJSON_Delete(root);
   ckpt_index_free(ck);
-  free(path);
   return st;
 }
 
@@ -379,17 +377,17 @@ tpdp_status ckpt_index_read(const ckpt_group *g, const char *dir,
                             tpdp_checkpoint **out) {
   char *text = NULL, *path = NULL;
   int64_t len = -1;
-  tpdp_status st = TPDP_SUCCESS;
-  if (g->rank == 0) {
+  /* Every rank names the path in the parser's messages; rank 0 reads it. */
+  tpdp_status st = ckpt_join(dir, "index.json", &path);
+  if (st == TPDP_SUCCESS && g->rank == 0) {
     size_t n = 0;
-    st = ckpt_join(dir, "index.json", &path);
-    if (st == TPDP_SUCCESS) st = ckpt_read_file(path, &text, &n);
+    st = ckpt_read_file(path, &text, &n);
     if (st == TPDP_SUCCESS) len = (int64_t)n;
   }
   /* Rank 0's failure to read reaches every rank before the broadcast. */
   CHECK_GOTO(ckpt_agree(g, st), st, done);
   CHECK_GOTO(ckpt_bcast_bytes(g, &text, &len, 0), st, done);
-  st = ckpt_index_parse(dir, text, (size_t)len, out);
+  st = ckpt_index_parse(dir, path, text, (size_t)len, out);
 done:
   free(text);
   free(path);

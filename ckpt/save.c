@@ -243,7 +243,7 @@ static int64_t next_generation(const char *dir) {
   tpdp_checkpoint *ck = NULL;
   if (ckpt_join(dir, "index.json", &path) == TPDP_SUCCESS &&
       ckpt_read_file(path, &text, &len) == TPDP_SUCCESS &&
-      ckpt_index_parse(dir, text, len, &ck) == TPDP_SUCCESS)
+      ckpt_index_parse(dir, path, text, len, &ck) == TPDP_SUCCESS)
     gen = ck->generation;
   ckpt_index_free(ck);
   free(text);
