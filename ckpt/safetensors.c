@@ -98,14 +98,14 @@ static tpdp_status parse_tensor(tpdp_safetensors *f, const cJSON *e,
                     "bytes than a 64-bit size holds)",
                     p, n, shape, dt->valuestring);
   const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-  uint64_t b, en;
+  int64_t pair[2]; /* two ckpt_json_uint values (at most 2^53) */
   if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-      ckpt_json_uint(cJSON_GetArrayItem(off, 0), &b) != 0 ||
-      ckpt_json_uint(cJSON_GetArrayItem(off, 1), &en) != 0)
+      ckpt_json_dims(off, 2, pair) >= 0)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "file '%s': tensor '%s': \"data_offsets\" is not a pair "
                     "of integers in [0, 2^53]",
                     p, n);
+  uint64_t b = (uint64_t)pair[0], en = (uint64_t)pair[1];
   if (b > en)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "file '%s': tensor '%s': data_offsets [%llu, %llu] end "
