@@ -546,13 +546,12 @@ tpdp_status tpdp_checkpoint_tensor_at(const tpdp_checkpoint *ck, int i,
   CHECK_PTR(out);
   CHECK(check_tensor(ck, i));
   const ckpt_tensor *t = &ck->t[i];
-  memset(out, 0, sizeof *out);
-  out->name = t->name;
-  out->dtype = t->dtype;
-  out->ndim = t->ndim;
+  *out = (tpdp_checkpoint_tensor_info){.name = t->name,
+                                       .dtype = t->dtype,
+                                       .ndim = t->ndim,
+                                       .spec_json = t->spec_json,
+                                       .nslices = t->nslices};
   memcpy(out->shape, t->shape, sizeof t->shape);
-  out->spec_json = t->spec_json;
-  out->nslices = t->nslices;
   for (int j = 0; j < t->nslices; j++) out->nbytes += t->slices[j].nbytes;
   return TPDP_SUCCESS;
 }

@@ -326,13 +326,12 @@ tpdp_status tpdp_safetensors_tensor_at(const tpdp_safetensors *f, int i,
   CHECK_PTR(out);
   CHECK(ckpt_check_at("tensor", i, f->n, "", f->path));
   const ckpt_st_tensor *t = &f->t[i];
-  memset(out, 0, sizeof *out);
-  out->name = t->name;
-  out->dtype = t->dtype;
-  out->ndim = t->ndim;
+  *out = (tpdp_safetensors_tensor){.name = t->name,
+                                   .dtype = t->dtype,
+                                   .ndim = t->ndim,
+                                   .offset = f->data_start + t->begin,
+                                   .nbytes = t->end - t->begin};
   memcpy(out->shape, t->shape, sizeof t->shape);
-  out->offset = f->data_start + t->begin;
-  out->nbytes = t->end - t->begin;
   return TPDP_SUCCESS;
 }
 
