@@ -67,7 +67,6 @@ int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out);
 /* 1 if elements of `from` can be converted into `to` (equal, or both
  * floating). */
 int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to);
-/* dst[0..n) = src[0..n) converted (same dtype: a copy). */
 /* A stored tensor `name` (dtype dt, shape) can be read into dst: the same
  * shape (TPDP_ERR_SHAPE_MISMATCH) and a convertible dtype
  * (TPDP_ERR_DTYPE_MISMATCH). Messages start "file 'FILE': tensor ..." and
@@ -79,6 +78,12 @@ tpdp_status ckpt_check_read(const char *file, const char *name, tpdp_dtype dt,
  * OF'NAME'" (of: "checkpoint ", "tensor ", ""). */
 tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,
                           const char *name);
+/* The end of a public find: *index = i when the lookup found `tensor`
+ * (i >= 0), else TPDP_ERR_NOT_FOUND "OF'NAME' has no tensor 'TENSOR'" (of:
+ * "checkpoint ", "file "). */
+tpdp_status ckpt_check_found(int i, const char *of, const char *name,
+                             const char *tensor, int *index);
+/* dst[0..n) = src[0..n) converted (same dtype: a copy). */
 void ckpt_convert(void *dst, tpdp_dtype to, const void *src, tpdp_dtype from,
                   int64_t n);
 
@@ -201,8 +206,10 @@ struct tpdp_checkpoint {
 };
 
 /* Parse index.json text (len bytes) of `dir` into *out. Every message
- * starts with the index's path. */
-tpdp_status ckpt_index_parse(const char *dir, const char *text, size_t len,
+ * starts with `path`, the index's path (ckpt_join(dir, "index.json")),
+ * which the callers have already built to read the text. */
+tpdp_status ckpt_index_parse(const char *dir, const char *path,
+                             const char *text, size_t len,
                              tpdp_checkpoint **out);
 /* Rank 0 reads dir/index.json and broadcasts it; every rank parses it. */
 tpdp_status ckpt_index_read(const ckpt_group *g, const char *dir,
@@ -246,8 +253,9 @@ tpdp_status ckpt_gather_boxes(const ckpt_group *g, const tpdp_state_dict *sd,
 tpdp_status ckpt_check_same_entries(const ckpt_group *g,
                                     const tpdp_state_dict *sd);
 /* What save and load start with: the group of comm, the options (NULL =
- * defaults), every entry checked and the same on every rank; a failure
- * anywhere fails every rank alike. */
+ * defaults) checked and copied into *o (o NULL: only checked, as save
+ * does, every option being a load option), every entry checked and the
+ * same on every rank; a failure anywhere fails every rank alike. */
 tpdp_status ckpt_prologue(const tpdp_state_dict *sd, const char *dir,
                           tpdp_comm *comm,
                           const tpdp_checkpoint_options *options, ckpt_group *g,
@@ -330,7 +338,11 @@ tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
  * shape and dtype (*owned = 1), filled from t with copy_in. */
 tpdp_status ckpt_stage_begin(const tpdp_tensor *t, int copy_in, void **stage,
                              int *owned);
-/* With copy: the staged bytes into t (if staged); then free the buffer. */
-tpdp_status ckpt_stage_end(tpdp_tensor *t, void *stage, int owned, int copy);
+/* The end of a read into t through its stage: st is how filling the
+ * stage went. On success the staged bytes go into t (if staged); the
+ * buffer is freed either way. Returns st when it failed, else the status
+ * of the copy into t (the one tail every staged read shares). */
+tpdp_status ckpt_stage_end(tpdp_tensor *t, void *stage, int owned,
+                           tpdp_status st);
 
 #endif /* TPDP_CKPT_INTERNAL_H */

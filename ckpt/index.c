@@ -343,10 +343,9 @@ void ckpt_index_free(tpdp_checkpoint *ck) {
   free(ck);
 }
 
-tpdp_status ckpt_index_parse(const char *dir, const char *text, size_t len,
+tpdp_status ckpt_index_parse(const char *dir, const char *path,
+                             const char *text, size_t len,
                              tpdp_checkpoint **out) {
-  char *path = NULL;
-  CHECK(ckpt_join(dir, "index.json", &path));
   tpdp_checkpoint *ck = NULL;
   tpdp_status st = TPDP_CALLOC(ck, 1);
   cJSON *root = NULL;
@@ -371,7 +370,6 @@ tpdp_status ckpt_index_parse(const char *dir, const char *text, size_t len,
 done:
   cJSON_Delete(root);
   ckpt_index_free(ck);
-  free(path);
   return st;
 }
 
@@ -379,17 +377,17 @@ tpdp_status ckpt_index_read(const ckpt_group *g, const char *dir,
                             tpdp_checkpoint **out) {
   char *text = NULL, *path = NULL;
   int64_t len = -1;
-  tpdp_status st = TPDP_SUCCESS;
-  if (g->rank == 0) {
+  /* Every rank names the path in the parser's messages; rank 0 reads it. */
+  tpdp_status st = ckpt_join(dir, "index.json", &path);
+  if (st == TPDP_SUCCESS && g->rank == 0) {
     size_t n = 0;
-    st = ckpt_join(dir, "index.json", &path);
-    if (st == TPDP_SUCCESS) st = ckpt_read_file(path, &text, &n);
+    st = ckpt_read_file(path, &text, &n);
     if (st == TPDP_SUCCESS) len = (int64_t)n;
   }
   /* Rank 0's failure to read reaches every rank before the broadcast. */
   CHECK_GOTO(ckpt_agree(g, st), st, done);
   CHECK_GOTO(ckpt_bcast_bytes(g, &text, &len, 0), st, done);
-  st = ckpt_index_parse(dir, text, (size_t)len, out);
+  st = ckpt_index_parse(dir, path, text, (size_t)len, out);
 done:
   free(text);
   free(path);
@@ -548,13 +546,12 @@ tpdp_status tpdp_checkpoint_tensor_at(const tpdp_checkpoint *ck, int i,
   CHECK_PTR(out);
   CHECK(check_tensor(ck, i));
   const ckpt_tensor *t = &ck->t[i];
-  memset(out, 0, sizeof *out);
-  out->name = t->name;
-  out->dtype = t->dtype;
-  out->ndim = t->ndim;
+  *out = (tpdp_checkpoint_tensor_info){.name = t->name,
+                                       .dtype = t->dtype,
+                                       .ndim = t->ndim,
+                                       .spec_json = t->spec_json,
+                                       .nslices = t->nslices};
   memcpy(out->shape, t->shape, sizeof t->shape);
-  out->spec_json = t->spec_json;
-  out->nslices = t->nslices;
   for (int j = 0; j < t->nslices; j++) out->nbytes += t->slices[j].nbytes;
   return TPDP_SUCCESS;
 }
@@ -565,12 +562,8 @@ tpdp_status tpdp_checkpoint_find(const tpdp_checkpoint *ck, const char *name,
   CHECK_PTR(ck);
   CHECK_PTR(name);
   CHECK_PTR(index);
-  int i = ckpt_index_find(ck, name);
-  if (i < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "checkpoint '%s' has no tensor '%s'",
-                    ck->dir, name);
-  *index = i;
-  return TPDP_SUCCESS;
+  return ckpt_check_found(ckpt_index_find(ck, name), "checkpoint ", ck->dir,
+                          name, index);
 }
 
 tpdp_status tpdp_checkpoint_slice_at(const tpdp_checkpoint *ck, int i, int j,
@@ -672,6 +665,5 @@ tpdp_status tpdp_checkpoint_read_tensor(const tpdp_checkpoint *ck, int i,
                        NULL);
     tpdp_safetensors_close(f);
   }
-  tpdp_status st2 = ckpt_stage_end(dst, stage, owned, st == TPDP_SUCCESS);
-  return st != TPDP_SUCCESS ? st : st2;
+  return ckpt_stage_end(dst, stage, owned, st);
 }

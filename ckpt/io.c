@@ -228,9 +228,9 @@ tpdp_status ckpt_stage_begin(const tpdp_tensor *t, int copy_in, void **stage,
   return TPDP_SUCCESS;
 }
 
-tpdp_status ckpt_stage_end(tpdp_tensor *t, void *stage, int owned, int copy) {
-  tpdp_status st = TPDP_SUCCESS;
-  if (owned && copy) {
+tpdp_status ckpt_stage_end(tpdp_tensor *t, void *stage, int owned,
+                           tpdp_status st) {
+  if (owned && st == TPDP_SUCCESS) {
     tpdp_tensor host;
     st = host_view(t, stage, &host);
     if (st == TPDP_SUCCESS) st = tpdp_tensor_copy(t, &host);

@@ -186,9 +186,8 @@ static tpdp_status run_entry(tpdp_state_dict *sd, int i, const ckpt_tensor *t,
     ckpt_src src = {f, k, jb->verify, s->xxh64};
     CHECK_GOTO(ckpt_copy_box(&src, bs, jb->shape, &dst, bd, scratch), st, done);
   }
-done:;
-  tpdp_status st2 = ckpt_stage_end(&e->local, stage, owned, st == TPDP_SUCCESS);
-  return st != TPDP_SUCCESS ? st : st2;
+done:
+  return ckpt_stage_end(&e->local, stage, owned, st);
 }
 
 tpdp_status tpdp_checkpoint_load(tpdp_state_dict *sd, const char *dir,

@@ -156,7 +156,8 @@ tpdp_status ckpt_prologue(const tpdp_state_dict *sd, const char *dir,
   CHECK_PTR(sd);
   CHECK_PTR(dir);
   CHECK(ckpt_group_init(g, comm));
-  tpdp_status st = ckpt_options(options, o);
+  tpdp_checkpoint_options unused; /* o NULL: the options are only checked */
+  tpdp_status st = ckpt_options(options, o ? o : &unused);
   for (int i = 0; i < sd->n && st == TPDP_SUCCESS; i++)
     st = ckpt_check_entry(sd->e[i].fqn, &sd->e[i].local, sd->e[i].spec);
   CHECK(ckpt_agree(g, st));

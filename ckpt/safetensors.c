@@ -98,14 +98,14 @@ static tpdp_status parse_tensor(tpdp_safetensors *f, const cJSON *e,
                     "bytes than a 64-bit size holds)",
                     p, n, shape, dt->valuestring);
   const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-  uint64_t b, en;
+  int64_t pair[2]; /* two ckpt_json_uint values (at most 2^53) */
   if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-      ckpt_json_uint(cJSON_GetArrayItem(off, 0), &b) != 0 ||
-      ckpt_json_uint(cJSON_GetArrayItem(off, 1), &en) != 0)
+      ckpt_json_dims(off, 2, pair) >= 0)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "file '%s': tensor '%s': \"data_offsets\" is not a pair "
                     "of integers in [0, 2^53]",
                     p, n);
+  uint64_t b = (uint64_t)pair[0], en = (uint64_t)pair[1];
   if (b > en)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "file '%s': tensor '%s': data_offsets [%llu, %llu] end "
@@ -326,13 +326,12 @@ tpdp_status tpdp_safetensors_tensor_at(const tpdp_safetensors *f, int i,
   CHECK_PTR(out);
   CHECK(ckpt_check_at("tensor", i, f->n, "", f->path));
   const ckpt_st_tensor *t = &f->t[i];
-  memset(out, 0, sizeof *out);
-  out->name = t->name;
-  out->dtype = t->dtype;
-  out->ndim = t->ndim;
+  *out = (tpdp_safetensors_tensor){.name = t->name,
+                                   .dtype = t->dtype,
+                                   .ndim = t->ndim,
+                                   .offset = f->data_start + t->begin,
+                                   .nbytes = t->end - t->begin};
   memcpy(out->shape, t->shape, sizeof t->shape);
-  out->offset = f->data_start + t->begin;
-  out->nbytes = t->end - t->begin;
   return TPDP_SUCCESS;
 }
 
@@ -346,12 +345,7 @@ tpdp_status tpdp_safetensors_find(const tpdp_safetensors *f, const char *name,
   CHECK_PTR(f);
   CHECK_PTR(name);
   CHECK_PTR(index);
-  int i = ckpt_st_find(f, name);
-  if (i < 0)
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "file '%s' has no tensor '%s'", f->path,
-                    name);
-  *index = i;
-  return TPDP_SUCCESS;
+  return ckpt_check_found(ckpt_st_find(f, name), "file ", f->path, name, index);
 }
 
 const char *tpdp_safetensors_meta(const tpdp_safetensors *f, const char *key) {
@@ -374,8 +368,7 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
   ckpt_src src = {f, i, 0, 0};
   ckpt_dst d = {stage, dst->dtype, dst->shape};
   tpdp_status st = ckpt_copy_box(&src, zero, t->shape, &d, zero, NULL);
-  tpdp_status st2 = ckpt_stage_end(dst, stage, owned, st == TPDP_SUCCESS);
-  return st != TPDP_SUCCESS ? st : st2;
+  return ckpt_stage_end(dst, stage, owned, st);
 }
 
 /* ------------------------------------------------------------- writer */

@@ -243,7 +243,7 @@ static int64_t next_generation(const char *dir) {
   tpdp_checkpoint *ck = NULL;
   if (ckpt_join(dir, "index.json", &path) == TPDP_SUCCESS &&
       ckpt_read_file(path, &text, &len) == TPDP_SUCCESS &&
-      ckpt_index_parse(dir, text, len, &ck) == TPDP_SUCCESS)
+      ckpt_index_parse(dir, path, text, len, &ck) == TPDP_SUCCESS)
     gen = ck->generation;
   ckpt_index_free(ck);
   free(text);
@@ -363,8 +363,7 @@ tpdp_status tpdp_checkpoint_save(const tpdp_state_dict *sd, const char *dir,
                                  const tpdp_checkpoint_options *options) {
   TPDP_API_ENTRY;
   ckpt_group g;
-  tpdp_checkpoint_options o;
-  CHECK(ckpt_prologue(sd, dir, comm, options, &g, &o));
+  CHECK(ckpt_prologue(sd, dir, comm, options, &g, NULL));
   plan p;
   int64_t *hash = NULL, gen = 0;
   tpdp_status st = plan_build(&g, sd, &p);

@@ -62,6 +62,15 @@ tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,
   return TPDP_SUCCESS;
 }
 
+tpdp_status ckpt_check_found(int i, const char *of, const char *name,
+                             const char *tensor, int *index) {
+  if (i < 0)
+    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "%s'%s' has no tensor '%s'", of, name,
+                    tensor);
+  *index = i;
+  return TPDP_SUCCESS;
+}
+
 /* Element i of a floating array as a double. */
 static double load_f(const void *p, tpdp_dtype dt, int64_t i) {
   switch (dt) {
@@ -83,24 +92,22 @@ void ckpt_convert(void *dst, tpdp_dtype to, const void *src, tpdp_dtype from,
     return;
   }
   /* Through double: f64 -> f32/f16/bf16 rounds once (f32 to nearest, then
-   * f16/bf16 from that f32, as PyTorch's .to() does). */
-  for (int64_t i = 0; i < n; i++) {
-    double v = load_f(src, from, i);
-    switch (to) {
-      case TPDP_F64:
-        ((double *)dst)[i] = v;
-        break;
-      case TPDP_F16:
-        ((uint16_t *)dst)[i] = tpdp_f32_to_f16((float)v);
-        break;
-      case TPDP_BF16:
-        ((uint16_t *)dst)[i] = tpdp_f32_to_bf16((float)v);
-        break;
-      default:
-        ((float *)dst)[i] = (float)v;
-        break;
-    }
-  }
+   * f16/bf16 from that f32, as PyTorch's .to() does). One loop per
+   * destination dtype: its branch is taken once per call, not once per
+   * element of every converted load. */
+  double *d64 = dst;
+  float *d32 = dst;
+  uint16_t *d16 = dst;
+  if (to == TPDP_F64)
+    for (int64_t i = 0; i < n; i++) d64[i] = load_f(src, from, i);
+  else if (to == TPDP_F16)
+    for (int64_t i = 0; i < n; i++)
+      d16[i] = tpdp_f32_to_f16((float)load_f(src, from, i));
+  else if (to == TPDP_BF16)
+    for (int64_t i = 0; i < n; i++)
+      d16[i] = tpdp_f32_to_bf16((float)load_f(src, from, i));
+  else
+    for (int64_t i = 0; i < n; i++) d32[i] = (float)load_f(src, from, i);
 }
 
 int ckpt_shape_numel(int ndim, const int64_t *shape, int64_t *numel) {

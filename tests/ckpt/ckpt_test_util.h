@@ -58,37 +58,49 @@ inline void RefLayout(const V &mesh, const V &coords,
   for (size_t d = 0; d < g.size(); d++) (*shape)[d] = hi[d] - lo[d];
 }
 
+// Element i of a buffer as a T: through memcpy, since the buffers are char
+// vectors (a float * into them would break C++'s aliasing rule).
+template <typename T>
+T Get(const void *p, int64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char *>(p) + i * sizeof(T), sizeof(T));
+  return v;
+}
+template <typename T>
+void Put(void *p, int64_t i, T v) {
+  std::memcpy(static_cast<char *>(p) + i * sizeof(T), &v, sizeof(T));
+}
+
+// Element i of a buffer of dtype dt, read and written here rather than
+// through ckpt's conversion, so that what a load converted is checked
+// independently of it.
 inline double Load(const void *p, tpdp_dtype dt, int64_t i) {
   switch (dt) {
     case TPDP_F64:
-      return ((const double *)p)[i];
+      return Get<double>(p, i);
     case TPDP_F16:
-      return tpdp_f16_to_f32(((const uint16_t *)p)[i]);
+      return tpdp_f16_to_f32(Get<uint16_t>(p, i));
     case TPDP_BF16:
-      return tpdp_bf16_to_f32(((const uint16_t *)p)[i]);
+      return tpdp_bf16_to_f32(Get<uint16_t>(p, i));
     case TPDP_I32:
-      return ((const int32_t *)p)[i];
+      return Get<int32_t>(p, i);
     default:
-      return ((const float *)p)[i];
+      return Get<float>(p, i);
   }
 }
 
 inline void Store(void *p, tpdp_dtype dt, int64_t i, double v) {
   switch (dt) {
     case TPDP_F64:
-      ((double *)p)[i] = v;
-      break;
+      return Put(p, i, v);
     case TPDP_F16:
-      ((uint16_t *)p)[i] = tpdp_f32_to_f16((float)v);
-      break;
+      return Put(p, i, tpdp_f32_to_f16((float)v));
     case TPDP_BF16:
-      ((uint16_t *)p)[i] = tpdp_f32_to_bf16((float)v);
-      break;
+      return Put(p, i, tpdp_f32_to_bf16((float)v));
     case TPDP_I32:
-      ((int32_t *)p)[i] = (int32_t)v;
-      break;
+      return Put(p, i, (int32_t)v);
     default:
-      ((float *)p)[i] = (float)v;
+      return Put(p, i, (float)v);
   }
 }
 
