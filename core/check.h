@@ -170,6 +170,10 @@ int core_shapes_differ(int ndim_a, const int64_t *a, int ndim_b,
  * index aside), formatted as "cuda:1". */
 int core_device_types_differ(tpdp_device a, tpdp_device b, char *a_s, char *b_s,
                              size_t len);
+/* *out = the index of `text` (non-NULL) in names[0..n), else
+ * TPDP_ERR_PARSE "unknown WHAT 'text' (expected a, b or c)". */
+tpdp_status core_name_parse(const char *const *names, int n, const char *text,
+                            const char *what, int *out);
 
 /* Same shape and dtype, else TPDP_ERR_SHAPE_MISMATCH / DTYPE_MISMATCH
  * naming both. Used by the host and CUDA copies. */

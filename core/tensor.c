@@ -20,15 +20,31 @@ const char *tpdp_dtype_name(tpdp_dtype dtype) {
   return core_name_at(dtype_names, TPDP_DTYPE_COUNT, (int)dtype);
 }
 
+tpdp_status core_name_parse(const char *const *names, int n, const char *text,
+                            const char *what, int *out) {
+  int i = core_name_find(names, n, text);
+  if (i >= 0) {
+    *out = i;
+    return TPDP_SUCCESS;
+  }
+  char list[256] = "";
+  size_t used = 0;
+  for (int k = 0; k < n && used < sizeof list; k++)
+    used += (size_t)snprintf(list + used, sizeof list - used, "%s%s",
+                             k == 0       ? ""
+                             : k == n - 1 ? " or "
+                                          : ", ",
+                             names[k]);
+  return TPDP_ERR(TPDP_ERR_PARSE, "unknown %s '%s' (expected %s)", what, text,
+                  list);
+}
+
 tpdp_status tpdp_dtype_parse(const char *name, tpdp_dtype *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(name);
   CHECK_PTR(out);
-  int i = core_name_find(dtype_names, TPDP_DTYPE_COUNT, name);
-  if (i < 0)
-    return TPDP_ERR(TPDP_ERR_PARSE,
-                    "unknown dtype '%s' (expected f32 f64 f16 bf16 i32 i64 u8)",
-                    name);
+  int i = 0;
+  CHECK(core_name_parse(dtype_names, TPDP_DTYPE_COUNT, name, "dtype", &i));
   *out = (tpdp_dtype)i;
   return TPDP_SUCCESS;
 }

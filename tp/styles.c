@@ -48,12 +48,8 @@ tpdp_status tpdp_tp_style_parse(const char *text, tpdp_tp_style *out) {
   TPDP_API_ENTRY;
   CHECK_PTR(text);
   CHECK_PTR(out);
-  int s = core_name_find(style_names, TPDP_STYLE_COUNT, text);
-  if (s < 0)
-    return TPDP_ERR(TPDP_ERR_PARSE,
-                    "unknown TP style '%s' (expected colwise, rowwise, "
-                    "sequence_parallel or replicate)",
-                    text);
+  int s = 0;
+  CHECK(core_name_parse(style_names, TPDP_STYLE_COUNT, text, "TP style", &s));
   *out = (tpdp_tp_style)s;
   return TPDP_SUCCESS;
 }

@@ -25,7 +25,7 @@ TEST(CoreMisuse, DtypeParseUnknownNameListsTheKnownOnes) {
   tpdp_dtype d;
   EXPECT_TPDP_ERROR(tpdp_dtype_parse("float32", &d), TPDP_ERR_PARSE,
                     "tpdp_dtype_parse: ", "unknown dtype 'float32'",
-                    "f32 f64 f16 bf16");
+                    "expected f32, f64, f16, bf16, i32, i64 or u8");
 }
 
 TEST(CoreMisuse, DtypeParseNullName) {
