@@ -1,6 +1,7 @@
 // core/mem.h on the host (the CUDA path is exercised by the GPU checks):
 // zeroed allocation, strided copies and zero fills against values worked
-// by hand, the first failure kept by core_mem_free_keep, the refusal of
+// by hand, the first failure kept by core_mem_free_keep, the reused
+// scratch buffer, the refusal of
 // device memory in a build without CUDA; and the allocation fault
 // injection of core/util.h that the reducer's tests rely on.
 #include "core/mem.h"
@@ -68,6 +69,40 @@ TEST(Mem, FreeKeepReturnsTheFirstFailure) {
   ASSERT_TPDP_OK(core_mem_alloc(kCpu, 64, &p));
   EXPECT_EQ(core_mem_free_keep(kCpu, p, TPDP_ERR_MPI), TPDP_ERR_MPI);
   EXPECT_EQ(core_mem_free_keep(kCpu, nullptr, TPDP_SUCCESS), TPDP_SUCCESS);
+}
+
+// The scratch buffer is kept while requests fit, replaced when one does
+// not, empty after a failed growth (usable again) and after its free.
+TEST(Mem, ScratchGrowsAndIsReused) {
+  core_scratch s = {};
+  void *a = nullptr, *b = nullptr;
+  ASSERT_TPDP_OK(core_scratch_get(&s, kCpu, 1000, &a));
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(s.bytes, 1000u);
+  memset(a, 7, 1000);  // all of it is ours to write
+  ASSERT_TPDP_OK(core_scratch_get(&s, kCpu, 10, &b));
+  EXPECT_EQ(b, a);  // smaller request: the same buffer, no allocation
+  ASSERT_TPDP_OK(core_scratch_get(&s, kCpu, 1000, &b));
+  EXPECT_EQ(b, a);
+  core_alloc_fail_at(1000, 0);  // count the allocations of a reuse
+  ASSERT_TPDP_OK(core_scratch_get(&s, kCpu, 500, &b));
+  EXPECT_EQ(core_alloc_fail_left(), 1000);
+  core_alloc_fail_at(0, 0);
+  ASSERT_TPDP_OK(core_scratch_get(&s, kCpu, 5000, &b));
+  EXPECT_EQ(s.bytes, 5000u);
+  memset(b, 1, 5000);
+  // Growth that fails leaves the scratch empty, not dangling.
+  core_alloc_fail_at(1, 0);
+  void *c = &s;
+  EXPECT_TPDP_ERROR(core_scratch_get(&s, kCpu, 1 << 20, &c),
+                    TPDP_ERR_OUT_OF_MEMORY, "out of memory allocating");
+  EXPECT_EQ(s.data, nullptr);
+  EXPECT_EQ(s.bytes, 0u);
+  ASSERT_TPDP_OK(core_scratch_get(&s, kCpu, 64, &c));
+  EXPECT_NE(c, nullptr);
+  EXPECT_TPDP_OK(core_scratch_free(&s));
+  EXPECT_EQ(s.data, nullptr);
+  EXPECT_TPDP_OK(core_scratch_free(&s));  // empty: no-op
 }
 
 #ifndef TPDP_WITH_CUDA

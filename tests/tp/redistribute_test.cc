@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/mesh_internal.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -274,6 +275,34 @@ TEST(Redistribute, Mesh2x2EveryTransition) {
             });
   RunCase(w, "S0,S1", "S1,S0", {7, 5}, TPDP_F64);
   RunCase(w, "P:sum,P:sum", "S1,S0", {10, 3}, TPDP_I32);
+}
+
+// The packing space lives on the mesh: a repeated call reuses it, a call
+// needing more replaces it, one needing less keeps it; results stay right
+// whatever the previous call left in it (RunCase checks every element).
+TEST(Redistribute, PackingSpaceKeptOnTheMesh) {
+  World w({4, 1});
+  const core_scratch *s = comm_mesh_scratch(w.mesh);
+  EXPECT_EQ(s->data, nullptr);                  // nothing packed yet
+  RunCase(w, "S1,R", "R,R", {8, 4}, TPDP_F32);  // S(1): packed allgather
+  void *first = s->data;
+  size_t bytes = s->bytes;
+  EXPECT_NE(first, nullptr);
+  // Blocks of [8, 1] f32: 4 received, and the send block (RunCase's source
+  // is strided, so it is packed).
+  EXPECT_EQ(bytes, 5u * 8u * 4u);
+  RunCase(w, "S1,R", "R,R", {8, 4}, TPDP_F32);
+  EXPECT_EQ(s->data, first);
+  EXPECT_EQ(s->bytes, bytes);
+  RunCase(w, "P:sum,R", "S1,R", {40, 7}, TPDP_F32);  // more: grows
+  EXPECT_GT(s->bytes, bytes);
+  size_t grown = s->bytes;
+  void *big = s->data;
+  RunCase(w, "S1,R", "S0,R", {10, 3}, TPDP_F32);  // less: kept
+  EXPECT_EQ(s->data, big);
+  EXPECT_EQ(s->bytes, grown);
+  RunCase(w, "S0,R", "R,R", {8, 4}, TPDP_F32);  // leading dim: no packing
+  EXPECT_EQ(s->data, big);
 }
 
 TEST(Redistribute, FullTensor) {
