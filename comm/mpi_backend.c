@@ -125,7 +125,7 @@ static tpdp_status create_half_ops(void) {
 /* MPI's type for each dtype; halves travel as 16-bit words (their
  * reductions are the ops of create_half_ops). */
 static MPI_Datatype mpi_dtype(tpdp_dtype dtype) {
-  const MPI_Datatype types[TPDP_DTYPE_COUNT] = {
+  static const MPI_Datatype types[TPDP_DTYPE_COUNT] = {
       [TPDP_F32] = MPI_FLOAT,    [TPDP_F64] = MPI_DOUBLE,
       [TPDP_F16] = MPI_UINT16_T, [TPDP_BF16] = MPI_UINT16_T,
       [TPDP_I32] = MPI_INT32_T,  [TPDP_I64] = MPI_INT64_T,
