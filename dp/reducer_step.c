@@ -607,8 +607,12 @@ static tpdp_status finalize(tpdp_reducer *r) {
     if (st == TPDP_SUCCESS) st = cs;
   }
   /* Device buckets: the casts and copy-backs queued by complete() are done
-   * before the caller reads the gradients (MPI: a no-op). */
-  tpdp_status ss = core_mem_sync(r->device, r->stream);
+   * before the caller reads the gradients (MPI: a no-op). The wait counts
+   * as data: it waits for those passes and for the device work queued
+   * before them (on one rank, the producer's backward), not for tpdp's own
+   * bookkeeping. */
+  tpdp_status ss;
+  DP_TIMED(r, data_seconds, ss, core_mem_sync(r->device, r->stream));
   if (st == TPDP_SUCCESS) st = ss;
   if (st != TPDP_SUCCESS) return fail_iteration(r, st);
 

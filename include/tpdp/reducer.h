@@ -429,7 +429,9 @@ TPDP_API int tpdp_reducer_rebuilt(const tpdp_reducer *r);
 /* Where the reducer's time went, accumulated since creation. total covers
  * everything inside prepare, mark_ready(_ptr) and finalize; comm and data
  * are the parts spent in collectives (launch, test, wait) and in passes
- * over bucket data (divide, cast, copy, zero). total - comm - data is
+ * over bucket data (divide, cast, copy, zero; for device buckets also
+ * finalize's wait for the stream, which includes the device work queued
+ * before those passes, the backward's too). total - comm - data is
  * tpdp's own bookkeeping. With a communication thread (options.comm_thread)
  * the averaging pass (where there is one) runs on that thread, and the
  * caller's time waiting for it counts as comm. */
