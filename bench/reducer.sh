@@ -7,7 +7,9 @@
 #      alone (the MPI backend's ring, dividing inside its reduction)
 #  (c) ddp:  PyTorch DDP (python3-torch, gloo, 2 processes, same layout):
 #            step time minus the same step under no_sync()
-# Also peak RSS (ru_maxrss) with gradient_as_bucket_view on and off.
+# Also peak RSS (ru_maxrss) with gradient_as_bucket_view on and off, and
+# the steady RSS and PSS (RSS counts the shared-memory buckets' pages in
+# every rank that touched them; PSS splits them).
 # Prints a table and last
 #   reducer: ratio <raw/tpdp>, vs_ddp <ddp_sync/tpdp_sync>
 # (targets: ratio >= 0.9, vs_ddp >= 2.5).
@@ -46,5 +48,7 @@ printf '%-44s %10s\n' "peak RSS per rank, view mode (MB)" "$(field "$rv" rss_mb_
 printf '%-44s %10s\n' "peak RSS per rank, copy mode (MB)" "$(field "$rc" rss_mb_copy)"
 printf '%-44s %10s\n' "steady RSS per rank, view mode (MB)" "$(field "$rv" rss_now_mb_view)"
 printf '%-44s %10s\n' "steady RSS per rank, copy mode (MB)" "$(field "$rc" rss_now_mb_copy)"
+printf '%-44s %10s\n' "steady PSS per rank, view mode (MB)" "$(field "$rv" pss_now_mb_view)"
+printf '%-44s %10s\n' "steady PSS per rank, copy mode (MB)" "$(field "$rc" pss_now_mb_copy)"
 awk -v raw="$raw" -v tp="$tp" -v ddp="$ddp" \
   'BEGIN { printf "reducer: ratio %.2f, vs_ddp %.2f\n", raw / tp, ddp / tp }'

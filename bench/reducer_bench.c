@@ -19,7 +19,8 @@
  *   reducer_bench rss view|copy [--steps N]
  *     only the reducer in that mode (view: the gradients live in the
  *     buckets; copy: the caller owns separate gradient buffers), then
- *     prints "rss_mb_<mode> X" (peak RSS, ru_maxrss, max over ranks).
+ *     prints "rss_mb_<mode> X" (peak RSS, ru_maxrss, max over ranks),
+ *     then the steady RSS and PSS (/proc/self/smaps_rollup) after the steps.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -133,9 +134,22 @@ int main(int argc, char **argv) {
     }
     double now_mb =
         max_over_ranks(resident * (sysconf(_SC_PAGESIZE) / 1048576.0));
+    /* PSS as well: RSS counts a shared page (the buckets in shared memory,
+     * comm/shm.c) in every rank that touched it, PSS splits it among them,
+     * so the ranks' PSS add up to the memory really used. */
+    double pss_kb = -1;
+    f = fopen("/proc/self/smaps_rollup", "r");
+    if (f != NULL) {
+      char line[256];
+      while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "Pss: %lf", &pss_kb) == 1) break;
+      fclose(f);
+    }
+    double pss_mb = max_over_ranks(pss_kb / 1024.0);
+    const char *m = view ? "view" : "copy";
     if (rank == 0)
-      printf("rss_mb_%s %.1f rss_now_mb_%s %.1f\n", view ? "view" : "copy", mb,
-             view ? "view" : "copy", now_mb);
+      printf("rss_mb_%s %.1f rss_now_mb_%s %.1f pss_now_mb_%s %.1f\n", m, mb, m,
+             now_mb, m, pss_mb);
     OK(tpdp_reducer_destroy(r));
     free(pbuf);
     free(gbuf);

@@ -183,7 +183,8 @@ static tpdp_status work_finish(tpdp_work *work, tpdp_status wait_st) {
 
 tpdp_status comm_backend_allgather(tpdp_comm *comm, const tpdp_tensor *send,
                                    tpdp_tensor *recv) {
-  tpdp_coll_args args = {TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0, 1};
+  tpdp_coll_args args = {
+      TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0, 1, NULL};
   tpdp_work *work = NULL;
   CHECK(comm->ops->collective(comm, &args, &work));
   return work_finish(work, work->ops->wait(work));
@@ -354,17 +355,17 @@ static tpdp_status run_blocking(tpdp_comm *comm, tpdp_coll_args *args) {
  * (TPDP_OP_SUM and 0 for a collective that has none). Defines
  * tpdp_allreduce, tpdp_allgather, tpdp_reduce_scatter, tpdp_broadcast,
  * tpdp_alltoall and their _async forms. */
-#define COLLECTIVE(name, kind, op, root, ...)                    \
-  tpdp_status tpdp_##name(tpdp_comm *comm, __VA_ARGS__) {        \
-    TPDP_API_ENTRY;                                              \
-    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0}; \
-    return run_blocking(comm, &args);                            \
-  }                                                              \
-  tpdp_status tpdp_##name##_async(tpdp_comm *comm, __VA_ARGS__,  \
-                                  tpdp_work **work) {            \
-    TPDP_API_ENTRY;                                              \
-    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0}; \
-    return run_collective(comm, &args, work);                    \
+#define COLLECTIVE(name, kind, op, root, ...)                          \
+  tpdp_status tpdp_##name(tpdp_comm *comm, __VA_ARGS__) {              \
+    TPDP_API_ENTRY;                                                    \
+    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, NULL}; \
+    return run_blocking(comm, &args);                                  \
+  }                                                                    \
+  tpdp_status tpdp_##name##_async(tpdp_comm *comm, __VA_ARGS__,        \
+                                  tpdp_work **work) {                  \
+    TPDP_API_ENTRY;                                                    \
+    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, NULL}; \
+    return run_collective(comm, &args, work);                          \
   }
 
 COLLECTIVE(allreduce, TPDP_COLL_ALLREDUCE, op, 0, const tpdp_tensor *send,
@@ -378,14 +379,27 @@ COLLECTIVE(broadcast, TPDP_COLL_BROADCAST, TPDP_OP_SUM, root,
 COLLECTIVE(alltoall, TPDP_COLL_ALLTOALL, TPDP_OP_SUM, 0,
            const tpdp_tensor *send, tpdp_tensor *recv)
 
+tpdp_status comm_allreduce_shm(tpdp_comm *comm, comm_shm *shm, tpdp_tensor *t,
+                               tpdp_reduce_op op) {
+  TPDP_API_ENTRY_AS("tpdp_allreduce");
+  if (shm == NULL || comm == NULL || comm->ops->device_type != TPDP_DEVICE_CPU)
+    return TPDP_ERR(TPDP_ERR_INTERNAL,
+                    "shared-memory allreduce without a segment on a "
+                    "host-memory communicator");
+  tpdp_coll_args args = {TPDP_COLL_ALLREDUCE, t, t, op, 0, 0, shm};
+  return run_blocking(comm, &args);
+}
+
 tpdp_status tpdp_barrier(tpdp_comm *comm) {
   TPDP_API_ENTRY;
-  tpdp_coll_args args = {TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0};
+  tpdp_coll_args args = {
+      TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0, NULL};
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work) {
   TPDP_API_ENTRY;
-  tpdp_coll_args args = {TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0};
+  tpdp_coll_args args = {
+      TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0, NULL};
   return run_collective(comm, &args, work);
 }
 

@@ -28,6 +28,8 @@ const char *comm_coll_name(tpdp_coll_kind kind);
  * send may be NULL for barrier and for broadcast off the root. `blocking`
  * tells the backend the caller will wait at once, so it may use its
  * blocking primitive (faster on MPI); it still returns a work handle. */
+typedef struct comm_shm comm_shm;
+
 typedef struct {
   tpdp_coll_kind kind;
   const tpdp_tensor *send;
@@ -35,6 +37,9 @@ typedef struct {
   tpdp_reduce_op op;
   int root;
   int blocking;
+  /* An in-place allreduce of a buffer inside this shared-memory segment
+   * of the communicator (comm_allreduce_shm); NULL otherwise. */
+  comm_shm *shm;
 } tpdp_coll_args;
 
 typedef struct tpdp_comm_ops {
@@ -188,6 +193,44 @@ tpdp_status comm_fp_check(tpdp_comm *comm, const tpdp_coll_args *args,
 tpdp_status comm_live_add(const void *obj, const char *what);
 /* Unregister `obj` (not registered: no-op). */
 void comm_live_remove(const void *obj);
+
+/* ------------------------- shared memory among one host's ranks (shm.c)
+ *
+ * For the library's own buffers that every rank of a host-memory
+ * communicator lays out alike (the reducer's bucket arena): a segment that
+ * all ranks map, one region of `bytes` per rank, and an allreduce in it
+ * that reads the peers' buffers directly (see shm.c for why it is faster
+ * than MPI on one host). Not for user buffers: a collective takes this
+ * path only through comm_allreduce_shm, which every rank calls alike. */
+
+/* Collective over `comm`: a segment with a region of `bytes` for each
+ * rank, zero-filled, or *out = NULL (and success) where there can be none:
+ * one rank, a device communicator, ranks on several hosts, TPDP_SHM=0 on
+ * any rank, or a rank that could not map it (/dev/shm full: the reason is
+ * logged at INFO). The same on every rank. Errors: those of the exchange
+ * (TPDP_ERR_MPI), TPDP_ERR_OUT_OF_MEMORY. */
+tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out);
+/* Unmap (local; NULL: no-op). Peers keep their mappings. */
+void comm_shm_free(comm_shm *s);
+/* This rank's region, and its usable size. */
+void *comm_shm_region(const comm_shm *s);
+size_t comm_shm_bytes(const comm_shm *s);
+/* Give back the memory of whole pages inside [ptr, ptr + bytes) of this
+ * rank's region that no rank will use again (they read as zeros after). */
+void comm_shm_discard(comm_shm *s, void *ptr, size_t bytes);
+/* 1 if comm_allreduce_shm handles this dtype and op (f32/f64, SUM/AVG). */
+int comm_shm_supports(tpdp_dtype dtype, tpdp_reduce_op op);
+/* Blocking in-place allreduce of `t`, a buffer inside this rank's region
+ * of `shm` (made on `comm`) at the same offset on every rank: the front
+ * end's checks and sequence number as tpdp_allreduce, then the backend's
+ * shared-memory path. Every rank must call it alike (offset, count,
+ * dtype, op), or every rank fails with TPDP_ERR_INVALID_ARGUMENT naming
+ * both calls. */
+tpdp_status comm_allreduce_shm(tpdp_comm *comm, comm_shm *shm, tpdp_tensor *t,
+                               tpdp_reduce_op op);
+/* The algorithm, for a backend (no checks of its own but the region). */
+tpdp_status comm_shm_allreduce(comm_shm *s, const tpdp_comm *comm,
+                               tpdp_tensor *t, tpdp_reduce_op op);
 
 /* MPI backend (comm/mpi_backend.c). */
 tpdp_status comm_mpi_backend_init(int *argc, char ***argv, int *we_initialized);

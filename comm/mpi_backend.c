@@ -717,6 +717,11 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
         : comm_watch_enter(w->watch, a->kind, w->dtype, w->count, core_now_s());
   switch (a->kind) {
     case TPDP_COLL_ALLREDUCE: {
+      if (a->shm != NULL) {
+        st = comm_shm_allreduce(a->shm, comm, recv, a->op);
+        if (st != TPDP_SUCCESS) goto fail;
+        break;
+      }
       if (use_ring_avg(comm, a, rn)) {
         st = ring_allreduce_avg(comm, impl, send, recv);
         if (st != TPDP_SUCCESS) goto fail;

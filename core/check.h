@@ -89,9 +89,13 @@ static inline void core_api_leave(int *unused) {
 
 /* First statement of every public function returning tpdp_status. The
  * cleanup attribute leaves the frame on every return path. */
-#define TPDP_API_ENTRY                                                   \
+#define TPDP_API_ENTRY TPDP_API_ENTRY_AS(__func__)
+/* The same for an internal entry point that messages and the watchdog
+ * should name as public function `name` (comm_allreduce_shm is
+ * tpdp_allreduce to the user). */
+#define TPDP_API_ENTRY_AS(name)                                          \
   int core_api_frame_ __attribute__((cleanup(core_api_leave), unused)) = \
-      core_api_enter(__func__)
+      core_api_enter(name)
 
 /* Log "file:line -> STATUS" at TRACE (called by CHECK on failure). */
 void core_trace_propagate(const char *file, int line, tpdp_status status);

@@ -71,7 +71,7 @@ tpdp_status core_mem_supported(tpdp_device device, const char *what) {
  * one call, and one write per page then pays what the hypervisor still
  * charges for a page's first write: about 3x cheaper than the writes
  * alone. */
-static void populate(void *p, size_t n) {
+void core_mem_populate(void *p, size_t n) {
 #ifdef MADV_POPULATE_WRITE
   long page = sysconf(_SC_PAGESIZE);
   if (page > 0) {
@@ -91,7 +91,7 @@ static tpdp_status host_alloc(size_t bytes, int zero, void **out) {
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "out of memory allocating %zu bytes", bytes);
   if (zero) {
-    populate(p, n);
+    core_mem_populate(p, n);
     memset(p, 0, n);
   }
   *out = p;

@@ -40,6 +40,9 @@ tpdp_status core_mem_alloc(tpdp_device device, size_t bytes, void **out);
  * microseconds a page on some VMs); on a GPU the zeros are complete before
  * any stream uses the memory. */
 tpdp_status core_mem_alloc_zeroed(tpdp_device device, size_t bytes, void **out);
+/* Map every page of host memory [p, p + n) now, writing it (its contents
+ * are kept only where they are zeros: for fresh memory). */
+void core_mem_populate(void *p, size_t n);
 /* Free a core_mem_alloc* pointer (NULL: no-op). Device: cudaFree, which
  * waits for work queued on the memory; its failure is returned. */
 tpdp_status core_mem_free(tpdp_device device, void *p);

@@ -220,6 +220,42 @@ static tpdp_status alloc_arenas(tpdp_reducer *r) {
   return TPDP_SUCCESS;
 }
 
+tpdp_status dp_release_spare(tpdp_reducer *r) {
+  tpdp_status st = TPDP_SUCCESS;
+  if (r->shm != NULL && r->spare != NULL)
+    comm_shm_discard(r->shm, r->spare, r->arena_bytes);
+  else
+    st = core_mem_free(r->device, r->spare);
+  r->spare = NULL;
+  return st;
+}
+
+/* Buckets reduced on the communication thread move into memory that every
+ * rank of the host maps (comm_shm_create), where the thread's allreduce
+ * reads the peers' buckets directly instead of going through MPI.
+ * Collective (every rank has a thread or none: the options and the
+ * communicator agree); called while the buckets are still empty. */
+static tpdp_status share_arenas(tpdp_reducer *r) {
+  if (!r->ct.active) return TPDP_SUCCESS;
+  /* The spare starts on a page of its own, so that it can be given back
+   * after the rebuild (comm_shm_discard). */
+  size_t main_bytes = (r->arena_bytes + 4095) / 4096 * 4096;
+  size_t bytes = main_bytes + (r->spare != NULL ? r->arena_bytes : 0);
+  CHECK(comm_shm_create(r->comm, bytes, &r->shm));
+  if (r->shm == NULL) return TPDP_SUCCESS;
+  char *base = comm_shm_region(r->shm);
+  for (int64_t j = 0; j < r->nbuckets; j++)
+    r->buckets[j].buf = base + ((char *)r->buckets[j].buf - (char *)r->arena);
+  tpdp_status st = core_mem_free(r->device, r->arena);
+  r->arena = base;
+  if (r->spare != NULL) {
+    tpdp_status ss = core_mem_free(r->device, r->spare);
+    if (st == TPDP_SUCCESS) st = ss;
+    r->spare = base + main_bytes;
+  }
+  return st;
+}
+
 /* Everything this rank does on its own: the copies, the indexes, the
  * buckets and their memory, the thread. On failure *out holds what was
  * made (for reducer_free). */
@@ -355,8 +391,12 @@ static tpdp_status reducer_free(tpdp_reducer *r) {
   keep(&f, restore_caller_grads(r));
   if (r->mesh != NULL) comm_mesh_release(r->mesh, COMM_MESH_REDUCER);
   r->magic = 0;
-  keep(&f, core_mem_free(r->device, r->arena));
-  keep(&f, core_mem_free(r->device, r->spare));
+  if (r->shm != NULL) {
+    comm_shm_free(r->shm); /* arena and spare with it */
+  } else {
+    keep(&f, core_mem_free(r->device, r->arena));
+    keep(&f, core_mem_free(r->device, r->spare));
+  }
   keep(&f, core_mem_free(r->device, r->half_arena));
   if (r->fqns)
     for (int64_t i = 0; i < r->n; i++) free(r->fqns[i]);
@@ -412,6 +452,7 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
     CHECK_GOTO(dp_check_values(comm, r->params, nparams, o.producer_stream), st,
                fail);
   }
+  CHECK_GOTO(share_arenas(r), st, fail);
   CHECK_GOTO(install(r, params), st, fail);
   /* tpdp_finalize refuses to run under a live reducer (its thread and
    * buckets still use the communicator). */
@@ -425,6 +466,7 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
       tpdp_comm_name(comm), (long long)nparams, (long long)r->nbuckets,
       o.gradient_as_bucket_view ? "view" : "copy", r->divide,
       r->solo        ? ", one rank: no communication"
+      : r->shm       ? ", communication thread, shared-memory buckets"
       : r->ct.active ? ", communication thread"
                      : "");
   *out = r;

@@ -28,6 +28,7 @@
 
 #include <pthread.h>
 
+#include "comm/comm_internal.h"
 #include "core/check.h"
 #include "tpdp/module.h"
 #include "tpdp/reducer.h"
@@ -123,6 +124,11 @@ struct tpdp_reducer {
   int64_t nbuckets;
   void *arena; /* every bucket's gradients */
   void *spare; /* view mode, rebuild ahead: the rebuilt buckets' arena */
+  /* Host buckets reduced on the communication thread, with the ranks on
+   * one host: arena and spare live in this segment, which every rank
+   * maps, and the thread reduces them with comm_allreduce_shm. NULL: they
+   * are the reducer's own memory. */
+  comm_shm *shm;
   void *half_arena;
   size_t arena_bytes, half_bytes; /* capacities */
   int64_t next_launch;
@@ -184,6 +190,8 @@ tpdp_status dp_build_buckets(tpdp_reducer *r, const tpdp_bucket_assignment *a,
                              void *arena, dp_bucket **out, int64_t *nout);
 /* Wait for work still attached (first failure returned) and free. */
 tpdp_status dp_free_buckets(dp_bucket *b, int64_t nb);
+/* Give the spare arena's memory back (after the rebuild) and forget it. */
+tpdp_status dp_release_spare(tpdp_reducer *r);
 /* Parameters' tensors as an array for tpdp_bucket_assign (caller frees). */
 tpdp_status dp_param_tensors(const tpdp_reducer *r, tpdp_tensor **out);
 

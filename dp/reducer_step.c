@@ -339,9 +339,9 @@ static tpdp_status rebuild(tpdp_reducer *r) {
 rebuilt:
   r->rebuilt = 1;
   r->rebuild_pending = 0;
-  /* The spare arena's last use: the memory goes back now. */
-  st = core_mem_free(r->device, r->spare);
-  r->spare = NULL;
+  /* The spare arena's last use: the memory goes back now (no rank
+   * touches it again: every reduction of the last iteration is over). */
+  st = dp_release_spare(r);
 done:
   if (nb) (void)dp_free_buckets(nb, nnb);
   return st;
@@ -611,8 +611,9 @@ static tpdp_status finalize(tpdp_reducer *r) {
    * as data: it waits for those passes and for the device work queued
    * before them (on one rank, the producer's backward), not for tpdp's own
    * bookkeeping. */
-  tpdp_status ss;
-  DP_TIMED(r, data_seconds, ss, core_mem_sync(r->device, r->stream));
+  tpdp_status ss = TPDP_SUCCESS;
+  if (r->device.type != TPDP_DEVICE_CPU)
+    DP_TIMED(r, data_seconds, ss, core_mem_sync(r->device, r->stream));
   if (st == TPDP_SUCCESS) st = ss;
   if (st != TPDP_SUCCESS) return fail_iteration(r, st);
 

@@ -301,6 +301,11 @@ TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
  * On a communicator of one rank nothing is communicated: no communication
  * thread, no collectives, no rebuild, and no averaging pass when the divide
  * factor is 1 (the default there).
+ * With a communication thread on an MPI communicator whose ranks all run
+ * on one host, the buckets are made in memory those ranks share (a POSIX
+ * shared-memory segment; collective, at create) and reduced there directly
+ * instead of through MPI; TPDP_SHM=0 (on any rank) keeps them in the
+ * reducer's own memory. The grad views then point into that segment.
  * On success *out must be freed with tpdp_reducer_destroy.
  * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_INVALID_ARGUMENT (options->size 0
  * or larger than this library's struct, naming both sizes; an unknown

@@ -154,6 +154,16 @@ inline void MarkAll(tpdp_reducer *r, const std::vector<int> &order) {
 
 inline const std::vector<int> kReverse = {5, 4, 3, 2, 1, 0};
 
+// One synchronised step: prepare, this rank's gradients of `step`, marks in
+// reverse order, finalize; then the mean over all ranks, checked.
+inline void SyncStep(Model &m, tpdp_reducer *r, int rank, int size, int step) {
+  ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
+  WriteGrads(m, rank, step, false);
+  MarkAll(r, kReverse);
+  ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
+  ExpectMean(m, AllRanks(size), {step});
+}
+
 }  // namespace reducer_model
 
 #endif  // TPDP_TESTS_DP_REDUCER_MODEL_H

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/util.h"
+#include "dp/reducer_internal.h"
 #include "tests/dp/reducer_model.h"
 #include "tests/test_util.h"
 
@@ -72,11 +73,7 @@ TEST_P(ReducerModes, AveragedGradientsOverThreeIterations) {
       tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r));
   m.r = r;
   for (int step = 0; step < 3; step++) {
-    ASSERT_TPDP_OK(tpdp_reducer_prepare(r));
-    WriteGrads(m, rank, step, false);
-    MarkAll(r, kReverse);
-    ASSERT_TPDP_OK(tpdp_reducer_finalize(r));
-    ExpectMean(m, AllRanks(size), {step});
+    SyncStep(m, r, rank, size, step);
     if (!GetParam()) {
       for (int p = 0; p < kN; p++)
         EXPECT_EQ(m.params[p].grad.data, (void *)m.gdata[p].data());
@@ -90,6 +87,41 @@ TEST_P(ReducerModes, AveragedGradientsOverThreeIterations) {
   std::vector<std::vector<int64_t>> want = {{5, 4}, {3, 2, 1, 0}};
   EXPECT_EQ(Buckets(r), want);
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+}
+
+// With every rank on one host the communication thread reduces the buckets
+// in shared memory (comm/shm.c); TPDP_SHM=0 keeps them in the reducer's own
+// memory and reduces through MPI. Both give the mean worked out here, before
+// and after the rebuild, which moves view mode's gradients into the spare
+// part of the segment.
+TEST_P(ReducerModes, BucketsInSharedMemoryUnlessTurnedOff) {
+  int rank = tpdp_test::WorldRank(), size = tpdp_test::WorldSize();
+  for (int shm : {1, 0}) {
+    SCOPED_TRACE(shm ? "shared memory" : "TPDP_SHM=0");
+    if (!shm) setenv("TPDP_SHM", "0", 1);
+    Model m(rank);
+    tpdp_reducer_options o = Opts(GetParam());
+    tpdp_reducer *r = nullptr;
+    tpdp_status st =
+        tpdp_reducer_create(tpdp_test::World(), m.params.data(), kN, &o, &r);
+    unsetenv("TPDP_SHM");
+    ASSERT_TPDP_OK(st);
+    m.r = r;
+    ASSERT_EQ(r->shm != nullptr, shm == 1);
+    for (int step = 0; step < 3; step++) {
+      SyncStep(m, r, rank, size, step);
+      if (!shm) continue;
+      const char *lo = static_cast<const char *>(comm_shm_region(r->shm));
+      const char *hi = lo + comm_shm_bytes(r->shm);
+      for (int64_t j = 0; j < r->nbuckets; j++) {
+        const char *b = static_cast<const char *>(r->buckets[j].buf);
+        EXPECT_TRUE(b >= lo && b + r->buckets[j].bytes <= hi)
+            << "bucket " << j << " outside the segment, step " << step;
+      }
+    }
+    EXPECT_EQ(tpdp_reducer_rebuilt(r), 1);
+    EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
+  }
 }
 
 TEST_P(ReducerModes, NoSyncAccumulatesThreeMicroSteps) {
