@@ -47,8 +47,8 @@ static void *thread_main(void *arg) {
    * training thread. Where a core is free it runs at once; where every
    * core is busy it runs at the scheduler's next turn instead of stopping
    * the caller inside tpdp_reducer_mark_ready. On 2 ranks of the 2-core
-   * VM that preemption was 10-40 ms a step of GPT-2 at dp=2 spent inside
-   * mark_ready (0.3-1.8% of the step); with SCHED_BATCH about 0.2 ms. */
+   * VM that preemption was 9-30 ms a step of GPT-2 at dp=2 spent inside
+   * mark_ready (up to 2% of the step); with SCHED_BATCH 0.1-1.7 ms. */
   struct sched_param sp = {0};
   (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
 #endif
