@@ -206,8 +206,11 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
       comm->ops->device_type != TPDP_DEVICE_CPU)
     return TPDP_SUCCESS;
   static _Atomic unsigned counter;
+  /* Zeros where a backend's exchange leaves records unwritten (a test's
+   * fake backend): they read as ranks that decline. */
   shm_record mine, all[SHM_MAX_RANKS];
   memset(&mine, 0, sizeof mine);
+  memset(all, 0, sizeof all);
   mine.ok = shm_wanted();
   mine.host = host_hash();
   mine.bytes = bytes;
