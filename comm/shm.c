@@ -224,6 +224,9 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
     mine.err = ENOMEM;
   }
   tpdp_status st = TPDP_SUCCESS;
+  /* Rank 0's file until it is unlinked: every way out unlinks it (an
+   * exchange that fails, e.g. short of memory, included). */
+  char name[SHM_NAME_BYTES] = "";
   /* Step 1: every rank willing, able, on one host, asking the same. */
   CHECK_GOTO(comm_host_allgather(comm, &mine, sizeof mine, all), st, done);
   int who = 0;
@@ -237,14 +240,15 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   const size_t ctl = control_bytes(comm->size);
   const size_t total = ctl + stride * (size_t)comm->size;
   const uint64_t nonce = all[0].nonce;
-  char name[SHM_NAME_BYTES];
-  segment_name(name, all[0].pid, all[0].counter, nonce);
+  char segment[SHM_NAME_BYTES];
+  segment_name(segment, all[0].pid, all[0].counter, nonce);
   s->map_bytes = total;
   /* Step 2: rank 0 creates and says how it went; step 3: the others map
    * and say how it went. */
   int err = 0;
   if (comm->rank == 0) {
-    err = map_segment(name, total, 1, &s->map);
+    err = map_segment(segment, total, 1, &s->map);
+    if (err == 0) memcpy(name, segment, sizeof name);
     if (err == 0)
       atomic_store_explicit((_Atomic uint64_t *)&((shm_header *)s->map)->nonce,
                             nonce, memory_order_release);
@@ -253,7 +257,7 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   mine.err = err;
   CHECK_GOTO(comm_host_allgather(comm, &mine, sizeof mine, all), st, done);
   if (comm->rank != 0 && all[0].ok) {
-    err = map_segment(name, total, 0, &s->map);
+    err = map_segment(segment, total, 0, &s->map);
     if (err == 0 &&
         atomic_load_explicit((_Atomic uint64_t *)&((shm_header *)s->map)->nonce,
                              memory_order_acquire) != nonce)
@@ -262,7 +266,8 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   mine.ok = all[0].ok && err == 0;
   mine.err = err ? err : all[0].err;
   CHECK_GOTO(comm_host_allgather(comm, &mine, sizeof mine, all), st, done);
-  if (comm->rank == 0 && s->map != NULL) shm_unlink(name);
+  if (name[0] != '\0') shm_unlink(name);
+  name[0] = '\0';
   for (int q = 0; q < comm->size; q++) {
     if (all[q].ok) continue;
     TPDP_INFO(
@@ -291,6 +296,7 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   TPDP_INFO("%s (rank %d): shared-memory segment of %d x %zu bytes", comm->name,
             comm->rank, comm->size, stride);
 done:
+  if (name[0] != '\0') shm_unlink(name);
   comm_shm_free(s);
   return st;
 }

@@ -35,6 +35,20 @@ struct Segment {
   ~Segment() { comm_shm_free(s); }
 };
 
+// Names in /dev/shm of segments that rank 0 (this process, on rank 0)
+// created and did not unlink.
+std::vector<std::string> LeftInDevShm() {
+  std::vector<std::string> left;
+  std::string prefix = "tpdp-" + std::to_string(getpid()) + "-";
+  if (DIR *d = opendir("/dev/shm")) {
+    while (dirent *e = readdir(d))
+      if (std::string(e->d_name).rfind(prefix, 0) == 0)
+        left.push_back(e->d_name);
+    closedir(d);
+  }
+  return left;
+}
+
 // Allreduce `count` elements at byte offset `off` of the region and check
 // every element, and that the guard elements around the buffer kept their
 // value.
@@ -69,15 +83,8 @@ TEST(Shm, SegmentOnEveryRankZeroFilledAndUnlinked) {
   // Rank 0 named the file after its pid and unlinked it once every rank
   // had mapped it (the exchange after the mapping is over on all ranks).
   ASSERT_TPDP_OK(tpdp_barrier(w));
-  if (tpdp_comm_rank(w) == 0) {
-    std::string prefix = "tpdp-" + std::to_string(getpid()) + "-";
-    DIR *d = opendir("/dev/shm");
-    ASSERT_NE(d, nullptr);
-    while (dirent *e = readdir(d))
-      EXPECT_NE(std::string(e->d_name).rfind(prefix, 0), 0u)
-          << "left in /dev/shm: " << e->d_name;
-    closedir(d);
-  }
+  if (tpdp_comm_rank(w) == 0)
+    EXPECT_EQ(LeftInDevShm(), std::vector<std::string>{});
 }
 
 TEST(Shm, AllreduceSumAndAvgEveryCount) {
@@ -179,6 +186,30 @@ TEST(Shm, ARankShortOfMemoryTurnsItOffEverywhere) {
   ASSERT_TPDP_OK(comm_shm_create(w, 4096, &seg.s));
   ASSERT_NE(seg.s, nullptr);
   CheckAllreduce<float>(w, seg.s, 0, 1000, TPDP_F32, TPDP_OP_AVG);
+}
+
+TEST(Shm, AnExchangeShortOfMemoryLeavesNoFile) {
+  // The n-th allocation fails on every rank alike, for every n until the
+  // call gets through: the exchanges after rank 0 made the file allocate
+  // too, and whichever fails, the file is gone.
+  tpdp_comm *w = tpdp_test::World();
+  int failures = 0;
+  for (long n = 1; n < 50; n++) {
+    Segment seg;
+    core_alloc_fail_at(n, 0);
+    tpdp_status st = comm_shm_create(w, 4096, &seg.s);
+    core_alloc_fail_at(0, 0);
+    ASSERT_TPDP_OK(tpdp_barrier(w));
+    if (tpdp_comm_rank(w) == 0)
+      EXPECT_EQ(LeftInDevShm(), std::vector<std::string>{}) << "n = " << n;
+    if (st == TPDP_SUCCESS && seg.s != nullptr) break;
+    if (st != TPDP_SUCCESS) {
+      failures++;
+      EXPECT_EQ(st, TPDP_ERR_OUT_OF_MEMORY) << tpdp_last_error();
+      EXPECT_EQ(seg.s, nullptr);
+    }
+  }
+  EXPECT_GE(failures, 2) << "the exchanges after the file's creation";
 }
 
 TEST(Shm, DiscardedPagesReadAsZeros) {
