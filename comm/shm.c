@@ -80,8 +80,7 @@ typedef struct {
 struct comm_shm {
   char *map;
   size_t map_bytes;
-  size_t stride; /* bytes between two ranks' regions */
-  size_t bytes;  /* usable bytes of each region */
+  size_t bytes; /* usable bytes of each region */
   int rank, size;
   shm_slot *slots;
   char **regions; /* every rank's region in this process */
@@ -278,7 +277,6 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   }
   s->rank = comm->rank;
   s->size = comm->size;
-  s->stride = stride;
   s->bytes = bytes;
   s->slots = (shm_slot *)(s->map + sizeof(shm_header));
   for (int q = 0; q < comm->size; q++)
