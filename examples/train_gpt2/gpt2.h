@@ -108,6 +108,7 @@ typedef struct {
   int hl;     /* heads on this rank */
   int fl;     /* MLP columns on this rank */
   int vl;     /* vocabulary rows on this rank */
+  int v0;     /* the first of them (the CUDA model's kernels need it) */
   int sp;     /* sequence parallel */
   int t0, tl; /* sequence shard (0, T without sp) */
 } gpt2_dims;

@@ -8,7 +8,11 @@ parallelism), bf16 without prefix (tp=2) and f16 (1 rank). n_head 3 and
 vocab 259 do not divide by tp 2; the token file is short enough that the
 loader wraps.
 
-Usage: gpt2_torch_test.py TRAIN_GPT2_BINARY [--skip REASON]
+With --device cuda (scripts/gpu-check, on the lent GPU machine): PyTorch
+on the GPU (TF32 off) against train_gpt2 --device cuda, one rank, the f32
+and f16 files.
+
+Usage: gpt2_torch_test.py TRAIN_GPT2_BINARY [--skip REASON | --device cuda]
 """
 import os
 import re
@@ -26,19 +30,22 @@ LR, WD, BETAS, EPS = 1e-3, 0.1, (0.9, 0.95), 1e-8
 TOL = 1e-4
 
 
-def torch_losses(params, tokens):
+def torch_losses(params, tokens, device="cpu"):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
-    p = {n: torch.tensor(v, dtype=torch.float32).reshape(s).requires_grad_()
-         for n, (s, v) in params.items()}
+    if device == "cuda":  # strict FP32, as train_gpt2 without --tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    p = {n: torch.tensor(v, dtype=torch.float32, device=device).reshape(s)
+         .requires_grad_() for n, (s, v) in params.items()}
     decay = [t for t in p.values() if t.dim() >= 2]
     no_decay = [t for t in p.values() if t.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
                              {"params": no_decay, "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=EPS)
     hd = C // H
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
 
     def forward(idx, tgt):
         x = p["wte.weight"][idx] + p["wpe.weight"][:T]
@@ -66,7 +73,8 @@ def torch_losses(params, tokens):
     for _ in range(STEPS):
         if pos + B * T + 1 > len(tokens):  # llm.c's loader
             pos = 0
-        buf = torch.tensor(tokens[pos:pos + B * T + 1], dtype=torch.long)
+        buf = torch.tensor(tokens[pos:pos + B * T + 1], dtype=torch.long,
+                           device=device)
         pos += B * T
         loss = forward(buf[:-1].view(B, T), buf[1:].view(B, T))
         losses.append(loss.item())
@@ -95,6 +103,11 @@ def main():
               ["--dp", "2", "--tp", "2", "--sequence-parallel"]),
              ("bf16_tp2", "BF16", "", False, 2, ["--tp", "2"]),
              ("f16_1rank", "F16", "", False, 1, [])]
+    device = "cpu"
+    if len(sys.argv) > 3 and sys.argv[2] == "--device":
+        device = sys.argv[3]
+        cases = [(n + "_" + device, d, pre, x, np, a + ["--device", device])
+                 for n, d, pre, x, np, a in cases if np == 1]
     if len(sys.argv) > 3 and sys.argv[2] == "--skip":
         print("SKIPPED: " + sys.argv[3])
         gf.junit(os.environ.get("XML_OUTPUT_FILE"), "Gpt2Torch",
@@ -102,6 +115,9 @@ def main():
         return 0
     import torch
     print("PyTorch %s" % torch.__version__)
+    if device == "cuda" and not torch.cuda.is_available():
+        print("SKIPPED: this PyTorch has no CUDA device")
+        return 0
     tmp = tempfile.mkdtemp(prefix="gpt2_torch_")
     with open(os.path.abspath(__file__), "rb") as f:
         text = f.read()[:150]  # 150 tokens: B*T+1 = 33 per step, wraps
@@ -116,7 +132,7 @@ def main():
         gf.write_model(d, params, L, C, H, V, P, dtype=dtype, prefix=prefix,
                        mask_buffers=hf_extras, lm_head=hf_extras)
         if dtype not in ref:
-            ref[dtype] = torch_losses(params, tokens)
+            ref[dtype] = torch_losses(params, tokens, device)
         want = ref[dtype]
         rc, got, log = run_gpt2(binary, d, tok_path, np, args)
         fail = None

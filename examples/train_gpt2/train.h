@@ -1,0 +1,195 @@
+/*
+ * Internals of examples/train_gpt2, shared by its files:
+ *
+ *   options.c      flags, their checks, Hugging Face's config.json
+ *   model_setup.c  the module tree with Hugging Face's names, the safetensors
+ *                  file's checks, TP layouts with each rank reading only its
+ *                  slices
+ *   checkpoint.c   --save / --load (sharded checkpoints, any mesh)
+ *   cpu_backend.c  the model and AdamW on the host (gpt2.c, OpenBLAS)
+ *   cuda_backend.c the same on a GPU (gpt2_cuda.cu; --config=cuda only)
+ *   train_gpt2.c   setup, the training loop, the summary, --check, main
+ *
+ * The loop is written once against a gpt2_backend: what differs with
+ * --device (where parameters, gradients, moments and activations live,
+ * which model runs, how TP collectives move data) is its functions. The
+ * module tree, the checkpoints and the cross-rank agreement on errors stay
+ * on the host over the MPI world in both.
+ */
+#ifndef TPDP_EXAMPLES_TRAIN_GPT2_TRAIN_H
+#define TPDP_EXAMPLES_TRAIN_GPT2_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "examples/common/nn_cpu.h"
+#include "examples/common/safetensors.h"
+#include "examples/common/tokens.h"
+#include "examples/common/util.h"
+#include "examples/train_gpt2/gpt2.h"
+#include "tpdp/tpdp.h"
+
+/* ------------------------------------------------------------ options */
+
+/* Flags given on the command line (--load takes the others from the
+ * checkpoint). */
+enum {
+  G_BATCH = 1,
+  G_SEQ = 2,
+  G_LR = 4,
+  G_BETA1 = 8,
+  G_BETA2 = 16,
+  G_EPS = 32,
+  G_WD = 64,
+  G_SEED = 128
+};
+
+typedef struct {
+  const char *model_dir, *data, *device;
+  int dp, tp, batch, seq, steps, sp, check, quiet, tf32;
+  gpt2_config shape; /* the random-init shape (without --model) */
+  int shape_flags;   /* a shape flag was given */
+  nn_adamw_opts adamw;
+  double weight_decay, bucket_mib;
+  unsigned long long seed;
+  const char *save_dir, *load_dir;
+  int save_every;
+  unsigned given; /* G_* */
+} options;
+
+/* 0, 1 after --help, 2 on a usage error (printed). */
+int parse_options(int argc, char **argv, options *o);
+/* Input errors that need no file: the same on every rank. */
+int check_options(const options *o, ex_error *e);
+/* The shape: positive sizes, heads dividing the width (`src` names where
+ * it came from). Fills n_inner's default. */
+int check_shape(gpt2_config *c, const char *src, ex_error *e);
+/* Hugging Face's GPT2Config from DIR/config.json, or from its text. */
+int read_config(const char *dir, gpt2_config *c, ex_error *e);
+int parse_config(const char *text, const char *path, gpt2_config *c,
+                 ex_error *e);
+/* config.json's text for c. */
+void config_json(const gpt2_config *c, char *buf, size_t len);
+
+/* ------------------------------------------------------------ trainer */
+
+typedef struct {
+  double hooks, data, optim;
+  gpt2_timers model;
+  double mark; /* inside reducer mark_ready (the grad_ready callback) */
+  double ckpt; /* saving checkpoints */
+} times;
+
+typedef struct gpt2_backend gpt2_backend;
+
+typedef struct {
+  options o;
+  const gpt2_backend *b;
+  tpdp_comm *comm; /* the host mesh's parent: world, or a 1-rank split */
+  int rank;
+  int print;      /* the tree report and step lines (rank 0, not --quiet) */
+  int summary;    /* the throughput / time / memory lines (rank 0) */
+  int err_agreed; /* err is the same on every rank (rank 0 prints it) */
+  gpt2_config c;
+  char model_path[4096];
+  st_file st;
+  const char *prefix; /* "transformer." or "" in the file */
+  tok_file tok;
+  /* The host mesh (dp x tp over comm): the module tree, checkpoints,
+   * --check's gathers. Its dim communicators move host memory. */
+  tpdp_mesh *mesh;
+  tpdp_comm *dp_comm, *tp_comm;
+  int dp_rank, tp_rank;
+  /* Where the model trains: the reducer's communicator over dp (the host
+   * mesh's, or the device mesh's under cuda), the memory kind, the stream
+   * producing gradients (cuda) or NULL. */
+  tpdp_comm *reduce_comm;
+  tpdp_device device;
+  void *grad_stream;
+  tpdp_module *root, *wte, *sp_module;
+  int np;
+  gpt2_param_info *info;
+  tpdp_param **params;
+  float **storage; /* this program's storage of replicated parameters */
+  float **grad_storage;
+  tpdp_reducer_param *rparams; /* what the reducer and checkpoints see */
+  tpdp_reducer *reducer;
+  char (*fqn)[96];
+  float **P, **G, **m1, **m2; /* the model's (host or device) */
+  /* The specs checkpoints save the model's tensors under: the tree's
+   * (NULL), or the backend's copies naming its device. */
+  tpdp_spec **state_specs;
+  gpt2_dims dims;
+  int fill_failed;       /* fill_shard failed; err says why */
+  int start;             /* the first step (the checkpoint's with --load) */
+  int64_t resume_pos;    /* --load: the data position to go on from */
+  char saved_data[4096]; /* --load without --data: the saved token file */
+  times tm;
+  void *dev;           /* the backend's own state */
+  char model_note[96]; /* appended to the tree report's heading */
+  ex_error err;
+} trainer;
+
+/* What differs with --device. Each returns 0, or nonzero with t->err set
+ * (a failing tpdp call through tpdp_fail). */
+struct gpt2_backend {
+  /* Collective, once the host mesh exists (NULL: nothing to do): the
+   * device's communicators; t->device. */
+  int (*open)(trainer *t);
+  /* After tpdp_pre_dp_transform, with t->dims known: the model, its
+   * parameters (initial values from the host tree), gradients and AdamW
+   * state; t->rparams, P, G, m1, m2, reduce_comm, device, grad_stream.
+   * Called by every rank; failures are agreed on by the caller. */
+  int (*setup)(trainer *t);
+  /* Forward on this rank's rows; the loss comes later (loss). */
+  int (*forward)(trainer *t, const int32_t *inputs, float loss_scale);
+  /* Backward, marking each gradient ready with the reducer. */
+  int (*backward)(trainer *t);
+  /* Order the model after what the reducer queued (cuda), or nothing. */
+  int (*wait_dp)(trainer *t);
+  int (*optimizer_step)(trainer *t, int step); /* step counts from 1 */
+  /* The last forward's summed loss over this rank's rows. */
+  int (*loss)(trainer *t, double *loss_sum);
+  /* The work queued so far is done (timing, checkpoints). */
+  int (*finish)(trainer *t);
+  /* The model's trained parameters into the host tree's tensors (cuda),
+   * before --check gathers them; nothing on the host. */
+  int (*params_to_host)(trainer *t);
+  /* The summary's "time..." line over the timed steps. */
+  void (*print_time)(const trainer *t, const times *tm,
+                     const tpdp_reducer_stats *rs, double comm, double data);
+  /* Frees the model and t->dev (safe after any failure). */
+  void (*release)(trainer *t);
+  /* 1: the module tree's tensors are the model's, so its gradients follow
+   * the reducer's buckets (cpu). */
+  int tree_holds_model;
+};
+
+extern const gpt2_backend gpt2_cpu_backend;
+#ifdef TPDP_EXAMPLES_GPT2_CUDA
+extern const gpt2_backend gpt2_cuda_backend;
+#endif
+
+/* A tpdp call that failed: its message into t->err; returns -1. */
+int tpdp_fail(trainer *t, const char *what, tpdp_status st);
+#define TRY(call)                                             \
+  do {                                                        \
+    tpdp_status st_ = (call);                                 \
+    if (st_ != TPDP_SUCCESS) return tpdp_fail(t, #call, st_); \
+  } while (0)
+
+/* All ranks of t->comm fail together with the lowest failing rank's
+ * message: 0 when none failed, else -1 (and t->err_agreed). */
+int agree(trainer *t, int failed);
+
+/* model_setup.c */
+int check_file(trainer *t);
+int build_tree(trainer *t);
+int parallelize(trainer *t);
+
+/* checkpoint.c */
+int save_checkpoint(trainer *t, int step);
+int read_checkpoint(trainer *t);
+int load_checkpoint(trainer *t);
+
+#endif
