@@ -20,27 +20,28 @@
  * head-sharded views ([C, 3, H, hd], [3, H, hd], [H, hd, C]) under their
  * Conv1D shapes ([C, 3C], [3C], [C, C]): the same bytes. */
 
-/* Weights, then first and second moments, each in Hugging Face's order. */
+/* Weights, then first and second moments, each in Hugging Face's order
+ * (examples/common's AdamW entries). */
 static int build_state(trainer *t, tpdp_state_dict *sd) {
-  char name[160];
-  for (int kind = 0; kind < 3; kind++)
-    for (int i = 0; i < t->np; i++) {
-      const tpdp_spec *spec =
-          t->state_specs ? t->state_specs[i]
-                         : (const tpdp_spec *)tpdp_param_spec(t->params[i]);
-      const tpdp_tensor *p = &t->rparams[i].param;
-      if (kind == 0) {
-        TRY(tpdp_state_dict_add(sd, t->fqn[i], p, spec));
-        continue;
-      }
-      tpdp_tensor m;
-      TRY(tpdp_tensor_init(&m, kind == 1 ? t->m1[i] : t->m2[i], TPDP_F32,
-                           t->device, p->ndim, p->shape));
-      snprintf(name, sizeof name, "optim.%s.%s",
-               kind == 1 ? "exp_avg" : "exp_avg_sq", t->fqn[i]);
-      TRY(tpdp_state_dict_add(sd, name, &m, spec));
-    }
-  return 0;
+  ex_adamw_entry *e = calloc((size_t)t->np, sizeof *e);
+  if (e == NULL) return ex_fail(&t->err, "out of memory");
+  int rc = 0;
+  for (int i = 0; i < t->np && rc == 0; i++) {
+    const tpdp_tensor *p = &t->rparams[i].param;
+    e[i].fqn = t->fqn[i];
+    e[i].spec = t->state_specs
+                    ? t->state_specs[i]
+                    : (const tpdp_spec *)tpdp_param_spec(t->params[i]);
+    e[i].param = *p;
+    if (tpdp_tensor_init(&e[i].exp_avg, t->m1[i], TPDP_F32, t->device, p->ndim,
+                         p->shape) != TPDP_SUCCESS ||
+        tpdp_tensor_init(&e[i].exp_avg_sq, t->m2[i], TPDP_F32, t->device,
+                         p->ndim, p->shape) != TPDP_SUCCESS)
+      rc = tpdp_fail(t, "tpdp_tensor_init", TPDP_ERR_INVALID_ARGUMENT);
+  }
+  if (rc == 0) rc = ex_state_dict_add_adamw(sd, e, t->np, &t->err);
+  free(e);
+  return rc;
 }
 
 /* "consolidate_shapes": the Hugging Face shape of every parameter whose
@@ -76,7 +77,8 @@ static int set_meta(trainer *t, tpdp_state_dict *sd, int step,
   TRY(tpdp_state_dict_set_meta(sd, "step", num));
   snprintf(num, sizeof num, "%lld", (long long)t->tok.pos);
   TRY(tpdp_state_dict_set_meta(sd, "data_pos", num));
-  TRY(tpdp_state_dict_set_meta(sd, "consolidate_exclude", "[\"optim.\"]"));
+  TRY(tpdp_state_dict_set_meta(sd, "consolidate_exclude",
+                               "[\"" EX_OPTIM_PREFIX "\"]"));
   TRY(tpdp_state_dict_set_meta(sd, "consolidate_shapes", shapes));
   return 0;
 }

@@ -109,8 +109,13 @@ int parse_options(int argc, char **argv, options *o) {
       {"load", required_argument, 0, O_LOAD},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+  int c, li = -1;
+  ex_error e;
+  char flag[48];
+  while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
+    /* the flag's name, for the messages of its value */
+    snprintf(flag, sizeof flag, "--%s", li >= 0 ? longopts[li].name : "?");
+    li = -1;
     switch (c) {
       case 'D':
         o->data = optarg;
@@ -119,47 +124,47 @@ int parse_options(int argc, char **argv, options *o) {
         o->model_dir = optarg;
         break;
       case 'd':
-        o->dp = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->dp, &e) != 0) goto bad;
         break;
       case 't':
-        o->tp = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->tp, &e) != 0) goto bad;
         break;
       case 'B':
-        o->batch = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->batch, &e) != 0) goto bad;
         o->given |= G_BATCH;
         break;
       case 'T':
-        o->seq = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->seq, &e) != 0) goto bad;
         o->given |= G_SEQ;
         break;
       case 'S':
-        o->steps = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->steps, &e) != 0) goto bad;
         break;
       case 'r':
-        o->adamw.lr = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->adamw.lr, &e) != 0) goto bad;
         o->given |= G_LR;
         break;
       case O_BETA1:
-        o->adamw.beta1 = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->adamw.beta1, &e) != 0) goto bad;
         o->given |= G_BETA1;
         break;
       case O_BETA2:
-        o->adamw.beta2 = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->adamw.beta2, &e) != 0) goto bad;
         o->given |= G_BETA2;
         break;
       case O_EPS:
-        o->adamw.eps = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->adamw.eps, &e) != 0) goto bad;
         o->given |= G_EPS;
         break;
       case O_WD:
-        o->weight_decay = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->weight_decay, &e) != 0) goto bad;
         o->given |= G_WD;
         break;
       case O_SAVE:
         o->save_dir = optarg;
         break;
       case O_SAVE_EVERY:
-        o->save_every = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->save_every, &e) != 0) goto bad;
         break;
       case O_LOAD:
         o->load_dir = optarg;
@@ -174,7 +179,7 @@ int parse_options(int argc, char **argv, options *o) {
         o->tf32 = 1;
         break;
       case 'm':
-        o->bucket_mib = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->bucket_mib, &e) != 0) goto bad;
         break;
       case 'c':
         o->check = 1;
@@ -183,31 +188,31 @@ int parse_options(int argc, char **argv, options *o) {
         o->quiet = 1;
         break;
       case 's':
-        o->seed = strtoull(optarg, NULL, 10);
+        if (ex_flag_u64(flag, optarg, &o->seed, &e) != 0) goto bad;
         o->given |= G_SEED;
         break;
       case 'L':
-        o->shape.n_layer = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->shape.n_layer, &e) != 0) goto bad;
         o->shape_flags = 1;
         break;
       case 'C':
-        o->shape.n_embd = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->shape.n_embd, &e) != 0) goto bad;
         o->shape_flags = 1;
         break;
       case 'H':
-        o->shape.n_head = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->shape.n_head, &e) != 0) goto bad;
         o->shape_flags = 1;
         break;
       case 'V':
-        o->shape.vocab = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->shape.vocab, &e) != 0) goto bad;
         o->shape_flags = 1;
         break;
       case 'P':
-        o->shape.n_positions = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->shape.n_positions, &e) != 0) goto bad;
         o->shape_flags = 1;
         break;
       case O_INNER:
-        o->shape.n_inner = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->shape.n_inner, &e) != 0) goto bad;
         o->shape_flags = 1;
         break;
       case 'h':
@@ -223,6 +228,9 @@ int parse_options(int argc, char **argv, options *o) {
     return 2;
   }
   return 0;
+bad:
+  fprintf(stderr, "train_gpt2: %s\n", e.msg);
+  return 2;
 }
 
 /* Input errors that do not need a file: the same on every rank. */

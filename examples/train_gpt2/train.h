@@ -25,6 +25,7 @@
 #include "examples/common/nn_cpu.h"
 #include "examples/common/safetensors.h"
 #include "examples/common/tokens.h"
+#include "examples/common/trainer_util.h"
 #include "examples/common/util.h"
 #include "examples/train_gpt2/gpt2.h"
 #include "tpdp/tpdp.h"
@@ -171,12 +172,9 @@ extern const gpt2_backend gpt2_cuda_backend;
 #endif
 
 /* A tpdp call that failed: its message into t->err; returns -1. */
-int tpdp_fail(trainer *t, const char *what, tpdp_status st);
-#define TRY(call)                                             \
-  do {                                                        \
-    tpdp_status st_ = (call);                                 \
-    if (st_ != TPDP_SUCCESS) return tpdp_fail(t, #call, st_); \
-  } while (0)
+#define tpdp_fail(t, what, st) ex_tpdp_fail(&(t)->err, (what), (st))
+/* Return -1 when a tpdp call fails, its message in t->err. */
+#define TRY(call) EX_TRY(&t->err, call)
 
 /* All ranks of t->comm fail together with the lowest failing rank's
  * message: 0 when none failed, else -1 (and t->err_agreed). */

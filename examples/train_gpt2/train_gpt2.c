@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "examples/train_gpt2/train.h"
@@ -56,12 +55,6 @@ int agree(trainer *t, int failed) {
   if (agree_all(t->comm, failed, &t->err) == 0) return 0;
   t->err_agreed = 1;
   return -1;
-}
-
-/* A tpdp call that failed: its message into t->err. */
-int tpdp_fail(trainer *t, const char *what, tpdp_status st) {
-  return ex_fail(&t->err, "%s failed: %s: %s", what, tpdp_status_string(st),
-                 tpdp_last_error());
 }
 
 /* ---- set up and tear down ---- */
@@ -247,27 +240,6 @@ static int gather_param(trainer *t, int i, float *out) {
   return 0;
 }
 
-static void peak_memory_line(trainer *t) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  int size = tpdp_comm_size(t->comm);
-  int64_t *kb = calloc((size_t)size, sizeof *kb);
-  int64_t mine = ru.ru_maxrss;
-  tpdp_tensor s = tpdp_tensor_1d(&mine, TPDP_I64, 1);
-  tpdp_tensor r = tpdp_tensor_1d(kb, TPDP_I64, size);
-  if (kb == NULL || tpdp_allgather(t->comm, &s, &r) != TPDP_SUCCESS) {
-    free(kb);
-    return;
-  }
-  if (t->summary) {
-    printf("peak memory:");
-    for (int i = 0; i < size; i++)
-      printf("%s rank %d %.1f MiB", i ? "," : "", i, kb[i] / 1024.0);
-    printf("\n");
-  }
-  free(kb);
-}
-
 /* One training run over t->comm. out->losses gets each step's loss; with
  * out->params the full parameters land there on rank 0. */
 static int train(trainer *t, run_out *out) {
@@ -444,7 +416,7 @@ static int train(trainer *t, run_out *out) {
         nn_blas_core());
   }
   if (t->summary) fflush(stdout);
-  peak_memory_line(t);
+  ex_peak_memory_line(t->comm, t->summary);
   if (out->want_params || o->check) {
     if (t->b->params_to_host(t) != 0) goto done;
     for (int i = 0; i < t->np; i++)

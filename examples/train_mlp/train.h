@@ -13,6 +13,7 @@
 
 #include <stdio.h>
 
+#include "examples/common/trainer_util.h"
 #include "examples/train_mlp/mlp.h"
 #include "tpdp/tpdp.h"
 
@@ -147,14 +148,15 @@ extern const train_backend train_cuda_backend;
 
 /* On failure of a tpdp call: report it with the rank and go to `fail`
  * (needs `t`, the trainer, in scope). */
-#define TRY(call)                                                          \
-  do {                                                                     \
-    tpdp_status st_ = (call);                                              \
-    if (st_ != TPDP_SUCCESS) {                                             \
-      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s: %s\n", t->rank, \
-              #call, tpdp_status_string(st_), tpdp_last_error());          \
-      goto fail;                                                           \
-    }                                                                      \
+#define TRY(call)                                                    \
+  do {                                                               \
+    tpdp_status st_ = (call);                                        \
+    if (st_ != TPDP_SUCCESS) {                                       \
+      ex_error e_;                                                   \
+      ex_tpdp_fail(&e_, #call, st_);                                 \
+      fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e_.msg); \
+      goto fail;                                                     \
+    }                                                                \
   } while (0)
 
 #endif

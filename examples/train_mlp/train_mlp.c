@@ -86,55 +86,60 @@ static int parse_options(int argc, char **argv, options *o) {
       {"load", required_argument, 0, 'l'},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+  int c, li = -1;
+  ex_error e;
+  char flag[48];
+  while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
+    /* the flag's name, for the messages of its value */
+    snprintf(flag, sizeof flag, "--%s", li >= 0 ? longopts[li].name : "?");
+    li = -1;
     switch (c) {
       case 'd':
-        o->dp = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->dp, &e) != 0) goto bad;
         break;
       case 't':
-        o->tp = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->tp, &e) != 0) goto bad;
         break;
       case 'L':
-        o->layers = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->layers, &e) != 0) goto bad;
         o->given |= OPT_LAYERS;
         break;
       case 'H':
-        o->hidden = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->hidden, &e) != 0) goto bad;
         o->given |= OPT_HIDDEN;
         break;
       case 'W':
-        o->width = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->width, &e) != 0) goto bad;
         o->given |= OPT_WIDTH;
         break;
       case 'I':
-        o->inputs = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->inputs, &e) != 0) goto bad;
         o->given |= OPT_INPUTS;
         break;
       case 'C':
-        o->classes = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->classes, &e) != 0) goto bad;
         o->given |= OPT_CLASSES;
         break;
       case 'B':
-        o->batch = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->batch, &e) != 0) goto bad;
         o->given |= OPT_BATCH;
         break;
       case 'S':
-        o->steps = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->steps, &e) != 0) goto bad;
         break;
       case 'r':
-        o->lr = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->lr, &e) != 0) goto bad;
         o->given |= OPT_LR;
         break;
       case 's':
-        o->seed = strtoull(optarg, NULL, 10);
+        if (ex_flag_u64(flag, optarg, &o->seed, &e) != 0) goto bad;
         o->given |= OPT_SEED;
         break;
       case 'v':
         o->device = optarg;
         break;
       case 'm':
-        o->bucket_mib = atof(optarg);
+        if (ex_flag_double(flag, optarg, &o->bucket_mib, &e) != 0) goto bad;
         break;
       case 'c':
         o->check = 1;
@@ -146,7 +151,7 @@ static int parse_options(int argc, char **argv, options *o) {
         o->save_dir = optarg;
         break;
       case 'e':
-        o->save_every = atoi(optarg);
+        if (ex_flag_int(flag, optarg, &o->save_every, &e) != 0) goto bad;
         break;
       case 'l':
         o->load_dir = optarg;
@@ -183,6 +188,9 @@ static int parse_options(int argc, char **argv, options *o) {
     return 2;
   }
   return 0;
+bad:
+  fprintf(stderr, "train_mlp: %s\n", e.msg);
+  return 2;
 }
 
 /* ------------------------------------------------------------ model tree */
@@ -573,20 +581,25 @@ fail:
 
 /* Weights and AdamW moments of every parameter, as the backend holds them. */
 static int build_state(trainer *t, tpdp_state_dict *sd) {
-  for (int i = 0; i < t->tree.nparams; i++) {
-    const tpdp_spec *spec =
-        (const tpdp_spec *)tpdp_param_spec(t->tree.params[i]);
-    tpdp_tensor m1, m2;
-    char name[128];
-    if (t->b->moment_views(t, i, &m1, &m2) != 0) goto fail;
-    TRY(tpdp_state_dict_add(sd, t->tree.names[i], &t->rparams[i].param, spec));
-    snprintf(name, sizeof name, "optim.exp_avg.%s", t->tree.names[i]);
-    TRY(tpdp_state_dict_add(sd, name, &m1, spec));
-    snprintf(name, sizeof name, "optim.exp_avg_sq.%s", t->tree.names[i]);
-    TRY(tpdp_state_dict_add(sd, name, &m2, spec));
+  int np = t->tree.nparams;
+  ex_adamw_entry *e = calloc((size_t)np, sizeof *e);
+  if (e == NULL) goto fail;
+  for (int i = 0; i < np; i++) {
+    e[i].fqn = t->tree.names[i];
+    e[i].spec = (const tpdp_spec *)tpdp_param_spec(t->tree.params[i]);
+    e[i].param = t->rparams[i].param;
+    if (t->b->moment_views(t, i, &e[i].exp_avg, &e[i].exp_avg_sq) != 0)
+      goto fail;
   }
+  ex_error err;
+  if (ex_state_dict_add_adamw(sd, e, np, &err) != 0) {
+    fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, err.msg);
+    goto fail;
+  }
+  free(e);
   return 0;
 fail:
+  free(e);
   return 1;
 }
 
@@ -838,6 +851,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
            tpdp_reducer_rebuilt(t->dp.reducer) ? "yes" : "no");
     fflush(stdout);
   }
+  if (world != NULL) ex_peak_memory_line(world, t->rank == 0);
 
   exit_code = 0;
   if (o->check) {

@@ -102,6 +102,11 @@ def main():
         ("no_data", ["--model", good, "--data",
                      os.path.join(tmp, "none.bin")],
          ["none.bin: cannot open"]),
+        # flags that are not numbers: usage errors (exit 2)
+        ("steps_not_a_number", ["--model", good, "--steps", "ten"],
+         ["--steps: 'ten' is not an integer"], 2),
+        ("lr_not_a_number", ["--model", good, "--lr", "1e-3x"],
+         ["--lr: '1e-3x' is not a number"], 2),
     ]
 
     # On 2 ranks too: errors found by every rank alike, one found by rank 1
@@ -110,7 +115,9 @@ def main():
     two_ranks = {"missing_tensor", "untied_head", "token_out_of_vocab",
                  "batch_not_divisible", "offsets_past_end", "device_cuda"}
     results = []
-    for name, args, needles in cases:
+    for case in cases:
+        name, args, needles = case[:3]
+        want_rc = case[3] if len(case) > 3 else 1
         for np in (1, 2):
             extra = [] if "--dp" in args else ["--tp", str(np)]
             if (np == 2) != (name in two_ranks) and \
@@ -124,8 +131,8 @@ def main():
             lines = [l for l in err.splitlines() if l.startswith("train_gpt2:")
                      and not l.startswith("train_gpt2: warning:")]
             fail = None
-            if rc != 1 and not (np == 2 and rc != 0):
-                fail = "exit code %d, expected 1" % rc
+            if rc != want_rc and not (np == 2 and rc != 0):
+                fail = "exit code %d, expected %d" % (rc, want_rc)
             elif len(lines) != 1:
                 fail = "expected one train_gpt2 error line, got %d: %r" % (
                     len(lines), lines)

@@ -1,0 +1,92 @@
+/* examples/common/trainer_util.h: what the example trainers share. */
+#include "examples/common/trainer_util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+
+static int not_a(const char *flag, const char *text, const char *kind,
+                 ex_error *e) {
+  return ex_fail(e, "%s: '%s' is not %s", flag, text, kind);
+}
+
+int ex_flag_int(const char *flag, const char *text, int *out, ex_error *e) {
+  char *end = NULL;
+  errno = 0;
+  long v = strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX)
+    return not_a(flag, text, "an integer", e);
+  *out = (int)v;
+  return 0;
+}
+
+int ex_flag_double(const char *flag, const char *text, double *out,
+                   ex_error *e) {
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (end == text || *end != '\0' || errno != 0 || !isfinite(v))
+    return not_a(flag, text, "a number", e);
+  *out = v;
+  return 0;
+}
+
+int ex_flag_u64(const char *flag, const char *text, unsigned long long *out,
+                ex_error *e) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || text[0] == '-')
+    return not_a(flag, text, "a non-negative integer", e);
+  *out = v;
+  return 0;
+}
+
+int ex_tpdp_fail(ex_error *e, const char *what, tpdp_status st) {
+  return ex_fail(e, "%s failed: %s: %s", what, tpdp_status_string(st),
+                 tpdp_last_error());
+}
+
+int ex_state_dict_add_adamw(tpdp_state_dict *sd, const ex_adamw_entry *entries,
+                            int n, ex_error *e) {
+  static const char *const kinds[3] = {NULL, "exp_avg", "exp_avg_sq"};
+  char name[320];
+  for (int kind = 0; kind < 3; kind++)
+    for (int i = 0; i < n; i++) {
+      const ex_adamw_entry *x = &entries[i];
+      const tpdp_tensor *t = kind == 0   ? &x->param
+                             : kind == 1 ? &x->exp_avg
+                                         : &x->exp_avg_sq;
+      if (kind == 0)
+        snprintf(name, sizeof name, "%s", x->fqn);
+      else
+        snprintf(name, sizeof name, EX_OPTIM_PREFIX "%s.%s", kinds[kind],
+                 x->fqn);
+      EX_TRY(e, tpdp_state_dict_add(sd, name, t, x->spec));
+    }
+  return 0;
+}
+
+void ex_peak_memory_line(tpdp_comm *comm, int print) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  int size = tpdp_comm_size(comm);
+  int64_t *kb = calloc((size_t)size, sizeof *kb);
+  int64_t mine = ru.ru_maxrss;
+  tpdp_tensor s = tpdp_tensor_1d(&mine, TPDP_I64, 1);
+  tpdp_tensor r = tpdp_tensor_1d(kb, TPDP_I64, size);
+  if (kb == NULL || tpdp_allgather(comm, &s, &r) != TPDP_SUCCESS) {
+    free(kb);
+    return;
+  }
+  if (print) {
+    printf("peak memory:");
+    for (int i = 0; i < size; i++)
+      printf("%s rank %d %.1f MiB", i ? "," : "", i, kb[i] / 1024.0);
+    printf("\n");
+  }
+  free(kb);
+}

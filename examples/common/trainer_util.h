@@ -1,0 +1,59 @@
+/*
+ * What the example trainers (examples/train_mlp, examples/train_gpt2)
+ * share beyond the model math: numeric flags that reject what is not a
+ * number, a failed tpdp call turned into one message, the checkpoint
+ * entries of a model trained with AdamW (PyTorch's optimizer state names),
+ * and the per-rank peak memory line.
+ */
+#ifndef TPDP_EXAMPLES_COMMON_TRAINER_UTIL_H
+#define TPDP_EXAMPLES_COMMON_TRAINER_UTIL_H
+
+#include <stdint.h>
+
+#include "examples/common/util.h"
+#include "tpdp/tpdp.h"
+
+/* The value of flag `flag` (e.g. "--steps") from its text: the whole text
+ * must be a number of the type (an int within int's range, a finite
+ * double, an unsigned 64-bit integer). 0, or -1 with e naming the flag
+ * and the text. */
+int ex_flag_int(const char *flag, const char *text, int *out, ex_error *e);
+int ex_flag_double(const char *flag, const char *text, double *out,
+                   ex_error *e);
+int ex_flag_u64(const char *flag, const char *text, unsigned long long *out,
+                ex_error *e);
+
+/* A tpdp call that failed: "<what> failed: <STATUS>: <tpdp_last_error()>"
+ * into e; returns -1. */
+int ex_tpdp_fail(ex_error *e, const char *what, tpdp_status st);
+/* Return -1 from the enclosing function when `call` fails, its message in
+ * e (an ex_error *). */
+#define EX_TRY(e, call)                                            \
+  do {                                                             \
+    tpdp_status st_ = (call);                                      \
+    if (st_ != TPDP_SUCCESS) return ex_tpdp_fail((e), #call, st_); \
+  } while (0)
+
+/* One parameter of a model trained with AdamW, as checkpoints hold it. */
+typedef struct {
+  const char *fqn;
+  const tpdp_spec *spec; /* NULL: a plain (replicated) tensor */
+  tpdp_tensor param, exp_avg, exp_avg_sq;
+} ex_adamw_entry;
+
+/* The prefix of the optimizer state's names (a checkpoint's
+ * "consolidate_exclude" leaves them out of a consolidated model). */
+#define EX_OPTIM_PREFIX "optim."
+
+/* Adds the n parameters under their FQNs, then their first moments as
+ * "optim.exp_avg.<fqn>", then their second moments as
+ * "optim.exp_avg_sq.<fqn>" (torch.optim.AdamW's state names), each sharded
+ * as its parameter. 0, or -1 with the failing call in e. */
+int ex_state_dict_add_adamw(tpdp_state_dict *sd, const ex_adamw_entry *entries,
+                            int n, ex_error *e);
+
+/* Collective over comm: every rank's peak resident memory (getrusage),
+ * printed by rank 0 when `print` as "peak memory: rank 0 X MiB, ...". */
+void ex_peak_memory_line(tpdp_comm *comm, int print);
+
+#endif
