@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "examples/common/nn_cuda.h"
+#include "examples/common/nn_cuda_check.cuh"
 
 // ------------------------------------------------------------ errors
 
 static thread_local char g_err[640];
 
-static int set_err(const char *fmt, ...) {
+extern "C" int nn_cuda_fail(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(g_err, sizeof g_err, fmt, ap);
@@ -24,29 +24,6 @@ static int set_err(const char *fmt, ...) {
 }
 
 extern "C" const char *nn_cuda_last_error(void) { return g_err; }
-
-#define CUDA_TRY(call)                                             \
-  do {                                                             \
-    cudaError_t e_ = (call);                                       \
-    if (e_ != cudaSuccess)                                         \
-      return set_err("%s: %s (%s)", #call, cudaGetErrorString(e_), \
-                     cudaGetErrorName(e_));                        \
-  } while (0)
-
-#define CUBLAS_TRY(call)                                          \
-  do {                                                            \
-    cublasStatus_t s_ = (call);                                   \
-    if (s_ != CUBLAS_STATUS_SUCCESS)                              \
-      return set_err("%s: %s", #call, cublasGetStatusString(s_)); \
-  } while (0)
-
-// A kernel launch: launch errors now, execution errors at the next wait.
-#define LAUNCHED(name)                                                   \
-  do {                                                                   \
-    cudaError_t e_ = cudaGetLastError();                                 \
-    if (e_ != cudaSuccess)                                               \
-      return set_err("launching %s: %s", #name, cudaGetErrorString(e_)); \
-  } while (0)
 
 static cudaStream_t S(void *stream) { return (cudaStream_t)stream; }
 
@@ -79,22 +56,22 @@ extern "C" int nn_cuda_alloc(void **ptr, size_t bytes, const char *what) {
     cudaGetDevice(&dev);
     cudaMemGetInfo(&free_b, &total_b);
     *ptr = NULL;
-    return set_err(
+    return nn_cuda_fail(
         "out of GPU memory allocating %.2f GiB for %s on cuda:%d (%.2f GiB "
         "free of %.2f GiB)",
         gib(bytes), what, dev, gib(free_b), gib(total_b));
   }
   if (e != cudaSuccess) {
     *ptr = NULL;
-    return set_err("cudaMalloc(%zu bytes) for %s: %s", bytes + 16, what,
-                   cudaGetErrorString(e));
+    return nn_cuda_fail("cudaMalloc(%zu bytes) for %s: %s", bytes + 16, what,
+                        cudaGetErrorString(e));
   }
   e = cudaMemset(*ptr, 0, bytes + 16);
   if (e != cudaSuccess) {
     cudaFree(*ptr);
     *ptr = NULL;
-    return set_err("cudaMemset(%zu bytes) for %s: %s", bytes + 16, what,
-                   cudaGetErrorString(e));
+    return nn_cuda_fail("cudaMemset(%zu bytes) for %s: %s", bytes + 16, what,
+                        cudaGetErrorString(e));
   }
   return 0;
 }
@@ -109,8 +86,8 @@ extern "C" int nn_cuda_alloc_host(void **ptr, size_t bytes, const char *what) {
   if (e != cudaSuccess) {
     cudaGetLastError();
     *ptr = NULL;
-    return set_err("cudaMallocHost(%zu bytes) for %s: %s", bytes + 16, what,
-                   cudaGetErrorString(e));
+    return nn_cuda_fail("cudaMallocHost(%zu bytes) for %s: %s", bytes + 16,
+                        what, cudaGetErrorString(e));
   }
   memset(*ptr, 0, bytes + 16);
   return 0;
@@ -178,8 +155,8 @@ extern "C" int nn_cuda_stream_wait(void *waiter, void *producer) {
   if (e == cudaSuccess) e = cudaStreamWaitEvent(S(waiter), ev, 0);
   cudaEventDestroy(ev);  // released once the wait has been satisfied
   if (e != cudaSuccess)
-    return set_err("cudaEventRecord/cudaStreamWaitEvent: %s",
-                   cudaGetErrorString(e));
+    return nn_cuda_fail("cudaEventRecord/cudaStreamWaitEvent: %s",
+                        cudaGetErrorString(e));
   return 0;
 }
 
@@ -226,8 +203,8 @@ extern "C" int nn_cuda_blas_create(void **handle, void *stream, int tf32) {
         h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
   if (s != CUBLAS_STATUS_SUCCESS) {
     cublasDestroy(h);
-    return set_err("cublasSetStream/cublasSetMathMode: %s",
-                   cublasGetStatusString(s));
+    return nn_cuda_fail("cublasSetStream/cublasSetMathMode: %s",
+                        cublasGetStatusString(s));
   }
   *handle = h;
   return 0;

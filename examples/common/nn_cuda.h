@@ -27,6 +27,9 @@ extern "C" {
 
 /* The message of the last failure on this thread ("" if none). */
 const char *nn_cuda_last_error(void);
+/* Records a failure's message (printf format) for nn_cuda_last_error and
+ * returns 1: the models built on these kernels report through it too. */
+int nn_cuda_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---------------------------------------------------------- device */
 

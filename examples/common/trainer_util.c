@@ -2,6 +2,7 @@
 #include "examples/common/trainer_util.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +44,70 @@ int ex_flag_u64(const char *flag, const char *text, unsigned long long *out,
     return not_a(flag, text, "a non-negative integer", e);
   *out = v;
   return 0;
+}
+
+int ex_parse_flags(int argc, char **argv, const char *prog,
+                   const ex_flag *flags, int n, unsigned *given,
+                   void (*usage)(FILE *out)) {
+  struct option *longopts = calloc((size_t)n + 2, sizeof *longopts);
+  if (longopts == NULL) {
+    fprintf(stderr, "%s: out of memory\n", prog);
+    return 2;
+  }
+  for (int i = 0; i < n; i++)
+    longopts[i] = (struct option){
+        flags[i].name,
+        flags[i].kind == EX_FLAG_SWITCH ? no_argument : required_argument, 0,
+        256 + i};
+  longopts[n] = (struct option){"help", no_argument, 0, 'h'};
+  ex_error e;
+  int c, rc = 0;
+  optind = 1;
+  while (rc == 0 && (c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      rc = 1;
+      break;
+    }
+    if (c < 256 || c >= 256 + n) {
+      usage(stderr);
+      rc = 2;
+      break;
+    }
+    const ex_flag *f = &flags[c - 256];
+    char name[64];
+    snprintf(name, sizeof name, "--%s", f->name);
+    int bad = 0;
+    switch (f->kind) {
+      case EX_FLAG_INT:
+        bad = ex_flag_int(name, optarg, f->value, &e);
+        break;
+      case EX_FLAG_DOUBLE:
+        bad = ex_flag_double(name, optarg, f->value, &e);
+        break;
+      case EX_FLAG_U64:
+        bad = ex_flag_u64(name, optarg, f->value, &e);
+        break;
+      case EX_FLAG_STRING:
+        *(const char **)f->value = optarg;
+        break;
+      case EX_FLAG_SWITCH:
+        *(int *)f->value = 1;
+        break;
+    }
+    if (bad) {
+      fprintf(stderr, "%s: %s\n", prog, e.msg);
+      rc = 2;
+    } else if (given != NULL) {
+      *given |= f->bit;
+    }
+  }
+  if (rc == 0 && optind < argc) {
+    fprintf(stderr, "%s: unexpected argument '%s'\n", prog, argv[optind]);
+    rc = 2;
+  }
+  free(longopts);
+  return rc;
 }
 
 int ex_tpdp_fail(ex_error *e, const char *what, tpdp_status st) {

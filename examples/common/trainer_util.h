@@ -9,9 +9,35 @@
 #define TPDP_EXAMPLES_COMMON_TRAINER_UTIL_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "examples/common/util.h"
 #include "tpdp/tpdp.h"
+
+/* A program's flags as a table: --name VALUE (or --name for a switch),
+ * parsed by ex_parse_flags. */
+typedef enum {
+  EX_FLAG_INT,    /* int *value */
+  EX_FLAG_DOUBLE, /* double *value */
+  EX_FLAG_U64,    /* unsigned long long *value */
+  EX_FLAG_STRING, /* const char **value (argv's text) */
+  EX_FLAG_SWITCH  /* int *value, set to 1; takes no value */
+} ex_flag_kind;
+typedef struct {
+  const char *name; /* without the dashes: "steps" */
+  ex_flag_kind kind;
+  void *value;
+  unsigned bit; /* or'ed into *given when the flag appears (0: none) */
+} ex_flag;
+
+/* Parses argv (getopt_long) against `flags` and --help. `prog` prefixes
+ * the messages. Returns 0, 1 after --help (usage(stdout)), or 2 on a
+ * usage error (the message, naming the flag and its text, and
+ * usage(stderr) on stderr). *given (may be NULL) gathers the bits of the
+ * flags that appeared. */
+int ex_parse_flags(int argc, char **argv, const char *prog,
+                   const ex_flag *flags, int n, unsigned *given,
+                   void (*usage)(FILE *out));
 
 /* The value of flag `flag` (e.g. "--steps") from its text: the whole text
  * must be a number of the type (an int within int's range, a finite

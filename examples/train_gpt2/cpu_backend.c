@@ -82,15 +82,6 @@ static int op_cross_entropy(void *ctx, float *logits, const int32_t *targets,
                             : tpdp_fail(t, "tpdp_tp_vocab_cross_entropy", st);
 }
 
-/* A gradient is final: the reducer may start its bucket. */
-static int op_grad_ready(void *ctx, int i) {
-  trainer *t = ctx;
-  double t0 = ex_now();
-  tpdp_status st = tpdp_reducer_mark_ready(t->reducer, i);
-  t->tm.mark += ex_now() - t0;
-  return st == TPDP_SUCCESS ? 0 : tpdp_fail(t, "tpdp_reducer_mark_ready", st);
-}
-
 static void cpu_release(trainer *t) {
   cpu_state *c = t->dev;
   if (c != NULL && c->model_ready) gpt2_model_free(&c->model);
@@ -126,7 +117,7 @@ static int cpu_setup(trainer *t) {
   c->model_ready = 1;
   c->ops = (gpt2_ops){
       t,        op_allreduce,      op_seq_gather,    op_seq_reduce_scatter,
-      op_embed, op_embed_backward, op_cross_entropy, op_grad_ready};
+      op_embed, op_embed_backward, op_cross_entropy, trainer_grad_ready};
   return 0;
 }
 

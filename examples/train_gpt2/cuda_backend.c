@@ -139,15 +139,6 @@ static int op_seq_reduce_scatter(void *ctx, const float *full, float *shard,
   return 0;
 }
 
-/* A gradient is queued: the reducer orders its bucket after the stream. */
-static int op_grad_ready(void *ctx, int i) {
-  trainer *t = ctx;
-  double t0 = ex_now();
-  tpdp_status st = tpdp_reducer_mark_ready(t->reducer, i);
-  t->tm.mark += ex_now() - t0;
-  return st == TPDP_SUCCESS ? 0 : tpdp_fail(t, "tpdp_reducer_mark_ready", st);
-}
-
 /* ---- the backend ---- */
 
 /* Collective: the NCCL communicator and the device mesh. */
@@ -240,7 +231,7 @@ static int cuda_setup(trainer *t) {
     c->sp_one = b;
   }
   c->ops = (gpt2_cuda_ops){t, op_allreduce, op_seq_gather,
-                           op_seq_reduce_scatter, op_grad_ready};
+                           op_seq_reduce_scatter, trainer_grad_ready};
   return 0;
 }
 

@@ -168,12 +168,8 @@ void gpt2_init_box(const gpt2_config *c, int i, uint64_t seed, int ndim,
 
 /* ------------------------------------------------------------ buffers */
 
-typedef struct {
-  int64_t N, Nl, C, E, L, F, V, T, B, hl;
-} sizes;
-
-static sizes sizes_of(const gpt2_dims *d) {
-  sizes s;
+gpt2_sizes gpt2_sizes_of(const gpt2_dims *d) {
+  gpt2_sizes s;
   s.B = d->B;
   s.T = d->T;
   s.N = (int64_t)d->B * d->T;
@@ -187,42 +183,16 @@ static sizes sizes_of(const gpt2_dims *d) {
   return s;
 }
 
-/* Every activation buffer with its size in floats (sp-only ones are 0
- * without sp). */
-#define GPT2_BUFFERS(X)              \
-  X(x0, d->sp ? s.N *s.C : 0)        \
-  X(resid, (s.L + 1) * s.Nl * s.C)   \
-  X(resid2, s.L *s.Nl *s.C)          \
-  X(ln1, s.L *s.Nl *s.C)             \
-  X(ln2, s.L *s.Nl *s.C)             \
-  X(ln1_stats, s.L * 2 * s.Nl)       \
-  X(ln2_stats, s.L * 2 * s.Nl)       \
-  X(ln1g, d->sp ? s.L *s.N *s.C : 0) \
-  X(ln2g, d->sp ? s.L *s.N *s.C : 0) \
-  X(qkv, s.L *s.N * 3 * s.E)         \
-  X(att, s.L *s.B *s.hl *s.T *s.T)   \
-  X(atty, s.L *s.N *s.E)             \
-  X(fch, s.L *s.N *s.F)              \
-  X(fcg, s.L *s.N *s.F)              \
-  X(lnf, s.Nl *s.C)                  \
-  X(lnf_stats, 2 * s.Nl)             \
-  X(lnfg, d->sp ? s.N *s.C : 0)      \
-  X(logits, s.N *s.V)                \
-  X(tmp, s.N *s.C)                   \
-  X(tmp2, d->sp ? s.Nl *s.C : 0)     \
-  X(dresid, s.Nl *s.C)               \
-  X(dfull, s.N *s.C)                 \
-  X(dtmp, s.N *s.C)                  \
-  X(dqkv, s.N * 3 * s.E)             \
-  X(datty, s.N *s.E)                 \
-  X(dfc, s.N *s.F)                   \
+/* gpt2.h's buffers plus the attention backward's [T, T] scratch. */
+#define CPU_BUFFERS(X)           \
+  GPT2_BUFFERS(X, s, d->sp, s.V) \
   X(dscore, s.T *s.T)
 
 int64_t gpt2_activation_bytes(const gpt2_dims *d) {
-  sizes s = sizes_of(d);
+  gpt2_sizes s = gpt2_sizes_of(d);
   int64_t n = 0;
 #define ADD(name, count) n += (count);
-  GPT2_BUFFERS(ADD)
+  CPU_BUFFERS(ADD)
 #undef ADD
   return n * (int64_t)sizeof(float);
 }
@@ -232,14 +202,14 @@ int gpt2_model_init(gpt2_model *m, const gpt2_dims *d, float **P, float **G) {
   m->d = *d;
   m->P = P;
   m->G = G;
-  sizes s = sizes_of(d);
+  gpt2_sizes s = gpt2_sizes_of(d);
   int ok = 1;
   /* +1: a valid pointer for empty shards (no head, no vocabulary row) and
    * for the sequence-parallel buffers a run without it never uses */
 #define ALLOC(name, count)                              \
   m->name = calloc((size_t)(count) + 1, sizeof(float)); \
   ok &= m->name != NULL;
-  GPT2_BUFFERS(ALLOC)
+  CPU_BUFFERS(ALLOC)
 #undef ALLOC
   if (!ok) {
     gpt2_model_free(m);
@@ -250,7 +220,7 @@ int gpt2_model_init(gpt2_model *m, const gpt2_dims *d, float **P, float **G) {
 
 void gpt2_model_free(gpt2_model *m) {
 #define FREE(name, count) free(m->name);
-  GPT2_BUFFERS(FREE)
+  CPU_BUFFERS(FREE)
 #undef FREE
   memset(m, 0, sizeof *m);
 }
@@ -368,7 +338,7 @@ int gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
                  float loss_scale, const gpt2_ops *ops, double *loss_sum,
                  gpt2_timers *t) {
   const gpt2_dims *d = &m->d;
-  const sizes s = sizes_of(d);
+  const gpt2_sizes s = gpt2_sizes_of(d);
   const int C = d->c.n_embd, N = (int)s.N, Nl = (int)s.Nl;
   const int E = (int)s.E, F = d->fl;
   float **P = m->P;
@@ -474,7 +444,7 @@ static void colsum(const float *src, float *dst, int rows, int C) {
 
 int gpt2_backward(gpt2_model *m, const gpt2_ops *ops, gpt2_timers *t) {
   const gpt2_dims *d = &m->d;
-  const sizes s = sizes_of(d);
+  const gpt2_sizes s = gpt2_sizes_of(d);
   const int C = d->c.n_embd, N = (int)s.N, Nl = (int)s.Nl;
   const int E = (int)s.E, F = d->fl, L = d->c.n_layer;
   float **P = m->P, **G = m->G;

@@ -113,6 +113,46 @@ typedef struct {
   int t0, tl; /* sequence shard (0, T without sp) */
 } gpt2_dims;
 
+/* A rank's sizes, from its dims: rows N = B*T (Nl = B*tl on this rank's
+ * sequence shard), width C, local heads' width E = hl*hd, layers L, local
+ * MLP width F, local vocabulary V. */
+typedef struct {
+  int64_t N, Nl, C, E, L, F, V, T, B, hl;
+} gpt2_sizes;
+gpt2_sizes gpt2_sizes_of(const gpt2_dims *d);
+
+/* X(name, floats) for every activation buffer of gpt2_model, which the
+ * CUDA model (gpt2_cuda.h) keeps too: s a gpt2_sizes, sp sequence
+ * parallelism (the sp-only buffers are empty without it), logits_ld the
+ * logits' row pitch (V on the CPU). */
+#define GPT2_BUFFERS(X, s, sp, logits_ld)    \
+  X(x0, (sp) ? (s).N *(s).C : 0)             \
+  X(resid, ((s).L + 1) * (s).Nl * (s).C)     \
+  X(resid2, (s).L *(s).Nl *(s).C)            \
+  X(ln1, (s).L *(s).Nl *(s).C)               \
+  X(ln2, (s).L *(s).Nl *(s).C)               \
+  X(ln1_stats, (s).L * 2 * (s).Nl)           \
+  X(ln2_stats, (s).L * 2 * (s).Nl)           \
+  X(ln1g, (sp) ? (s).L *(s).N *(s).C : 0)    \
+  X(ln2g, (sp) ? (s).L *(s).N *(s).C : 0)    \
+  X(qkv, (s).L *(s).N * 3 * (s).E)           \
+  X(att, (s).L *(s).B *(s).hl *(s).T *(s).T) \
+  X(atty, (s).L *(s).N *(s).E)               \
+  X(fch, (s).L *(s).N *(s).F)                \
+  X(fcg, (s).L *(s).N *(s).F)                \
+  X(lnf, (s).Nl *(s).C)                      \
+  X(lnf_stats, 2 * (s).Nl)                   \
+  X(lnfg, (sp) ? (s).N *(s).C : 0)           \
+  X(logits, (s).N *(logits_ld))              \
+  X(tmp, (s).N *(s).C)                       \
+  X(tmp2, (sp) ? (s).Nl *(s).C : 0)          \
+  X(dresid, (s).Nl *(s).C)                   \
+  X(dfull, (s).N *(s).C)                     \
+  X(dtmp, (s).N *(s).C)                      \
+  X(dqkv, (s).N * 3 * (s).E)                 \
+  X(datty, (s).N *(s).E)                     \
+  X(dfc, (s).N *(s).F)
+
 /* Seconds the model adds to: compute (everything but the callbacks other
  * than cross_entropy) and TP communication (inside them). */
 typedef struct {

@@ -30,64 +30,21 @@ static double now(void) {
 
 // ------------------------------------------------------------ sizes
 
-typedef struct {
-  int64_t N, Nl, C, E, L, F, V, T, B, hl;
-} sizes;
-
-static sizes sizes_of(const gpt2_dims *d) {
-  sizes s;
-  s.B = d->B;
-  s.T = d->T;
-  s.N = (int64_t)d->B * d->T;
-  s.Nl = (int64_t)d->B * d->tl;
-  s.C = d->c.n_embd;
-  s.E = (int64_t)d->hl * d->hd;
-  s.L = d->c.n_layer;
-  s.F = d->fl;
-  s.V = d->vl;
-  s.hl = d->hl;
-  return s;
-}
-
 static int64_t logits_pitch(const gpt2_dims *d) {
   return ((int64_t)d->vl + 63) / 64 * 64;  // aligned rows for cuBLAS
 }
 
-// Every device buffer of floats with its count (sp-only ones are 0
-// without sp), as gpt2.c's GPT2_BUFFERS plus the column sums' scratch.
+// gpt2.h's buffers (the logits pitched), the attention backward's
+// scratch for all rows at once, the column sums' scratch and the
+// cross-entropy's per-row maxima.
 #define GPT2_CUDA_BUFFERS(X)                  \
-  X(x0, d->sp ? s.N *s.C : 0)                 \
-  X(resid, (s.L + 1) * s.Nl * s.C)            \
-  X(resid2, s.L *s.Nl *s.C)                   \
-  X(ln1, s.L *s.Nl *s.C)                      \
-  X(ln2, s.L *s.Nl *s.C)                      \
-  X(ln1_stats, s.L * 2 * s.Nl)                \
-  X(ln2_stats, s.L * 2 * s.Nl)                \
-  X(ln1g, d->sp ? s.L *s.N *s.C : 0)          \
-  X(ln2g, d->sp ? s.L *s.N *s.C : 0)          \
-  X(qkv, s.L *s.N * 3 * s.E)                  \
-  X(att, s.L *s.B *s.hl *s.T *s.T)            \
-  X(atty, s.L *s.N *s.E)                      \
-  X(fch, s.L *s.N *s.F)                       \
-  X(fcg, s.L *s.N *s.F)                       \
-  X(lnf, s.Nl *s.C)                           \
-  X(lnf_stats, 2 * s.Nl)                      \
-  X(lnfg, d->sp ? s.N *s.C : 0)               \
-  X(logits, s.N *logits_pitch(d))             \
-  X(tmp, s.N *s.C)                            \
-  X(tmp2, d->sp ? s.Nl *s.C : 0)              \
-  X(dresid, s.Nl *s.C)                        \
-  X(dfull, s.N *s.C)                          \
-  X(dtmp, s.N *s.C)                           \
-  X(dqkv, s.N * 3 * s.E)                      \
-  X(datty, s.N *s.E)                          \
-  X(dfc, s.N *s.F)                            \
+  GPT2_BUFFERS(X, s, d->sp, logits_pitch(d))  \
   X(dscore, s.B *s.hl *s.T *s.T)              \
   X(colsum_scratch, colsum_scratch_floats(s)) \
   X(row_max, s.N)                             \
   X(row_gmax, s.N)
 
-static int64_t colsum_scratch_floats(const sizes &s) {
+static int64_t colsum_scratch_floats(const gpt2_sizes &s) {
   // The widest column sum: LayerNorm's two over C, a bias over 3E or F.
   int64_t w = 2 * s.C;
   if (3 * s.E > w) w = 3 * s.E;
@@ -97,7 +54,7 @@ static int64_t colsum_scratch_floats(const sizes &s) {
 }
 
 extern "C" int64_t gpt2_cuda_activation_bytes(const gpt2_dims *d) {
-  sizes s = sizes_of(d);
+  gpt2_sizes s = gpt2_sizes_of(d);
   int64_t n = 0;
 #define ADD(name, count) n += (int64_t)(count);
   GPT2_CUDA_BUFFERS(ADD)
@@ -127,7 +84,7 @@ static int host_alloc(T **p, int64_t count, const char *what) {
 
 static int model_alloc(gpt2_cuda_model *m) {
   const gpt2_dims *d = &m->d;
-  sizes s = sizes_of(d);
+  gpt2_sizes s = gpt2_sizes_of(d);
 #define ALLOC(name, count) TRY(dev_alloc(&m->name, (count), #name));
   GPT2_CUDA_BUFFERS(ALLOC)
 #undef ALLOC
@@ -361,7 +318,7 @@ extern "C" int gpt2_cuda_forward(gpt2_cuda_model *m, const int32_t *inputs,
                                  const int32_t *targets, float loss_scale,
                                  const gpt2_cuda_ops *ops, gpt2_timers *t) {
   const gpt2_dims *d = &m->d;
-  const sizes s = sizes_of(d);
+  const gpt2_sizes s = gpt2_sizes_of(d);
   const int64_t C = s.C, N = s.N, Nl = s.Nl, E = s.E, F = s.F;
   float **P = m->P;
   void *st = m->stream;
@@ -484,7 +441,7 @@ static int upload_plan(gpt2_cuda_model *m, int *segments) {
 extern "C" int gpt2_cuda_backward(gpt2_cuda_model *m, const gpt2_cuda_ops *ops,
                                   gpt2_timers *t) {
   const gpt2_dims *d = &m->d;
-  const sizes s = sizes_of(d);
+  const gpt2_sizes s = gpt2_sizes_of(d);
   const int64_t C = s.C, N = s.N, Nl = s.Nl, E = s.E, F = s.F, L = s.L;
   float **P = m->P, **G = m->G;
   void *st = m->stream;

@@ -1,7 +1,6 @@
 /* examples/train_gpt2: flags, their checks, and Hugging Face's
  * config.json (see train.h). */
 #include <cjson/cJSON.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,171 +65,39 @@ int parse_options(int argc, char **argv, options *o) {
   o->adamw = (nn_adamw_opts){3e-4, 0.9, 0.95, 1e-8};
   o->bucket_mib = 25;
   o->seed = 1;
-  enum {
-    O_BETA1 = 256,
-    O_BETA2,
-    O_EPS,
-    O_WD,
-    O_SP,
-    O_INNER,
-    O_SAVE,
-    O_SAVE_EVERY,
-    O_LOAD,
-    O_TF32
+  const ex_flag flags[] = {
+      {"data", EX_FLAG_STRING, &o->data, 0},
+      {"model", EX_FLAG_STRING, &o->model_dir, 0},
+      {"dp", EX_FLAG_INT, &o->dp, 0},
+      {"tp", EX_FLAG_INT, &o->tp, 0},
+      {"batch", EX_FLAG_INT, &o->batch, G_BATCH},
+      {"seq", EX_FLAG_INT, &o->seq, G_SEQ},
+      {"steps", EX_FLAG_INT, &o->steps, 0},
+      {"lr", EX_FLAG_DOUBLE, &o->adamw.lr, G_LR},
+      {"beta1", EX_FLAG_DOUBLE, &o->adamw.beta1, G_BETA1},
+      {"beta2", EX_FLAG_DOUBLE, &o->adamw.beta2, G_BETA2},
+      {"eps", EX_FLAG_DOUBLE, &o->adamw.eps, G_EPS},
+      {"weight-decay", EX_FLAG_DOUBLE, &o->weight_decay, G_WD},
+      {"sequence-parallel", EX_FLAG_SWITCH, &o->sp, 0},
+      {"device", EX_FLAG_STRING, &o->device, 0},
+      {"tf32", EX_FLAG_SWITCH, &o->tf32, 0},
+      {"bucket-mib", EX_FLAG_DOUBLE, &o->bucket_mib, 0},
+      {"check", EX_FLAG_SWITCH, &o->check, 0},
+      {"quiet", EX_FLAG_SWITCH, &o->quiet, 0},
+      {"seed", EX_FLAG_U64, &o->seed, G_SEED},
+      {"layers", EX_FLAG_INT, &o->shape.n_layer, G_SHAPE},
+      {"embd", EX_FLAG_INT, &o->shape.n_embd, G_SHAPE},
+      {"heads", EX_FLAG_INT, &o->shape.n_head, G_SHAPE},
+      {"vocab", EX_FLAG_INT, &o->shape.vocab, G_SHAPE},
+      {"positions", EX_FLAG_INT, &o->shape.n_positions, G_SHAPE},
+      {"inner", EX_FLAG_INT, &o->shape.n_inner, G_SHAPE},
+      {"save", EX_FLAG_STRING, &o->save_dir, 0},
+      {"save-every", EX_FLAG_INT, &o->save_every, 0},
+      {"load", EX_FLAG_STRING, &o->load_dir, 0},
   };
-  static const struct option longopts[] = {
-      {"data", required_argument, 0, 'D'},
-      {"model", required_argument, 0, 'M'},
-      {"dp", required_argument, 0, 'd'},
-      {"tp", required_argument, 0, 't'},
-      {"batch", required_argument, 0, 'B'},
-      {"seq", required_argument, 0, 'T'},
-      {"steps", required_argument, 0, 'S'},
-      {"lr", required_argument, 0, 'r'},
-      {"beta1", required_argument, 0, O_BETA1},
-      {"beta2", required_argument, 0, O_BETA2},
-      {"eps", required_argument, 0, O_EPS},
-      {"weight-decay", required_argument, 0, O_WD},
-      {"sequence-parallel", no_argument, 0, O_SP},
-      {"device", required_argument, 0, 'v'},
-      {"tf32", no_argument, 0, O_TF32},
-      {"bucket-mib", required_argument, 0, 'm'},
-      {"check", no_argument, 0, 'c'},
-      {"quiet", no_argument, 0, 'q'},
-      {"seed", required_argument, 0, 's'},
-      {"layers", required_argument, 0, 'L'},
-      {"embd", required_argument, 0, 'C'},
-      {"heads", required_argument, 0, 'H'},
-      {"vocab", required_argument, 0, 'V'},
-      {"positions", required_argument, 0, 'P'},
-      {"inner", required_argument, 0, O_INNER},
-      {"save", required_argument, 0, O_SAVE},
-      {"save-every", required_argument, 0, O_SAVE_EVERY},
-      {"load", required_argument, 0, O_LOAD},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int c, li = -1;
-  ex_error e;
-  char flag[48];
-  while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
-    /* the flag's name, for the messages of its value */
-    snprintf(flag, sizeof flag, "--%s", li >= 0 ? longopts[li].name : "?");
-    li = -1;
-    switch (c) {
-      case 'D':
-        o->data = optarg;
-        break;
-      case 'M':
-        o->model_dir = optarg;
-        break;
-      case 'd':
-        if (ex_flag_int(flag, optarg, &o->dp, &e) != 0) goto bad;
-        break;
-      case 't':
-        if (ex_flag_int(flag, optarg, &o->tp, &e) != 0) goto bad;
-        break;
-      case 'B':
-        if (ex_flag_int(flag, optarg, &o->batch, &e) != 0) goto bad;
-        o->given |= G_BATCH;
-        break;
-      case 'T':
-        if (ex_flag_int(flag, optarg, &o->seq, &e) != 0) goto bad;
-        o->given |= G_SEQ;
-        break;
-      case 'S':
-        if (ex_flag_int(flag, optarg, &o->steps, &e) != 0) goto bad;
-        break;
-      case 'r':
-        if (ex_flag_double(flag, optarg, &o->adamw.lr, &e) != 0) goto bad;
-        o->given |= G_LR;
-        break;
-      case O_BETA1:
-        if (ex_flag_double(flag, optarg, &o->adamw.beta1, &e) != 0) goto bad;
-        o->given |= G_BETA1;
-        break;
-      case O_BETA2:
-        if (ex_flag_double(flag, optarg, &o->adamw.beta2, &e) != 0) goto bad;
-        o->given |= G_BETA2;
-        break;
-      case O_EPS:
-        if (ex_flag_double(flag, optarg, &o->adamw.eps, &e) != 0) goto bad;
-        o->given |= G_EPS;
-        break;
-      case O_WD:
-        if (ex_flag_double(flag, optarg, &o->weight_decay, &e) != 0) goto bad;
-        o->given |= G_WD;
-        break;
-      case O_SAVE:
-        o->save_dir = optarg;
-        break;
-      case O_SAVE_EVERY:
-        if (ex_flag_int(flag, optarg, &o->save_every, &e) != 0) goto bad;
-        break;
-      case O_LOAD:
-        o->load_dir = optarg;
-        break;
-      case O_SP:
-        o->sp = 1;
-        break;
-      case 'v':
-        o->device = optarg;
-        break;
-      case O_TF32:
-        o->tf32 = 1;
-        break;
-      case 'm':
-        if (ex_flag_double(flag, optarg, &o->bucket_mib, &e) != 0) goto bad;
-        break;
-      case 'c':
-        o->check = 1;
-        break;
-      case 'q':
-        o->quiet = 1;
-        break;
-      case 's':
-        if (ex_flag_u64(flag, optarg, &o->seed, &e) != 0) goto bad;
-        o->given |= G_SEED;
-        break;
-      case 'L':
-        if (ex_flag_int(flag, optarg, &o->shape.n_layer, &e) != 0) goto bad;
-        o->shape_flags = 1;
-        break;
-      case 'C':
-        if (ex_flag_int(flag, optarg, &o->shape.n_embd, &e) != 0) goto bad;
-        o->shape_flags = 1;
-        break;
-      case 'H':
-        if (ex_flag_int(flag, optarg, &o->shape.n_head, &e) != 0) goto bad;
-        o->shape_flags = 1;
-        break;
-      case 'V':
-        if (ex_flag_int(flag, optarg, &o->shape.vocab, &e) != 0) goto bad;
-        o->shape_flags = 1;
-        break;
-      case 'P':
-        if (ex_flag_int(flag, optarg, &o->shape.n_positions, &e) != 0) goto bad;
-        o->shape_flags = 1;
-        break;
-      case O_INNER:
-        if (ex_flag_int(flag, optarg, &o->shape.n_inner, &e) != 0) goto bad;
-        o->shape_flags = 1;
-        break;
-      case 'h':
-        usage(stdout);
-        return 1;
-      default:
-        usage(stderr);
-        return 2;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "train_gpt2: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
-  return 0;
-bad:
-  fprintf(stderr, "train_gpt2: %s\n", e.msg);
-  return 2;
+  return ex_parse_flags(argc, argv, "train_gpt2", flags,
+                        (int)(sizeof flags / sizeof flags[0]), &o->given,
+                        usage);
 }
 
 /* Input errors that do not need a file: the same on every rank. */
@@ -265,7 +132,7 @@ int check_options(const options *o, ex_error *e) {
                    o->dp);
   if (o->save_every < 0 || (o->save_every > 0 && o->save_dir == NULL))
     return ex_fail(e, "--save-every N needs N >= 1 and --save DIR");
-  if (o->load_dir != NULL && (o->model_dir != NULL || o->shape_flags))
+  if (o->load_dir != NULL && (o->model_dir != NULL || (o->given & G_SHAPE)))
     return ex_fail(e,
                    "--load %s resumes the model saved there (its config is "
                    "in the checkpoint): leave out --model and "
@@ -278,7 +145,7 @@ int check_options(const options *o, ex_error *e) {
     return ex_fail(e,
                    "AdamW needs --lr >= 0, 0 <= --beta1, --beta2 < 1, "
                    "--eps >= 0, --weight-decay >= 0");
-  if (o->model_dir != NULL && o->shape_flags)
+  if (o->model_dir != NULL && (o->given & G_SHAPE))
     return ex_fail(e,
                    "--layers/--embd/--heads/--vocab/--positions/--inner "
                    "describe a random init; with --model the shape comes "

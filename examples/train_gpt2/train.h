@@ -42,20 +42,20 @@ enum {
   G_BETA2 = 16,
   G_EPS = 32,
   G_WD = 64,
-  G_SEED = 128
+  G_SEED = 128,
+  G_SHAPE = 256 /* a random-init shape flag */
 };
 
 typedef struct {
   const char *model_dir, *data, *device;
   int dp, tp, batch, seq, steps, sp, check, quiet, tf32;
   gpt2_config shape; /* the random-init shape (without --model) */
-  int shape_flags;   /* a shape flag was given */
   nn_adamw_opts adamw;
   double weight_decay, bucket_mib;
   unsigned long long seed;
   const char *save_dir, *load_dir;
   int save_every;
-  unsigned given; /* G_* */
+  unsigned given; /* G_* of the flags given */
 } options;
 
 /* 0, 1 after --help, 2 on a usage error (printed). */
@@ -179,6 +179,10 @@ extern const gpt2_backend gpt2_cuda_backend;
 /* All ranks of t->comm fail together with the lowest failing rank's
  * message: 0 when none failed, else -1 (and t->err_agreed). */
 int agree(trainer *t, int failed);
+
+/* The models' grad_ready callback (ctx: the trainer): gradient i is final
+ * (cpu) or queued on grad_stream (cuda); the reducer may start its bucket. */
+int trainer_grad_ready(void *ctx, int i);
 
 /* model_setup.c */
 int check_file(trainer *t);

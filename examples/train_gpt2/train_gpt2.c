@@ -82,6 +82,14 @@ static void trainer_free(trainer *t) {
   tok_close(&t->tok);
 }
 
+int trainer_grad_ready(void *ctx, int i) {
+  trainer *t = ctx;
+  double t0 = ex_now();
+  tpdp_status st = tpdp_reducer_mark_ready(t->reducer, i);
+  t->tm.mark += ex_now() - t0;
+  return st == TPDP_SUCCESS ? 0 : tpdp_fail(t, "tpdp_reducer_mark_ready", st);
+}
+
 /* With one DP rank there is nothing to reduce or average: the reducer
  * keeps DDP's buckets and readiness bookkeeping, and this hook leaves the
  * gradients as they are (an allreduce AVG on a 1-rank communicator would

@@ -15,7 +15,8 @@
  *
  * Plain C interface (no CUDA types): callable from C11 code.
  * Functions return 0 on success and nonzero on failure, with the failing
- * call and CUDA's or cuBLAS's message in mlp_cuda_last_error().
+ * call and CUDA's or cuBLAS's message in nn_cuda_last_error(); device
+ * memory, copies and streams are examples/common/nn_cuda.h's.
  */
 #ifndef TPDP_EXAMPLES_MLP_CUDA_H
 #define TPDP_EXAMPLES_MLP_CUDA_H
@@ -29,28 +30,8 @@ extern "C" {
 
 /* mlp.h has no extern "C" of its own: included here so that C++/CUDA
  * translation units link against mlp.c's C symbols. */
+#include "examples/common/nn_cuda.h"
 #include "examples/train_mlp/mlp.h"
-
-/* The message of the last failure on this thread ("" if none). */
-const char *mlp_cuda_last_error(void);
-
-/* Number of CUDA devices (0 and an error when there is no driver/GPU). */
-int mlp_cuda_device_count(int *count);
-/* Make `device` current; write its name (always NUL-terminated). */
-int mlp_cuda_use_device(int device, char *name, size_t len);
-/* The current device ordinal. */
-int mlp_cuda_current_device(int *device);
-
-/* Device memory helpers (synchronous unless stated). */
-int mlp_cuda_alloc(void **ptr, size_t bytes); /* zero-filled */
-void mlp_cuda_free(void *ptr);                /* NULL: no-op */
-int mlp_cuda_to_device(void *dst, const void *src, size_t bytes);
-int mlp_cuda_to_host(void *dst, const void *src, size_t bytes);
-/* Make `waiter` (a cudaStream_t, NULL = legacy default stream) wait on the
- * GPU for the work queued so far on `producer`. */
-int mlp_cuda_stream_wait(void *waiter, void *producer);
-/* Block the host until `stream` is idle. */
-int mlp_cuda_stream_sync(void *stream);
 
 /* One TP rank's model on the current GPU. Parameter and gradient pointers
  * are device pointers owned by the caller (param[i], grad[i], indexed as
@@ -65,6 +46,7 @@ typedef struct {
   void *cublas;  /* cublasHandle_t, owned */
   /* device activations, as mlp_model's */
   float *x, *h, *y, *mean, *rstd, *a, *g, *tmp, *logits, *dh, *dy, *da;
+  float *colsum_scratch; /* nn_cuda's sums over rows */
   int *labels;
   double *row_loss;  /* [batch] */
   double *host_loss; /* [batch], host */

@@ -50,7 +50,7 @@ typedef struct {
   do {                                                                        \
     if ((call) != 0) {                                                        \
       fprintf(stderr, "[rank %d] train_mlp: %s failed: %s\n", t->rank, #call, \
-              mlp_cuda_last_error());                                         \
+              nn_cuda_last_error());                                          \
       goto fail;                                                              \
     }                                                                         \
   } while (0)
@@ -82,7 +82,7 @@ static int cuda_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
   c->cuda_dev = tpdp_comm_cuda_device(t->own_comm);
   c->dev = (tpdp_device){TPDP_DEVICE_CUDA, c->cuda_dev};
   char dev_name[256] = "";
-  CUDA_OK(mlp_cuda_use_device(c->cuda_dev, dev_name, sizeof dev_name));
+  CUDA_OK(nn_cuda_use_device(c->cuda_dev, dev_name, sizeof dev_name));
   if (t->rank == 0) {
     printf("device: cuda:%d (%s)\n", c->cuda_dev, dev_name);
     fflush(stdout);
@@ -117,16 +117,16 @@ static int cuda_setup(trainer *t) {
     const tpdp_tensor *host = tpdp_param_tensor(t->tree.params[i]);
     size_t bytes = sizeof(float) * (size_t)tpdp_tensor_numel(host);
     void *p = NULL, *g = NULL, *a = NULL, *b = NULL;
-    CUDA_OK(mlp_cuda_alloc(&p, bytes));
+    CUDA_OK(nn_cuda_alloc(&p, bytes, "a parameter"));
     t->param[i] = p;
-    CUDA_OK(mlp_cuda_alloc(&g, bytes));
+    CUDA_OK(nn_cuda_alloc(&g, bytes, "a gradient"));
     t->grad[i] = g;
     c->gown[i] = g;
-    CUDA_OK(mlp_cuda_alloc(&a, bytes));
+    CUDA_OK(nn_cuda_alloc(&a, bytes, "AdamW's exp_avg"));
     c->m1[i] = a;
-    CUDA_OK(mlp_cuda_alloc(&b, bytes));
+    CUDA_OK(nn_cuda_alloc(&b, bytes, "AdamW's exp_avg_sq"));
     c->m2[i] = b;
-    CUDA_OK(mlp_cuda_to_device(p, host->data, bytes));
+    CUDA_OK(nn_cuda_to_device(p, host->data, bytes));
     TRY(tpdp_tensor_init(&t->rparams[i].param, p, TPDP_F32, c->dev, host->ndim,
                          host->shape));
     TRY(tpdp_tensor_init(&t->rparams[i].grad, g, TPDP_F32, c->dev, host->ndim,
@@ -137,9 +137,9 @@ static int cuda_setup(trainer *t) {
   t->grad_stream = c->model.stream;
   /* The host-to-device copies above (legacy default stream) are complete
    * before the reducer's broadcast reads the parameters on its stream. */
-  CUDA_OK(mlp_cuda_stream_sync(NULL));
+  CUDA_OK(nn_cuda_stream_sync(NULL));
   void *dl = NULL;
-  CUDA_OK(mlp_cuda_alloc(&dl, sizeof(double)));
+  CUDA_OK(nn_cuda_alloc(&dl, sizeof(double), "the loss"));
   c->d_loss = dl;
   return 0;
 fail:
@@ -177,7 +177,7 @@ fail:
 static int cuda_wait_dp(trainer *t) {
   cuda_state *c = t->dev;
   CUDA_OK(
-      mlp_cuda_stream_wait(c->model.stream, tpdp_comm_nccl_stream(t->dp_comm)));
+      nn_cuda_stream_wait(c->model.stream, tpdp_comm_nccl_stream(t->dp_comm)));
   return 0;
 fail:
   return 1;
@@ -197,14 +197,14 @@ fail:
 /* On the GPU: the dp communicator moves device memory. */
 static int cuda_sum_over_dp(trainer *t, double *v) {
   cuda_state *c = t->dev;
-  CUDA_OK(mlp_cuda_to_device(c->d_loss, v, sizeof *v));
+  CUDA_OK(nn_cuda_to_device(c->d_loss, v, sizeof *v));
   tpdp_tensor lt;
   int64_t one = 1;
   TRY(tpdp_tensor_init(&lt, c->d_loss, TPDP_F64, c->dev, 1, &one));
   TRY(tpdp_comm_order_after(t->dp_comm, NULL));
   TRY(tpdp_allreduce(t->dp_comm, &lt, &lt, TPDP_OP_SUM));
-  CUDA_OK(mlp_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(t->dp_comm)));
-  CUDA_OK(mlp_cuda_to_host(v, c->d_loss, sizeof *v));
+  CUDA_OK(nn_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(t->dp_comm)));
+  CUDA_OK(nn_cuda_to_host(v, c->d_loss, sizeof *v));
   return 0;
 fail:
   return 1;
@@ -212,7 +212,7 @@ fail:
 
 static int cuda_finish(trainer *t) {
   cuda_state *c = t->dev;
-  CUDA_OK(mlp_cuda_stream_sync(c->model.stream));
+  CUDA_OK(nn_cuda_stream_sync(c->model.stream));
   return 0;
 fail:
   return 1;
@@ -249,8 +249,8 @@ static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
   cuda_state *c = t->dev;
   const tpdp_param *p = t->tree.params[i];
   const tpdp_tensor *lt = tpdp_param_tensor(p);
-  CUDA_OK(mlp_cuda_to_host(lt->data, t->param[i],
-                           sizeof(float) * (size_t)tpdp_tensor_numel(lt)));
+  CUDA_OK(nn_cuda_to_host(lt->data, t->param[i],
+                          sizeof(float) * (size_t)tpdp_tensor_numel(lt)));
   const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
   int sharded = 0;
   if (spec != NULL) {
@@ -275,19 +275,19 @@ static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
     for (int64_t k = 0; k < lcols; k++)
       out[(r + roff) * cols + k + coff] = src[r * lcols + k];
   void *d = NULL;
-  CUDA_OK(mlp_cuda_alloc(&d, sizeof(float) * (size_t)n));
-  CUDA_OK(mlp_cuda_to_device(d, out, sizeof(float) * (size_t)n));
+  CUDA_OK(nn_cuda_alloc(&d, sizeof(float) * (size_t)n, "a gathered parameter"));
+  CUDA_OK(nn_cuda_to_device(d, out, sizeof(float) * (size_t)n));
   tpdp_tensor dt;
   TRY(tpdp_tensor_init(&dt, d, TPDP_F32, c->dev, 1, &n));
   /* the copy above ran on the legacy default stream */
   TRY(tpdp_comm_order_after(c->tp.comm, NULL));
   TRY(tpdp_allreduce(c->tp.comm, &dt, &dt, TPDP_OP_SUM));
-  CUDA_OK(mlp_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(c->tp.comm)));
-  CUDA_OK(mlp_cuda_to_host(out, d, sizeof(float) * (size_t)n));
-  mlp_cuda_free(d);
+  CUDA_OK(nn_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(c->tp.comm)));
+  CUDA_OK(nn_cuda_to_host(out, d, sizeof(float) * (size_t)n));
+  nn_cuda_free(d);
   return 0;
 fail:
-  mlp_cuda_free(d);
+  nn_cuda_free(d);
   return 1;
 }
 
@@ -296,12 +296,12 @@ static void cuda_release(trainer *t) {
   if (!c) return;
   mlp_cuda_model_free(&c->model);
   for (int i = 0; i < t->tree.nparams; i++) {
-    if (t->param) mlp_cuda_free(t->param[i]);
-    if (c->gown) mlp_cuda_free(c->gown[i]);
-    if (c->m1) mlp_cuda_free(c->m1[i]);
-    if (c->m2) mlp_cuda_free(c->m2[i]);
+    if (t->param) nn_cuda_free(t->param[i]);
+    if (c->gown) nn_cuda_free(c->gown[i]);
+    if (c->m1) nn_cuda_free(c->m1[i]);
+    if (c->m2) nn_cuda_free(c->m2[i]);
   }
-  mlp_cuda_free(c->d_loss);
+  nn_cuda_free(c->d_loss);
   free(c->gown);
   free(c->m1);
   free(c->m2);

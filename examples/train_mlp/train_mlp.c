@@ -14,7 +14,6 @@
  * train_backend (train.h): cpu_backend below, train_cuda_backend in
  * train_cuda.c (--device cuda, built with --config=cuda).
  */
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,105 +64,30 @@ static void usage(FILE *out) {
 static int parse_options(int argc, char **argv, options *o) {
   *o = (options){1, 1,     2,    67, 32, 16,   10, 64,   40, 3e-3,
                  1, "cpu", 25.0, 0,  0,  NULL, 0,  NULL, 0};
-  static const struct option longopts[] = {
-      {"dp", required_argument, 0, 'd'},
-      {"tp", required_argument, 0, 't'},
-      {"layers", required_argument, 0, 'L'},
-      {"hidden", required_argument, 0, 'H'},
-      {"width", required_argument, 0, 'W'},
-      {"inputs", required_argument, 0, 'I'},
-      {"classes", required_argument, 0, 'C'},
-      {"batch", required_argument, 0, 'B'},
-      {"steps", required_argument, 0, 'S'},
-      {"lr", required_argument, 0, 'r'},
-      {"seed", required_argument, 0, 's'},
-      {"device", required_argument, 0, 'v'},
-      {"bucket-mib", required_argument, 0, 'm'},
-      {"check", no_argument, 0, 'c'},
-      {"quiet", no_argument, 0, 'q'},
-      {"save", required_argument, 0, 'o'},
-      {"save-every", required_argument, 0, 'e'},
-      {"load", required_argument, 0, 'l'},
-      {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int c, li = -1;
-  ex_error e;
-  char flag[48];
-  while ((c = getopt_long(argc, argv, "h", longopts, &li)) != -1) {
-    /* the flag's name, for the messages of its value */
-    snprintf(flag, sizeof flag, "--%s", li >= 0 ? longopts[li].name : "?");
-    li = -1;
-    switch (c) {
-      case 'd':
-        if (ex_flag_int(flag, optarg, &o->dp, &e) != 0) goto bad;
-        break;
-      case 't':
-        if (ex_flag_int(flag, optarg, &o->tp, &e) != 0) goto bad;
-        break;
-      case 'L':
-        if (ex_flag_int(flag, optarg, &o->layers, &e) != 0) goto bad;
-        o->given |= OPT_LAYERS;
-        break;
-      case 'H':
-        if (ex_flag_int(flag, optarg, &o->hidden, &e) != 0) goto bad;
-        o->given |= OPT_HIDDEN;
-        break;
-      case 'W':
-        if (ex_flag_int(flag, optarg, &o->width, &e) != 0) goto bad;
-        o->given |= OPT_WIDTH;
-        break;
-      case 'I':
-        if (ex_flag_int(flag, optarg, &o->inputs, &e) != 0) goto bad;
-        o->given |= OPT_INPUTS;
-        break;
-      case 'C':
-        if (ex_flag_int(flag, optarg, &o->classes, &e) != 0) goto bad;
-        o->given |= OPT_CLASSES;
-        break;
-      case 'B':
-        if (ex_flag_int(flag, optarg, &o->batch, &e) != 0) goto bad;
-        o->given |= OPT_BATCH;
-        break;
-      case 'S':
-        if (ex_flag_int(flag, optarg, &o->steps, &e) != 0) goto bad;
-        break;
-      case 'r':
-        if (ex_flag_double(flag, optarg, &o->lr, &e) != 0) goto bad;
-        o->given |= OPT_LR;
-        break;
-      case 's':
-        if (ex_flag_u64(flag, optarg, &o->seed, &e) != 0) goto bad;
-        o->given |= OPT_SEED;
-        break;
-      case 'v':
-        o->device = optarg;
-        break;
-      case 'm':
-        if (ex_flag_double(flag, optarg, &o->bucket_mib, &e) != 0) goto bad;
-        break;
-      case 'c':
-        o->check = 1;
-        break;
-      case 'q':
-        o->quiet = 1;
-        break;
-      case 'o':
-        o->save_dir = optarg;
-        break;
-      case 'e':
-        if (ex_flag_int(flag, optarg, &o->save_every, &e) != 0) goto bad;
-        break;
-      case 'l':
-        o->load_dir = optarg;
-        break;
-      case 'h':
-        usage(stdout);
-        return 1;
-      default:
-        usage(stderr);
-        return 2;
-    }
-  }
+  const ex_flag flags[] = {
+      {"dp", EX_FLAG_INT, &o->dp, 0},
+      {"tp", EX_FLAG_INT, &o->tp, 0},
+      {"layers", EX_FLAG_INT, &o->layers, OPT_LAYERS},
+      {"hidden", EX_FLAG_INT, &o->hidden, OPT_HIDDEN},
+      {"width", EX_FLAG_INT, &o->width, OPT_WIDTH},
+      {"inputs", EX_FLAG_INT, &o->inputs, OPT_INPUTS},
+      {"classes", EX_FLAG_INT, &o->classes, OPT_CLASSES},
+      {"batch", EX_FLAG_INT, &o->batch, OPT_BATCH},
+      {"steps", EX_FLAG_INT, &o->steps, 0},
+      {"lr", EX_FLAG_DOUBLE, &o->lr, OPT_LR},
+      {"seed", EX_FLAG_U64, &o->seed, OPT_SEED},
+      {"device", EX_FLAG_STRING, &o->device, 0},
+      {"bucket-mib", EX_FLAG_DOUBLE, &o->bucket_mib, 0},
+      {"check", EX_FLAG_SWITCH, &o->check, 0},
+      {"quiet", EX_FLAG_SWITCH, &o->quiet, 0},
+      {"save", EX_FLAG_STRING, &o->save_dir, 0},
+      {"save-every", EX_FLAG_INT, &o->save_every, 0},
+      {"load", EX_FLAG_STRING, &o->load_dir, 0},
+  };
+  int rc =
+      ex_parse_flags(argc, argv, "train_mlp", flags,
+                     (int)(sizeof flags / sizeof flags[0]), &o->given, usage);
+  if (rc != 0) return rc;
   const char *bad = NULL;
   if (o->dp < 1)
     bad = "--dp must be >= 1";
@@ -188,9 +112,6 @@ static int parse_options(int argc, char **argv, options *o) {
     return 2;
   }
   return 0;
-bad:
-  fprintf(stderr, "train_mlp: %s\n", e.msg);
-  return 2;
 }
 
 /* ------------------------------------------------------------ model tree */

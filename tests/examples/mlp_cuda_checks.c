@@ -24,8 +24,8 @@ static int failf(char *msg, size_t len, const char *fmt, ...) {
 
 int mlp_cuda_gpu_present(char *msg, size_t len) {
   int n = 0;
-  if (mlp_cuda_device_count(&n) != 0) {
-    snprintf(msg, len, "%s", mlp_cuda_last_error());
+  if (nn_cuda_device_count(&n) != 0) {
+    snprintf(msg, len, "%s", nn_cuda_last_error());
     return 0;
   }
   if (n < 1) {
@@ -48,8 +48,8 @@ static void params_free(params *p) {
   for (int i = 0; i < p->np; i++) {
     if (p->host) free(p->host[i]);
     if (p->host_grad) free(p->host_grad[i]);
-    if (p->dev) mlp_cuda_free(p->dev[i]);
-    if (p->dev_grad) mlp_cuda_free(p->dev_grad[i]);
+    if (p->dev) nn_cuda_free(p->dev[i]);
+    if (p->dev_grad) nn_cuda_free(p->dev_grad[i]);
   }
   free(p->numel);
   free(p->host);
@@ -105,11 +105,12 @@ static int params_make(const mlp_shape *s, int f_local, uint64_t seed,
     }
     free(f);
     void *d = NULL, *dg = NULL;
-    if (mlp_cuda_alloc(&d, sizeof(float) * (size_t)ln) != 0 ||
-        (p->dev[i] = d, mlp_cuda_alloc(&dg, sizeof(float) * (size_t)ln)) != 0 ||
+    if (nn_cuda_alloc(&d, sizeof(float) * (size_t)ln, "a parameter") != 0 ||
+        (p->dev[i] = d,
+         nn_cuda_alloc(&dg, sizeof(float) * (size_t)ln, "a gradient")) != 0 ||
         (p->dev_grad[i] = dg,
-         mlp_cuda_to_device(d, p->host[i], sizeof(float) * (size_t)ln)) != 0)
-      return failf(msg, len, "%s", mlp_cuda_last_error());
+         nn_cuda_to_device(d, p->host[i], sizeof(float) * (size_t)ln)) != 0)
+      return failf(msg, len, "%s", nn_cuda_last_error());
   }
   return 0;
 }
@@ -148,7 +149,7 @@ static int compare_step(const mlp_shape *s, int f_local, int batch,
     goto done;
   }
   if (mlp_cuda_model_init(&gpu, s, f_local, batch, p.dev, p.dev_grad) != 0) {
-    failf(msg, len, "mlp_cuda_model_init: %s", mlp_cuda_last_error());
+    failf(msg, len, "mlp_cuda_model_init: %s", nn_cuda_last_error());
     goto done;
   }
   mlp_timers t = {0, 0};
@@ -158,8 +159,8 @@ static int compare_step(const mlp_shape *s, int f_local, int batch,
   if (mlp_cuda_forward(&gpu, x, labels, (float)batch, NULL, NULL, &loss_gpu) !=
           0 ||
       mlp_cuda_backward(&gpu, NULL, NULL, NULL, NULL) != 0 ||
-      mlp_cuda_stream_sync(gpu.stream) != 0) {
-    failf(msg, len, "GPU step: %s", mlp_cuda_last_error());
+      nn_cuda_stream_sync(gpu.stream) != 0) {
+    failf(msg, len, "GPU step: %s", nn_cuda_last_error());
     goto done;
   }
   double lrel = fabs(loss_gpu - loss_cpu) / fmax(fabs(loss_cpu), 1e-12);
@@ -176,8 +177,8 @@ static int compare_step(const mlp_shape *s, int f_local, int batch,
       failf(msg, len, "out of memory");
       goto done;
     }
-    if (mlp_cuda_to_host(got, p.dev_grad[i], sizeof(float) * (size_t)n) != 0) {
-      failf(msg, len, "%s", mlp_cuda_last_error());
+    if (nn_cuda_to_host(got, p.dev_grad[i], sizeof(float) * (size_t)n) != 0) {
+      failf(msg, len, "%s", nn_cuda_last_error());
       goto done;
     }
     double r = rel_diff(got, p.host_grad[i], n);
@@ -244,22 +245,24 @@ static int check_adamw(char *msg, size_t len) {
   }
   void *dp = NULL, *dg = NULL, *dm = NULL, *dv = NULL;
   int rc = 1;
-  if (mlp_cuda_alloc(&dp, sizeof p) || mlp_cuda_alloc(&dg, sizeof g) ||
-      mlp_cuda_alloc(&dm, sizeof m) || mlp_cuda_alloc(&dv, sizeof v) ||
-      mlp_cuda_to_device(dp, p, sizeof p) ||
-      mlp_cuda_to_device(dg, g, sizeof g)) {
-    failf(msg, len, "%s", mlp_cuda_last_error());
+  if (nn_cuda_alloc(&dp, sizeof p, "a check buffer") ||
+      nn_cuda_alloc(&dg, sizeof g, "a check buffer") ||
+      nn_cuda_alloc(&dm, sizeof m, "a check buffer") ||
+      nn_cuda_alloc(&dv, sizeof v, "a check buffer") ||
+      nn_cuda_to_device(dp, p, sizeof p) ||
+      nn_cuda_to_device(dg, g, sizeof g)) {
+    failf(msg, len, "%s", nn_cuda_last_error());
     goto done;
   }
   for (int step = 1; step <= 3; step++) {
     adamw_update(p, g, m, v, N, 3e-3f, step);
     if (mlp_cuda_adamw(dp, dg, dm, dv, N, 3e-3f, step, NULL) != 0) {
-      failf(msg, len, "%s", mlp_cuda_last_error());
+      failf(msg, len, "%s", nn_cuda_last_error());
       goto done;
     }
   }
-  if (mlp_cuda_to_host(got, dp, sizeof got) != 0) {
-    failf(msg, len, "%s", mlp_cuda_last_error());
+  if (nn_cuda_to_host(got, dp, sizeof got) != 0) {
+    failf(msg, len, "%s", nn_cuda_last_error());
     goto done;
   }
   for (int k = 0; k < N; k++)
@@ -269,10 +272,10 @@ static int check_adamw(char *msg, size_t len) {
     }
   rc = 0;
 done:
-  mlp_cuda_free(dp);
-  mlp_cuda_free(dg);
-  mlp_cuda_free(dm);
-  mlp_cuda_free(dv);
+  nn_cuda_free(dp);
+  nn_cuda_free(dg);
+  nn_cuda_free(dm);
+  nn_cuda_free(dv);
   return rc;
 }
 
