@@ -159,9 +159,9 @@ typedef struct {
 } ckpt_group;
 
 tpdp_status ckpt_group_init(ckpt_group *g, tpdp_comm *comm);
-/* Every rank learns whether every rank succeeded. On failure every rank
- * returns the status and message of the lowest failing rank ("... (rank
- * r)" when size > 1): identical everywhere. */
+/* tpdp_comm_agree over the group (this process alone: `mine`). On failure
+ * every rank returns the status and message of the lowest failing rank
+ * ("... (rank r of NAME)"): identical everywhere. */
 tpdp_status ckpt_agree(const ckpt_group *g, tpdp_status mine);
 /* all[r * n + i] = rank r's mine[i]. */
 tpdp_status ckpt_allgather_i64(const ckpt_group *g, const int64_t *mine,

@@ -14,7 +14,7 @@
 
 struct tpdp_spec {
   unsigned magic;
-  const tpdp_mesh *mesh; /* held (comm/mesh_internal.h) until destroy */
+  const tpdp_mesh *mesh; /* held (comm/services.h) until destroy */
   int mesh_ndim;
   int64_t mesh_sizes[TPDP_MAX_DIMS];
   tpdp_placement placements[TPDP_MAX_DIMS];
