@@ -4,8 +4,8 @@
 #define TPDP_TP_INTERNAL_H
 
 #include "core/check.h"
-#include "tpdp/dtensor.h"
 #include "tpdp/module.h"
+#include "tpdp/tp.h"
 
 /* Spec pairs a source spec remembers as agreed (tpdp_spec.agreed). */
 #define TP_AGREED_PAIRS 4

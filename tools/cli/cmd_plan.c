@@ -12,7 +12,7 @@
 #include "tools/cli/commands.h"
 #include "tools/planning/model_json.h"
 #include "tools/planning/plan.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 static void cmd_plan_usage(void) {
   printf(

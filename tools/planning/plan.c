@@ -10,7 +10,7 @@
 #include "tools/planning/error.h"
 #include "tools/planning/json.h"
 #include "tpdp/comm.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 /* The parsed plan file. Strings point into the cJSON tree. */
 typedef struct {

@@ -10,7 +10,7 @@
 
 #include "tests/tools/planning/planning_test_util.h"
 #include "tools/planning/model_json.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 namespace {
 
