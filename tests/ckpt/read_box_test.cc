@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/ckpt/st_craft.h"
 #include "tests/test_util.h"
 #include "tpdp/checkpoint.h"
 
@@ -42,42 +43,36 @@ uint16_t Bf16(float x) {
   return (uint16_t)(b >> 16);
 }
 
-void Put16(std::string *d, uint16_t v) {
-  d->push_back((char)(v & 0xff));
-  d->push_back((char)(v >> 8));
+void Put16(std::vector<unsigned char> *d, uint16_t v) {
+  d->push_back((unsigned char)(v & 0xff));
+  d->push_back((unsigned char)(v >> 8));
 }
 
 // The file: w32 F32 [4, 6], w16 F16 [2, 3, 4], wbf BF16 [6, 4], ids I32
 // [3], one F32 [1].
 std::string WriteFile() {
-  std::string data;
+  std::vector<unsigned char> data;
+  auto put = [&data](const void *p, size_t n) {
+    data.insert(data.end(), (const unsigned char *)p,
+                (const unsigned char *)p + n);
+  };
   for (int k = 0; k < 24; k++) {
     float v = F32At(k);
-    data.append((const char *)&v, 4);
+    put(&v, 4);
   }
   for (int k = 0; k < 24; k++) Put16(&data, Half(F16At(k)));
   for (int k = 0; k < 24; k++) Put16(&data, Bf16(Bf16At(k)));
-  for (int32_t k : {7, 8, 9}) data.append((const char *)&k, 4);
+  for (int32_t k : {7, 8, 9}) put(&k, 4);
   float one = 42.0f;
-  data.append((const char *)&one, 4);
-  std::string header =
+  put(&one, 4);
+  return tpdp_test::Craft(
+      "read_box",
       R"({"w32":{"dtype":"F32","shape":[4,6],"data_offsets":[0,96]},)"
       R"("w16":{"dtype":"F16","shape":[2,3,4],"data_offsets":[96,144]},)"
       R"("wbf":{"dtype":"BF16","shape":[6,4],"data_offsets":[144,192]},)"
       R"("ids":{"dtype":"I32","shape":[3],"data_offsets":[192,204]},)"
-      R"("one":{"dtype":"F32","shape":[1],"data_offsets":[204,208]}})";
-  const char *dir = std::getenv("TEST_TMPDIR");
-  std::string path = std::string(dir ? dir : "/tmp") + "/read_box.safetensors";
-  FILE *f = std::fopen(path.c_str(), "wb");
-  EXPECT_NE(f, nullptr);
-  uint64_t n = header.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
-  std::fwrite(len, 1, 8, f);
-  std::fwrite(header.data(), 1, header.size(), f);
-  std::fwrite(data.data(), 1, data.size(), f);
-  std::fclose(f);
-  return path;
+      R"("one":{"dtype":"F32","shape":[1],"data_offsets":[204,208]}})",
+      data);
 }
 
 class ReadBox : public ::testing::Test {

@@ -25,19 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/misuse/mesh_fixture.h"
 #include "tests/test_util.h"
 
 namespace {
 
 const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
 
-struct Mesh {
-  tpdp_mesh *m = nullptr;
-  Mesh(tpdp_comm *c, const char *spec) {
-    EXPECT_TPDP_OK(tpdp_mesh_create_from_string(c, spec, &m));
-  }
-  ~Mesh() { EXPECT_TPDP_OK(tpdp_mesh_destroy(m)); }
-};
+using tpdp_test::Mesh;
 
 struct Spec {
   tpdp_spec *s = nullptr;

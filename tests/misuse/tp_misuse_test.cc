@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/misuse/mesh_fixture.h"
 #include "tests/test_util.h"
 #include "tpdp/tp.h"
 
@@ -24,13 +25,7 @@ namespace {
 
 const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
 
-struct Mesh {
-  tpdp_mesh *m = nullptr;
-  Mesh(tpdp_comm *c, const char *spec) {
-    EXPECT_TPDP_OK(tpdp_mesh_create_from_string(c, spec, &m));
-  }
-  ~Mesh() { EXPECT_TPDP_OK(tpdp_mesh_destroy(m)); }
-};
+using tpdp_test::Mesh;
 
 // "[Net]" with "fc[Linear]" (weight [4, 3], bias [4]) and "norm[Norm]"
 // (weight [3, 1, 1]: not a Linear weight).
