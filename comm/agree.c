@@ -116,6 +116,9 @@ tpdp_status tpdp_comm_agree(tpdp_comm *comm, tpdp_status local_status,
              "argument 'local_status' (%d) is not a tpdp_status value",
              (int)local_status);
     local_status = TPDP_ERR_INVALID_ARGUMENT;
+  } else if (local_status != TPDP_SUCCESS && mine[0] == '\0') {
+    snprintf(mine, sizeof mine, "%s (no message)",
+             tpdp_status_string(local_status));
   }
   comm->seq++;
   if (comm->debug_collectives) CHECK(comm_fp_check_agree(comm));

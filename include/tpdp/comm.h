@@ -228,8 +228,9 @@ TPDP_API tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work);
  *    options->size is 0 (rank 1 of world)".
  * R's message is its `local_message`, or when that is NULL its
  * tpdp_last_error() as it was at the call (the message of the tpdp call
- * that returned local_status), cut to about 860 bytes. local_message is
- * read only when local_status is a failure; it is copied.
+ * that returned local_status), cut to about 860 bytes; when that is empty,
+ * "STATUS (no message)". local_message is read only when local_status is
+ * a failure; it is copied.
  * tpdp uses this step itself (reducer creation, checkpoint save and load,
  * NCCL communicator creation) and reports its errors the same way.
  *

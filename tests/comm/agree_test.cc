@@ -128,6 +128,21 @@ TEST(CommAgree, ALongMessageIsCutButNamesTheRank) {
   EXPECT_NE(o.msg.find(std::string(500, 'x')), std::string::npos);
 }
 
+TEST(CommAgree, AFailureWithoutAMessageNamesItsStatus) {
+  const int last = P() - 1;
+  tpdp_clear_error();
+  Outcome o = Agree(tpdp_test::World(),
+                    Me() == last ? TPDP_ERR_TIMEOUT : TPDP_SUCCESS, "");
+  EXPECT_EQ(o.st, TPDP_ERR_TIMEOUT);
+  EXPECT_EQ(o.msg, Agreed("TPDP_ERR_TIMEOUT (no message)", last, "world"));
+  // NULL with an empty last error: the same.
+  tpdp_clear_error();
+  o = Agree(tpdp_test::World(), Me() == last ? TPDP_ERR_IO : TPDP_SUCCESS,
+            nullptr);
+  EXPECT_EQ(o.st, TPDP_ERR_IO);
+  EXPECT_EQ(o.msg, Agreed("TPDP_ERR_IO (no message)", last, "world"));
+}
+
 TEST(CommAgree, AStatusThatIsNoStatusFailsThatRank) {
   const int last = P() - 1;
   Outcome o = Agree(
