@@ -11,23 +11,45 @@ TPDP_COPTS = [
     "-fvisibility=hidden",
 ]
 
-# Who may depend on a layer's own target (//core, //comm, ...): its
-# headers include the internal ones (core/check.h, *_internal.h). The
-# library's packages and the tests only; programs (tools/, examples/,
-# bench/) link //:tpdp and see the API of include/tpdp/.
-TPDP_LIBRARY_VISIBILITY = [
-    "//:__pkg__",
-    "//ckpt:__pkg__",
-    "//comm:__pkg__",
-    "//core:__pkg__",
-    "//dp:__pkg__",
-    "//topo:__pkg__",
-    "//tp:__pkg__",
-    "//tests:__subpackages__",
+# Who may depend on each layer's own targets (//core, //comm, ...):
+# DESIGN.md's arrows, which point down only, so that a dependency against
+# them is a build error ("target '//dp:dp' is not visible from target
+# '//tp:tp'"). A layer's headers include the internal ones (core/check.h,
+# comm/services.h, *_internal.h), so programs (tools/, examples/, bench/)
+# link //:tpdp and see the API of include/tpdp/ only. Beside each layer
+# that may use it, its probe package under tests/layering/ (the same rights:
+# //tests/layering:check builds deliberately bad targets there and passes
+# only if Bazel refuses them).
+_LAYERS_ABOVE = {
+    "core": ["comm", "topo", "tp", "dp", "ckpt"],
+    "comm": ["topo", "tp", "dp", "ckpt"],
+    "topo": ["tp", "dp", "ckpt"],
+    "tp": ["ckpt"],  # specs; tp and dp never see each other
+    "dp": [],
+    "ckpt": [],  # never dp
+}
+
+def tpdp_layer_visibility(layer):
+    """The visibility of `layer`'s targets: the layers above it (and their
+    probes in tests/layering/), the root package (//:tpdp, libtpdp.a) and
+    the tests (//:tests: every package under tests/ but the probes)."""
+    return ["//%s:__pkg__" % above for above in _LAYERS_ABOVE[layer]] + [
+        "//tests/layering/%s:__pkg__" % above
+        for above in _LAYERS_ABOVE[layer]
+    ] + ["//:__pkg__", "//:tests"]
+
+# Programs built on the library (tools/, examples/, bench/) and their
+# tests: nothing in the library (nor its probes in tests/layering/) may
+# depend on them.
+TPDP_PROGRAM_VISIBILITY = [
+    "//:tests",
+    "//bench:__subpackages__",
+    "//examples:__subpackages__",
+    "//tools:__subpackages__",
 ]
 
 def tpdp_layer(name, deps = [], srcs = None, hdrs = None, copts = [],
-               cuda_srcs = [], cuda_deps = [], **kwargs):
+               cuda_srcs = [], cuda_deps = [], local_defines = [], **kwargs):
     """The library target of one layer (core/, comm/, topo/, tp/, dp/,
     ckpt/), with the settings every layer shares.
 
@@ -35,8 +57,14 @@ def tpdp_layer(name, deps = [], srcs = None, hdrs = None, copts = [],
     come on top of //:headers (the public headers), `copts` on top of
     TPDP_COPTS. `cuda_srcs` and `cuda_deps` are added in --config=cuda
     builds only (through a select on //:cuda), so that the default build
-    never needs the CUDA toolkit. Other arguments (defines, visibility...)
-    go to cc_library as they are."""
+    never needs the CUDA toolkit. The layer's own sources are compiled
+    with TPDP_LAYER_<FOLDER> defined (TPDP_LAYER_TP in tp/ and in its probe
+    tests/layering/tp/), on top of `local_defines`: an internal header
+    that a dependency cannot hide from the layers above (comm/backend.h)
+    refuses to compile there. Other arguments (defines, visibility...) go
+    to cc_library as they are."""
+    layer = native.package_name().split("/")[-1]
+    local_defines = ["TPDP_LAYER_" + layer.upper()] + local_defines
     srcs = native.glob(["*.c"]) if srcs == None else srcs
     deps = ["//:headers"] + deps
     if cuda_srcs:
@@ -54,6 +82,7 @@ def tpdp_layer(name, deps = [], srcs = None, hdrs = None, copts = [],
         hdrs = native.glob(["*.h"]) if hdrs == None else hdrs,
         copts = TPDP_COPTS + copts,
         deps = deps,
+        local_defines = local_defines,
         **kwargs
     )
 

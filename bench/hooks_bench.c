@@ -22,8 +22,8 @@
 #include <time.h>
 
 #include "tpdp/comm.h"
-#include "tpdp/dtensor.h"
 #include "tpdp/module.h"
+#include "tpdp/tp.h"
 
 /* ------------------------------------------------ allocation counting */
 

@@ -69,11 +69,16 @@ int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out);
 int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to);
 /* A stored tensor `name` (dtype dt, shape) can be read into dst: the same
  * shape (TPDP_ERR_SHAPE_MISMATCH) and a convertible dtype
- * (TPDP_ERR_DTYPE_MISMATCH). Messages start "file 'FILE': tensor ..." and
- * say "shape"; with file NULL, "tensor ..." and "global shape". */
+ * (TPDP_ERR_DTYPE_MISMATCH, ckpt_check_convert). Messages start "file
+ * 'FILE': tensor ..." and say "shape"; with file NULL, "tensor ..." and
+ * "global shape". */
 tpdp_status ckpt_check_read(const char *file, const char *name, tpdp_dtype dt,
                             int ndim, const int64_t *shape,
                             const tpdp_tensor *dst);
+/* Elements of dtype dt (of tensor `name`, in `file` or NULL) convert into
+ * dst's dtype, else TPDP_ERR_DTYPE_MISMATCH naming both. */
+tpdp_status ckpt_check_convert(const char *file, const char *name,
+                               tpdp_dtype dt, const tpdp_tensor *dst);
 /* 0 <= i < n, else TPDP_ERR_INVALID_ARGUMENT "WHAT i outside [0, n) of
  * OF'NAME'" (of: "checkpoint ", "tensor ", ""). */
 tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,
@@ -159,9 +164,9 @@ typedef struct {
 } ckpt_group;
 
 tpdp_status ckpt_group_init(ckpt_group *g, tpdp_comm *comm);
-/* Every rank learns whether every rank succeeded. On failure every rank
- * returns the status and message of the lowest failing rank ("... (rank
- * r)" when size > 1): identical everywhere. */
+/* tpdp_comm_agree over the group (this process alone: `mine`). On failure
+ * every rank returns the status and message of the lowest failing rank
+ * ("... (rank r of NAME)"): identical everywhere. */
 tpdp_status ckpt_agree(const ckpt_group *g, tpdp_status mine);
 /* all[r * n + i] = rank r's mine[i]. */
 tpdp_status ckpt_allgather_i64(const ckpt_group *g, const int64_t *mine,
@@ -314,6 +319,10 @@ typedef struct {
   int index;    /* tensor in f */
   int verify;   /* read the whole slice and check its xxhash64 */
   uint64_t xxh; /* expected hash (with verify) */
+  /* The row-major shape the tensor's elements are seen in (view_ndim
+   * dims, the same element count), or NULL for the tensor's own. */
+  int view_ndim;
+  const int64_t *view;
 } ckpt_src;
 
 /* Host contiguous destination of dtype dt and shape shape[ndim]. */

@@ -1,7 +1,6 @@
 /* The few collectives of save and load over an optional host-memory
  * communicator (NULL: this process alone), and the agreement that makes a
  * failure on any rank the same failure, with the same message, on all. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,23 +61,5 @@ tpdp_status ckpt_bcast_bytes(const ckpt_group *g, char **buf, int64_t *len,
 }
 
 tpdp_status ckpt_agree(const ckpt_group *g, tpdp_status mine) {
-  if (g->size == 1) return mine;
-  int64_t me = (int64_t)mine;
-  int64_t *all = NULL;
-  CHECK(TPDP_CALLOC(all, (size_t)g->size));
-  tpdp_status st = ckpt_allgather_i64(g, &me, 1, all);
-  int bad = -1;
-  for (int k = 0; st == TPDP_SUCCESS && k < g->size && bad < 0; k++)
-    if (all[k] != TPDP_SUCCESS) bad = k;
-  tpdp_status code = bad >= 0 ? (tpdp_status)all[bad] : TPDP_SUCCESS;
-  free(all);
-  if (st != TPDP_SUCCESS) return st; /* the communicator failed */
-  if (bad < 0) return TPDP_SUCCESS;
-  /* The first failing rank's message, sent to every rank. */
-  char msg[1024] = "";
-  if (g->rank == bad) snprintf(msg, sizeof msg, "%s", core_error_detail());
-  tpdp_tensor mt = tpdp_tensor_1d(msg, TPDP_U8, (int64_t)sizeof msg);
-  CHECK(tpdp_broadcast(g->comm, &mt, &mt, bad));
-  msg[sizeof msg - 1] = '\0';
-  return TPDP_ERR(code, "%s (rank %d)", msg, bad);
+  return g->comm == NULL ? mine : tpdp_comm_agree(g->comm, mine, NULL);
 }

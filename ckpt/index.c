@@ -634,7 +634,7 @@ tpdp_status tpdp_checkpoint_verify_slice(const tpdp_checkpoint *ck, int i,
   tpdp_safetensors *f = NULL;
   int k;
   CHECK(open_slice(ck, i, j, &f, &k));
-  ckpt_src src = {f, k, 1, ck->t[i].slices[j].xxh64};
+  ckpt_src src = {f, k, 1, ck->t[i].slices[j].xxh64, 0, NULL};
   ckpt_dst dst = {NULL, ck->t[i].dtype, ck->t[i].slices[j].shape};
   tpdp_status st = ckpt_copy_box(&src, NULL, NULL, &dst, NULL, NULL);
   tpdp_safetensors_close(f);
@@ -660,7 +660,7 @@ tpdp_status tpdp_checkpoint_read_tensor(const tpdp_checkpoint *ck, int i,
     int k;
     st = open_slice(ck, i, j, &f, &k);
     if (st != TPDP_SUCCESS) break;
-    ckpt_src src = {f, k, 1, t->slices[j].xxh64};
+    ckpt_src src = {f, k, 1, t->slices[j].xxh64, 0, NULL};
     st = ckpt_copy_box(&src, zero, t->slices[j].shape, &d, t->slices[j].off,
                        NULL);
     tpdp_safetensors_close(f);

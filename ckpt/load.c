@@ -183,7 +183,7 @@ static tpdp_status run_entry(tpdp_state_dict *sd, int i, const ckpt_tensor *t,
       bs[d] = jb->off[d] - s->off[d];
       bd[d] = jb->off[d] - mybox[d];
     }
-    ckpt_src src = {f, k, jb->verify, s->xxh64};
+    ckpt_src src = {f, k, jb->verify, s->xxh64, 0, NULL};
     CHECK_GOTO(ckpt_copy_box(&src, bs, jb->shape, &dst, bd, scratch), st, done);
   }
 done:

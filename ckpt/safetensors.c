@@ -365,9 +365,82 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
   int owned = 0;
   CHECK(ckpt_stage_begin(dst, 0, &stage, &owned));
   int64_t zero[TPDP_MAX_DIMS] = {0};
-  ckpt_src src = {f, i, 0, 0};
+  ckpt_src src = {f, i, 0, 0, 0, NULL};
   ckpt_dst d = {stage, dst->dtype, dst->shape};
   tpdp_status st = ckpt_copy_box(&src, zero, t->shape, &d, zero, NULL);
+  return ckpt_stage_end(dst, stage, owned, st);
+}
+
+/* The checks of tpdp_safetensors_read_box's view and box against tensor
+ * t of f and the destination. */
+static tpdp_status check_box(const tpdp_safetensors *f, const ckpt_st_tensor *t,
+                             int view_ndim, const int64_t *view_shape,
+                             const int64_t *offset, const tpdp_tensor *dst) {
+  if (view_ndim < 0 || view_ndim > TPDP_MAX_DIMS)
+    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
+                    "file '%s': tensor '%s': view_ndim %d outside [0, %d]",
+                    f->path, t->name, view_ndim, TPDP_MAX_DIMS);
+  if (view_ndim > 0) {
+    CHECK_PTR(view_shape);
+    CHECK_PTR(offset);
+  }
+  char view[160], have[160], box[160];
+  tpdp_shape_format(view_ndim, view_shape, view, sizeof view);
+  tpdp_shape_format(t->ndim, t->shape, have, sizeof have);
+  int64_t vn = 0, tn = 0;
+  if (ckpt_shape_numel(view_ndim, view_shape, &vn) != 0)
+    return TPDP_ERR(TPDP_ERR_BAD_DIM_SIZE,
+                    "file '%s': tensor '%s': view %s has a negative size or "
+                    "overflows",
+                    f->path, t->name, view);
+  (void)ckpt_shape_numel(t->ndim, t->shape, &tn); /* checked at open */
+  if (vn != tn)
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "file '%s': tensor '%s' has shape %s (%lld elements) but "
+                    "the view %s has %lld",
+                    f->path, t->name, have, (long long)tn, view, (long long)vn);
+  if (dst->ndim != view_ndim)
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "file '%s': tensor '%s': the destination has %d dims but "
+                    "the view %s has %d",
+                    f->path, t->name, dst->ndim, view, view_ndim);
+  for (int d = 0; d < view_ndim; d++)
+    if (offset[d] < 0 || dst->shape[d] < 0 || offset[d] > view_shape[d] ||
+        dst->shape[d] > view_shape[d] - offset[d]) {
+      tpdp_shape_format(view_ndim, offset, box, sizeof box);
+      tpdp_shape_format(view_ndim, dst->shape, have, sizeof have);
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "file '%s': tensor '%s': the box of shape %s (the "
+                      "destination's) at offset %s leaves the view %s in dim "
+                      "%d",
+                      f->path, t->name, have, box, view, d);
+    }
+  CHECK(ckpt_check_convert(f->path, t->name, t->dtype, dst));
+  if (dst->data == NULL && tpdp_tensor_numel(dst) > 0)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                    "file '%s': tensor '%s': the destination has NULL data "
+                    "and %lld elements",
+                    f->path, t->name, (long long)tpdp_tensor_numel(dst));
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_safetensors_read_box(const tpdp_safetensors *f, int i,
+                                      int view_ndim, const int64_t *view_shape,
+                                      const int64_t *offset, tpdp_tensor *dst) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(f);
+  CHECK_PTR(dst);
+  CHECK(ckpt_check_at("tensor", i, f->n, "", f->path));
+  CHECK(check_box(f, &f->t[i], view_ndim, view_shape, offset, dst));
+  void *stage = NULL;
+  int owned = 0;
+  CHECK(ckpt_stage_begin(dst, 0, &stage, &owned));
+  /* A 0-dim view may come without shape and offset. */
+  int64_t zero[TPDP_MAX_DIMS] = {0};
+  ckpt_src src = {f, i, 0, 0, view_ndim, view_ndim > 0 ? view_shape : zero};
+  ckpt_dst d = {stage, dst->dtype, dst->shape};
+  tpdp_status st = ckpt_copy_box(&src, view_ndim > 0 ? offset : zero,
+                                 dst->shape, &d, zero, NULL);
   return ckpt_stage_end(dst, stage, owned, st);
 }
 
@@ -554,7 +627,9 @@ tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
                           const int64_t *box_shape, const ckpt_dst *dst,
                           const int64_t *box_dst, void *scratch) {
   const ckpt_st_tensor *t = &src->f->t[src->index];
-  int nd = t->ndim;
+  /* The slice's coordinates: its own shape, or the view it is seen in. */
+  int nd = src->view ? src->view_ndim : t->ndim;
+  const int64_t *sshape = src->view ? src->view : t->shape;
   int64_t sstr[TPDP_MAX_DIMS], dstr[TPDP_MAX_DIMS], bnumel = 1, snumel = 1;
   /* No box: only verify (a 0-dim tensor has no empty box shape). */
   int64_t none[TPDP_MAX_DIMS] = {0};
@@ -562,11 +637,11 @@ tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
     box_src = box_dst = box_shape = none;
     bnumel = 0;
   }
-  row_major(nd, t->shape, sstr);
+  row_major(nd, sshape, sstr);
   row_major(nd, dst->shape, dstr);
   for (int d = 0; d < nd; d++) {
     bnumel *= box_shape[d];
-    snumel *= t->shape[d];
+    snumel *= sshape[d];
   }
   if (bnumel == 0 && !src->verify) return TPDP_SUCCESS;
   box_copy c = {src,
@@ -583,8 +658,8 @@ tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
     XXH64_reset(&hs, 0);
     c.hash = &hs;
   }
-  runs_init(&c.fine, nd, t->shape, dst->shape, box_src, box_shape, box_dst,
-            sstr, dstr);
+  runs_init(&c.fine, nd, sshape, dst->shape, box_src, box_shape, box_dst, sstr,
+            dstr);
   c.fine.done |= bnumel == 0;
   uint64_t slice_bytes = t->end - t->begin;
   /* One run, same dtype, and (to verify) the whole slice: no staging. */
@@ -608,7 +683,7 @@ tpdp_status ckpt_copy_box(const ckpt_src *src, const int64_t *box_src,
     /* Ranges of the box contiguous in the slice, merged across small gaps
      * into fewer, larger reads. */
     runs coarse;
-    runs_init(&coarse, nd, t->shape, NULL, box_src, box_shape, box_dst, sstr,
+    runs_init(&coarse, nd, sshape, NULL, box_src, box_shape, box_dst, sstr,
               NULL);
     uint64_t sb = 0, se = 0;
     int open = 0;

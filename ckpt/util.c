@@ -38,20 +38,23 @@ int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to) {
 tpdp_status ckpt_check_read(const char *file, const char *name, tpdp_dtype dt,
                             int ndim, const int64_t *shape,
                             const tpdp_tensor *dst) {
-  const char *pre = file ? "file '" : "", *f = file ? file : "",
-             *post = file ? "': " : "";
   char a[160], b[160];
   if (core_shapes_differ(ndim, shape, dst->ndim, dst->shape, a, b, sizeof a))
     return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
                     "%s%s%stensor '%s' has %sshape %s but the destination %s",
-                    pre, f, post, name, file ? "" : "global ", a, b);
-  if (!ckpt_dtype_convertible(dt, dst->dtype))
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                    "%s%s%stensor '%s' is %s and cannot convert to the "
-                    "destination's %s",
-                    pre, f, post, name, ckpt_st_dtype_name(dt),
-                    tpdp_dtype_name(dst->dtype));
-  return TPDP_SUCCESS;
+                    file ? "file '" : "", file ? file : "", file ? "': " : "",
+                    name, file ? "" : "global ", a, b);
+  return ckpt_check_convert(file, name, dt, dst);
+}
+
+tpdp_status ckpt_check_convert(const char *file, const char *name,
+                               tpdp_dtype dt, const tpdp_tensor *dst) {
+  if (ckpt_dtype_convertible(dt, dst->dtype)) return TPDP_SUCCESS;
+  return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                  "%s%s%stensor '%s' is %s and cannot convert to the "
+                  "destination's %s",
+                  file ? "file '" : "", file ? file : "", file ? "': " : "",
+                  name, ckpt_st_dtype_name(dt), tpdp_dtype_name(dst->dtype));
 }
 
 tpdp_status ckpt_check_at(const char *what, int i, int n, const char *of,

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 
 static int initialized;
 static int we_initialized_mpi;
@@ -140,6 +140,9 @@ const char *tpdp_comm_backend(const tpdp_comm *comm) {
 int tpdp_comm_concurrent_threads(const tpdp_comm *comm) {
   return comm ? comm->concurrent_threads : 0;
 }
+int comm_debug_collectives(const tpdp_comm *comm) {
+  return comm ? comm->debug_collectives : 0;
+}
 
 tpdp_device_type tpdp_comm_device_type(const tpdp_comm *comm) {
   return comm ? comm->ops->device_type : TPDP_DEVICE_CPU;
@@ -181,12 +184,9 @@ static tpdp_status work_finish(tpdp_work *work, tpdp_status wait_st) {
   return f.status;
 }
 
-tpdp_status comm_backend_allgather(tpdp_comm *comm, const tpdp_tensor *send,
-                                   tpdp_tensor *recv) {
-  tpdp_coll_args args = {
-      TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0, 1, NULL};
+tpdp_status comm_backend_run(tpdp_comm *comm, const tpdp_coll_args *args) {
   tpdp_work *work = NULL;
-  CHECK(comm->ops->collective(comm, &args, &work));
+  CHECK(comm->ops->collective(comm, args, &work));
   return work_finish(work, work->ops->wait(work));
 }
 

@@ -31,10 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 
-/* tpdp_comm_split's kind in a fingerprint (after the collectives). */
+/* tpdp_comm_split's and tpdp_comm_agree's kinds in a fingerprint (after
+ * the collectives). */
 #define FP_SPLIT (TPDP_COLL_BARRIER + 1)
+#define FP_AGREE (TPDP_COLL_BARRIER + 2)
 #define FP_CALLER_MAX 40
 
 /* One rank's call. Fixed size and zero-filled, so ranks can compare
@@ -57,10 +59,10 @@ int comm_fp_enabled_from_env(void) {
   return core_env_long("TPDP_DEBUG_COLLECTIVES", 0) != 0;
 }
 
-static void fill(fingerprint *f, const tpdp_comm *comm, const tpdp_coll_args *a,
-                 tpdp_status local) {
+static void fill(fingerprint *f, const tpdp_comm *comm, int32_t kind,
+                 const tpdp_coll_args *a, tpdp_status local) {
   memset(f, 0, sizeof *f);
-  f->kind = a ? (int32_t)a->kind : FP_SPLIT;
+  f->kind = kind;
   f->status = (int32_t)local;
   f->dtype = f->op = f->root = -1;
   f->count = -1;
@@ -93,6 +95,7 @@ static void fill(fingerprint *f, const tpdp_comm *comm, const tpdp_coll_args *a,
 
 static const char *kind_name(int32_t kind) {
   if (kind == FP_SPLIT) return "comm_split";
+  if (kind == FP_AGREE) return "comm_agree";
   return comm_coll_name((tpdp_coll_kind)kind);
 }
 
@@ -134,11 +137,13 @@ static tpdp_status mismatch_status(const fingerprint *a, const fingerprint *b) {
   return TPDP_ERR_SHAPE_MISMATCH;
 }
 
-tpdp_status comm_fp_check(tpdp_comm *comm, const tpdp_coll_args *args,
-                          tpdp_status local) {
+/* The call of `kind` (args: its arguments, NULL for a split or an
+ * agreement) against the other ranks' calls. */
+static tpdp_status check(tpdp_comm *comm, int32_t kind,
+                         const tpdp_coll_args *args, tpdp_status local) {
   const int p = comm->size;
   fingerprint mine;
-  fill(&mine, comm, args, local);
+  fill(&mine, comm, kind, args, local);
   fingerprint *all = calloc((size_t)p, sizeof *all);
   if (all == NULL) {
     /* Cannot take part: report this rank's own failure first. */
@@ -179,4 +184,13 @@ tpdp_status comm_fp_check(tpdp_comm *comm, const tpdp_coll_args *args,
   core_sb_free(&b);
   free(all);
   return st;
+}
+
+tpdp_status comm_fp_check(tpdp_comm *comm, const tpdp_coll_args *args,
+                          tpdp_status local) {
+  return check(comm, args ? (int32_t)args->kind : FP_SPLIT, args, local);
+}
+
+tpdp_status comm_fp_check_agree(tpdp_comm *comm) {
+  return check(comm, FP_AGREE, NULL, TPDP_SUCCESS);
 }

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 
 #define HOST_BYTES 256
 

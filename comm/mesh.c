@@ -9,15 +9,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
-#include "comm/mesh_internal.h"
+#include "comm/backend.h"
 
 #define MESH_NAME_MAX 32
 #define MESH_MAGIC 0x4d455348u /* tpdp_mesh.magic while alive */
 
 struct tpdp_mesh {
   unsigned magic;
-  int users[2];           /* specs, reducers holding it (mesh_internal.h) */
+  int users[2];           /* specs, reducers holding it (services.h) */
   struct tpdp_mesh *next; /* list of live meshes with communicators */
   int ndim;
   int64_t sizes[TPDP_MAX_DIMS];
@@ -26,7 +25,7 @@ struct tpdp_mesh {
   tpdp_comm *parent; /* NULL for layout-only meshes */
   tpdp_comm *dim_comms[TPDP_MAX_DIMS];
   int rank;
-  core_scratch scratch; /* mesh_internal.h: redistribution's packing */
+  core_scratch scratch; /* services.h: redistribution's packing */
 };
 
 /* Strip leading and trailing blanks in place. */
@@ -342,8 +341,7 @@ static tpdp_status agree_mesh_args(tpdp_comm *comm, int ndim,
                                    const char *const *names,
                                    tpdp_status local) {
   static const comm_agree_kind kind = {sizeof(mesh_args), same_mesh_args,
-                                       describe_mesh_args, mesh_mismatch,
-                                       "the mesh"};
+                                       describe_mesh_args, mesh_mismatch};
   mesh_args mine;
   fill_mesh_args(&mine, ndim, sizes, names, local);
   return comm_agree(comm, &kind, &mine, local);

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 #include "comm/watchdog.h"
 
 typedef struct {

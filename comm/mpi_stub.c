@@ -3,7 +3,7 @@
  * TPDP_ERR_UNSUPPORTED, while single-rank NCCL communicators
  * (tpdp_comm_create_nccl(NULL, ...)) work. Not used by the Bazel build,
  * which always has MPI. */
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 
 #define NO_MPI                                \
   "built without MPI (comm/mpi_stub.c): use " \

@@ -22,7 +22,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 #include "comm/watchdog.h"
 #include "core/tensor_cuda.h"
 
@@ -308,35 +308,19 @@ tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
    * the outcome before NCCL's own (blocking on peers) initialisation. */
   int chosen = -1;
   tpdp_status local_st = pick_device(device, local_rank, local_size, &chosen);
-  struct {
-    int32_t ok;
-    ncclUniqueId id;
-  } boot;
-  memset(&boot, 0, sizeof boot);
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
   if (rank == 0 && local_st == TPDP_SUCCESS) {
-    ncclResult_t rc = ncclGetUniqueId(&boot.id);
+    ncclResult_t rc = ncclGetUniqueId(&id);
     if (rc != ncclSuccess)
       local_st = nccl_fail(rc, NULL, "ncclGetUniqueId", name, rank);
-    else
-      boot.ok = 1;
   }
   if (bootstrap != NULL) {
-    tpdp_tensor b = tpdp_tensor_1d(&boot, TPDP_U8, (int64_t)sizeof boot);
+    /* Rank 0's failure to make the id is its local_st too: the agreement
+     * gives every rank the first failing rank's error. */
+    tpdp_tensor b = tpdp_tensor_1d(&id, TPDP_U8, (int64_t)sizeof id);
     CHECK(tpdp_broadcast(bootstrap, &b, &b, 0));
-    int32_t mine = local_st == TPDP_SUCCESS, all = 0;
-    tpdp_tensor s = tpdp_tensor_1d(&mine, TPDP_I32, 1);
-    tpdp_tensor r = tpdp_tensor_1d(&all, TPDP_I32, 1);
-    CHECK(tpdp_allreduce(bootstrap, &s, &r, TPDP_OP_MIN));
-    if (local_st != TPDP_SUCCESS) return local_st;
-    if (!boot.ok)
-      return TPDP_ERR(TPDP_ERR_NCCL,
-                      "rank 0 of %s could not create the NCCL unique id",
-                      bootstrap->name);
-    if (!all)
-      return TPDP_ERR(TPDP_ERR_CUDA,
-                      "another rank of %s failed its CUDA setup (see its "
-                      "error); rank %d gives up too",
-                      bootstrap->name, rank);
+    CHECK(tpdp_comm_agree(bootstrap, local_st, NULL));
   } else if (local_st != TPDP_SUCCESS) {
     return local_st;
   }
@@ -344,7 +328,7 @@ tpdp_status tpdp_comm_create_nccl(tpdp_comm *bootstrap, int device,
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   ncclComm_t nc = NULL;
-  ncclResult_t rc = ncclCommInitRankConfig(&nc, size, boot.id, rank, &config);
+  ncclResult_t rc = ncclCommInitRankConfig(&nc, size, id, rank, &config);
   int timed_out = 0;
   tpdp_status st = settle(nc, rc, "ncclCommInitRankConfig", name, rank,
                           timeout_s, &timed_out);

@@ -2,7 +2,7 @@
  * that callers link everywhere, and say why they cannot work. */
 #include <stddef.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 
 #define NOT_BUILT "built without --config=cuda: no CUDA/NCCL support"
 

@@ -1,5 +1,5 @@
 /* Shared memory among the ranks of a host-memory communicator that all run
- * on one host, and the allreduce that works in it (see comm_internal.h).
+ * on one host, and the allreduce that works in it (see comm/services.h).
  *
  * Why: a blocking allreduce through Open MPI on one host copies each
  * message through the kernel (CMA) or a bounce buffer and adds it in a
@@ -45,7 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 #include "core/mem.h"
 
 #define SHM_PAGE 4096

@@ -1,6 +1,6 @@
 /*
- * Internal: bounded waits (TPDP_TIMEOUT_S) for the MPI backend, and the
- * waits tpdp performs itself. Not installed.
+ * Internal to comm/: bounded waits (TPDP_TIMEOUT_S) for the MPI backend,
+ * and the waits tpdp performs itself. Not installed.
  *
  * Blocking MPI calls stay blocking (Open MPI's blocking algorithms are the
  * fast ones). Instead, every blocking call the backend makes is bracketed
@@ -36,7 +36,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 
 /* Watched operations: the collectives (tpdp_coll_kind), then the backend's
  * other collective calls. */
@@ -93,10 +93,8 @@ typedef struct comm_watch {
   struct comm_watch *next;
 } comm_watch;
 
-/* What a thread of the library's own is (e.g. "the reducer's
- * communication thread"), printed with a timeout on that thread. */
-extern CORE_THREAD_LOCAL const char *comm_watch_label
-    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+/* comm_watch_label (comm/services.h) names the thread in a timeout's
+ * message. */
 
 /* ---------------------------------------------------------- hot path */
 
@@ -172,11 +170,8 @@ typedef struct {
   void (*abort_job)(void);
 } comm_watchdog_config;
 
-/* TPDP_TIMEOUT_S in seconds, 0 for no bound (unset: 600; 0 or negative:
- * no bound), as comm_timeout_read last read it (tpdp_init calls it), else
- * read now. */
-double comm_timeout_s(void);
-/* Read TPDP_TIMEOUT_S from the environment (and keep it). */
+/* Read TPDP_TIMEOUT_S from the environment (and keep it for
+ * comm_timeout_s, comm/services.h). tpdp_init calls it. */
 double comm_timeout_read(void);
 
 /* Bytes of one rank's board region. */

@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
-#include "comm/mesh_internal.h"
+#include "comm/services.h"
 #include "core/mem.h"
 #include "dp/buffers.h"
 #include "dp/reducer_internal.h"
@@ -268,7 +267,7 @@ static tpdp_status setup(tpdp_comm *comm, const tpdp_reducer_param *params,
   r->magic = DP_REDUCER_MAGIC;
   r->comm = comm;
   /* A mesh's dim communicator: the mesh refuses to go before the reducer
-   * (comm/mesh_internal.h). */
+   * (comm/services.h). */
   r->mesh = comm_mesh_hold_by_comm(comm, COMM_MESH_REDUCER);
   r->stream = tpdp_comm_nccl_stream(comm);
   r->device = params[0].param.device;
@@ -435,7 +434,7 @@ tpdp_status tpdp_reducer_create(tpdp_comm *comm, tpdp_reducer_param *params,
   if (st == TPDP_SUCCESS) st = setup(comm, params, nparams, &o, &r);
   /* Every local failure (bad input, memory) is agreed before anything
    * collective, so that no rank is left waiting for another. */
-  CHECK_GOTO(dp_agree(comm, st), st, fail);
+  CHECK_GOTO(tpdp_comm_agree(comm, st, NULL), st, fail);
   CHECK_GOTO(dp_check_across(comm, params, nparams, &o), st, fail);
   if (o.broadcast_from_rank0) {
     /* Device parameters: the broadcast runs on the communicator's stream,

@@ -203,31 +203,6 @@ tpdp_status dp_check_local(tpdp_comm *comm, const tpdp_reducer_param *params,
 
 /* ------------------------------------------------------------ across */
 
-tpdp_status dp_agree(tpdp_comm *comm, tpdp_status mine) {
-  /* One allreduce MAX of (size - rank) << 32 | status over the failing
-   * ranks: the lowest failing rank and its status, with no buffer per
-   * rank to allocate. */
-  int size = tpdp_comm_size(comm), me = tpdp_comm_rank(comm);
-  int64_t key =
-      mine != TPDP_SUCCESS ? ((int64_t)(size - me) << 32) | (int64_t)mine : 0;
-  tpdp_tensor t = tpdp_tensor_1d(&key, TPDP_I64, 1);
-  tpdp_status st = dp_buf_host_allreduce(comm, &t, TPDP_OP_MAX);
-  if (mine != TPDP_SUCCESS) return mine; /* its own message is kept */
-  CHECK(st);
-  if (key == 0) return TPDP_SUCCESS;
-  int bad = size - (int)(key >> 32);
-  tpdp_status code = (tpdp_status)(key & 0xffffffff);
-  /* Shortage of memory is no fault of the parameters. */
-  int resources = code == TPDP_ERR_OUT_OF_MEMORY || code == TPDP_ERR_INTERNAL ||
-                  code == TPDP_ERR_CUDA || code == TPDP_ERR_MPI ||
-                  code == TPDP_ERR_NCCL;
-  return TPDP_ERR(
-      code, "rank %d of %s %s (%s); see that rank's error message", bad,
-      tpdp_comm_name(comm),
-      resources ? "could not set up its part" : "rejected its parameters",
-      tpdp_status_string(code));
-}
-
 static void fill_desc(const tpdp_tensor *t, int64_t *d) {
   d[0] = t->dtype;
   d[1] = t->ndim;
@@ -319,7 +294,7 @@ tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
   if (st == TPDP_SUCCESS) st = TPDP_CALLOC(mine, (size_t)n * DESC_LEN);
   if (st == TPDP_SUCCESS)
     st = TPDP_CALLOC(all, (size_t)n * DESC_LEN * (size_t)size);
-  CHECK_GOTO(dp_agree(comm, st), st, done);
+  CHECK_GOTO(tpdp_comm_agree(comm, st, NULL), st, done);
   fill_header(n, o, header);
   tpdp_tensor s = tpdp_tensor_1d(header, TPDP_I64, HDR_LEN);
   tpdp_tensor rv = tpdp_tensor_1d(headers, TPDP_I64, (int64_t)size * HDR_LEN);
@@ -441,7 +416,7 @@ tpdp_status dp_check_values(tpdp_comm *comm, const tpdp_reducer_param *params,
   for (int64_t i = 0; st == TPDP_SUCCESS && i < n; i++)
     st = param_checksum(&params[i], host, &own[i]);
   /* Every rank reaches the collectives below, whatever failed here. */
-  CHECK_GOTO(dp_agree(comm, st), st, done);
+  CHECK_GOTO(tpdp_comm_agree(comm, st, NULL), st, done);
   for (int64_t i = 0; i < n; i++) {
     keys[i] = own[i];
     keys[n + i] = -own[i];

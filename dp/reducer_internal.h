@@ -28,7 +28,7 @@
 
 #include <pthread.h>
 
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "core/check.h"
 #include "tpdp/module.h"
 #include "tpdp/reducer.h"
@@ -211,10 +211,6 @@ tpdp_status dp_options_resolve(const tpdp_reducer_options *in,
 /* Checks of options and parameters that need no communication. */
 tpdp_status dp_check_local(tpdp_comm *comm, const tpdp_reducer_param *params,
                            int64_t n, const tpdp_reducer_options *o);
-/* Every rank learns whether every rank passed (`mine`): a failing rank
- * keeps its own status and message, the others fail with the first failing
- * rank's status and a message naming it. Collective. */
-tpdp_status dp_agree(tpdp_comm *comm, tpdp_status mine);
 /* Same options (those that change what is communicated or computed),
  * count, dtypes and shapes on every rank. Collective. */
 tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,

@@ -296,7 +296,7 @@ static tpdp_status rebuild(tpdp_reducer *r) {
   if (st == TPDP_SUCCESS) st = dp_build_buckets(r, &a, target, &nb, &nnb);
   tpdp_bucket_assignment_free(&a);
   free(metas);
-  DP_TIMED(r, comm_seconds, st, dp_agree(r->comm, st));
+  DP_TIMED(r, comm_seconds, st, tpdp_comm_agree(r->comm, st, NULL));
   if (st != TPDP_SUCCESS) goto done;
   if (same_layout(r, nb, nnb)) {
     /* Nothing moves; keep the limits the ready order gave. */

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "comm/watchdog.h"
+#include "comm/services.h"
 #include "dp/buffers.h"
 #include "dp/reducer_internal.h"
 

@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "core/check.h"
-#include "tpdp/dtensor.h"
 #include "tpdp/module.h"
+#include "tpdp/tp.h"
 
 #define DP_TRANSFORM_KEY "tpdp.pre_dp_transform"
 

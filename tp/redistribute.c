@@ -19,7 +19,7 @@
  */
 #include <string.h>
 
-#include "comm/mesh_internal.h"
+#include "comm/services.h"
 #include "core/mem.h"
 #include "tp/tp_internal.h"
 

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "tp/tp_internal.h"
 
 /* One rank's redistribute arguments, as ranks compare them. Fixed size
@@ -120,7 +120,7 @@ static tpdp_status mismatch(const tpdp_comm *comm, const void *a, const void *b,
                   "ranks of %s passed different arguments (this is rank "
                   "%d): %s; every rank must pass the same global shape, "
                   "dtype and placements",
-                  comm->name, comm->rank, ranks);
+                  tpdp_comm_name(comm), tpdp_comm_rank(comm), ranks);
 }
 
 static int agreed_before(const tpdp_spec *src, uint64_t h) {
@@ -132,13 +132,13 @@ static int agreed_before(const tpdp_spec *src, uint64_t h) {
 tpdp_status tp_redistribute_agree(const tpdp_spec *src, const tpdp_spec *dst,
                                   tpdp_status local) {
   static const comm_agree_kind kind = {sizeof(rd_args), same_args, describe,
-                                       mismatch, "its arguments"};
+                                       mismatch};
   tpdp_comm *comm = tpdp_mesh_comm(src->mesh);
   if (comm == NULL) return local; /* layout-only: refused by the caller */
   rd_args mine;
   fill(&mine, src, dst, local);
   uint64_t h = hash_args(&mine);
-  if (!comm->debug_collectives && agreed_before(src, h)) return local;
+  if (!comm_debug_collectives(comm) && agreed_before(src, h)) return local;
   tpdp_status st = comm_agree(comm, &kind, &mine, local);
   if (st == TPDP_SUCCESS) {
     /* Every rank agreed and records the same pair in the same slot. */

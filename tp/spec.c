@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/mesh_internal.h"
+#include "comm/services.h"
 #include "core/mem.h"
 #include "tp/tp_internal.h"
 
@@ -260,7 +260,7 @@ tpdp_status tpdp_spec_create(const tpdp_mesh *mesh,
     free(s);
     return st;
   }
-  /* The mesh refuses to go while the spec lives (comm/mesh_internal.h). */
+  /* The mesh refuses to go while the spec lives (comm/services.h). */
   comm_mesh_hold(mesh, COMM_MESH_SPEC);
   *out = s;
   return TPDP_SUCCESS;

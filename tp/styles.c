@@ -7,8 +7,8 @@
 
 #include "core/check.h"
 #include "tp/tp_internal.h"
-#include "tpdp/dtensor.h"
 #include "tpdp/module.h"
+#include "tpdp/tp.h"
 
 #define TP_EXT_KEY "tp.style"
 

@@ -4,8 +4,8 @@
 #define TPDP_TP_INTERNAL_H
 
 #include "core/check.h"
-#include "tpdp/dtensor.h"
 #include "tpdp/module.h"
+#include "tpdp/tp.h"
 
 /* Spec pairs a source spec remembers as agreed (tpdp_spec.agreed). */
 #define TP_AGREED_PAIRS 4
@@ -14,7 +14,7 @@
 
 struct tpdp_spec {
   unsigned magic;
-  const tpdp_mesh *mesh; /* held (comm/mesh_internal.h) until destroy */
+  const tpdp_mesh *mesh; /* held (comm/services.h) until destroy */
   int mesh_ndim;
   int64_t mesh_sizes[TPDP_MAX_DIMS];
   tpdp_placement placements[TPDP_MAX_DIMS];

@@ -26,7 +26,7 @@
 
 #include "examples/train_mlp/mlp_cuda.h"
 #include "examples/train_mlp/train.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 typedef struct {
   tpdp_comm *comm; /* the TP communicator (NCCL) */

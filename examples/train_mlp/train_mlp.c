@@ -22,7 +22,7 @@
 #include "examples/common/tree.h"
 #include "examples/train_mlp/mlp.h"
 #include "examples/train_mlp/train.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 #include "tpdp/tpdp.h"
 
 static void usage(FILE *out) {

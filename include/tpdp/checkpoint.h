@@ -318,6 +318,33 @@ TPDP_API const char *tpdp_safetensors_meta(const tpdp_safetensors *f,
 TPDP_API tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
                                            tpdp_tensor *dst);
 
+/* A box of tensor i into dst: the tensor's elements seen in the row-major
+ * shape `view_shape` (view_ndim dims with the tensor's element count, e.g.
+ * a [C, 3C] weight seen as [C, 3, H, C/H]; pass the tensor's own ndim and
+ * shape from tpdp_safetensors_tensor_at to read it as stored), and the box
+ * [offset[d], offset[d] + dst->shape[d]) of that view in every dim d. dst
+ * has view_ndim dims and the box's shape; host or device memory, any
+ * strides; f32/f64/f16/bf16 elements convert into dst's dtype (other
+ * dtypes must match). Only the byte ranges of the box are read (pread,
+ * nearby ranges merged), so each rank of a job can read its own shard of a
+ * large file. Not collective; no checksum (the file has none).
+ * view_shape and offset may be NULL when view_ndim is 0.
+ * Errors, each naming the file and the tensor: TPDP_ERR_NULL_POINTER;
+ * TPDP_ERR_INVALID_ARGUMENT (i out of range; a box with a negative offset
+ * or size, or reaching past the view, naming the dim);
+ * TPDP_ERR_TOO_MANY_DIMS (view_ndim outside [0, TPDP_MAX_DIMS]);
+ * TPDP_ERR_BAD_DIM_SIZE (a negative view size); TPDP_ERR_SHAPE_MISMATCH
+ * (the view's element count differs from the tensor's, or dst->ndim from
+ * view_ndim); TPDP_ERR_DTYPE_MISMATCH (no conversion); TPDP_ERR_IO (a
+ * failed or short read). dst is partly written on a read failure.
+ * Thread-safety: reads of one handle may run from several threads (each
+ * pread is positioned; the handle is not changed). */
+TPDP_API tpdp_status tpdp_safetensors_read_box(const tpdp_safetensors *f, int i,
+                                               int view_ndim,
+                                               const int64_t *view_shape,
+                                               const int64_t *offset,
+                                               tpdp_tensor *dst);
+
 #ifdef __cplusplus
 }
 #endif

@@ -214,6 +214,48 @@ TPDP_API tpdp_status tpdp_alltoall_async(tpdp_comm *comm,
 TPDP_API tpdp_status tpdp_barrier(tpdp_comm *comm);
 TPDP_API tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work);
 
+/* ------------------------------------------------------------ agreement */
+
+/* Agree on a failure across the ranks of `comm`, so that work failing on
+ * some ranks fails every rank alike instead of leaving the others waiting
+ * in their next collective. Every rank passes the outcome of its own part,
+ * `local_status` (TPDP_SUCCESS when it went well), and every rank returns
+ * the same:
+ *  - TPDP_SUCCESS when every rank passed TPDP_SUCCESS;
+ *  - else the status of the lowest-ranked rank that failed, R, and on
+ *    every rank (R included) tpdp_last_error() holds R's message followed
+ *    by " (rank R of NAME)", e.g. "tpdp_comm_agree: tpdp_reducer_create:
+ *    options->size is 0 (rank 1 of world)".
+ * R's message is its `local_message`, or when that is NULL its
+ * tpdp_last_error() as it was at the call (the message of the tpdp call
+ * that returned local_status), cut to about 860 bytes; when that is empty,
+ * "STATUS (no message)". local_message is read only when local_status is
+ * a failure; it is copied.
+ * tpdp uses this step itself (reducer creation, checkpoint save and load,
+ * NCCL communicator creation) and reports its errors the same way.
+ *
+ * Collective over `comm`: every rank calls it, in the same order as its
+ * other collectives on `comm`. Cost: one allreduce of 8 bytes; when a rank
+ * failed, also a broadcast of its message (1 KiB). Any backend: on an
+ * NCCL communicator the bytes are staged through a small buffer on its
+ * GPU, with synchronous copies (the host waits; nothing is queued on a
+ * caller's stream). With TPDP_DEBUG_COLLECTIVES the call is compared
+ * across ranks like every collective (tpdp_comm_agree against another
+ * collective fails on every rank, listing each rank's call).
+ *
+ * Errors: TPDP_ERR_NULL_POINTER (comm NULL: nothing is exchanged),
+ * TPDP_ERR_NOT_INITIALIZED (comm ended by tpdp_finalize), the agreed
+ * failure as above; a local_status that is no tpdp_status value counts as
+ * a failure of that rank with TPDP_ERR_INVALID_ARGUMENT naming it; if the
+ * exchange itself fails, the communicator's error (TPDP_ERR_MPI,
+ * TPDP_ERR_NCCL, TPDP_ERR_CUDA, TPDP_ERR_TIMEOUT), which ranks may then
+ * not share.
+ * Thread-safety: as every collective (one thread at a time per
+ * communicator); the message is set on the calling thread
+ * (tpdp_last_error is per thread). */
+TPDP_API tpdp_status tpdp_comm_agree(tpdp_comm *comm, tpdp_status local_status,
+                                     const char *local_message);
+
 /* ------------------------------------------------------------ device mesh
  *
  * World ranks laid out row-major in an N-D array with named dims: for sizes

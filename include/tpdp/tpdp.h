@@ -6,9 +6,10 @@
 #include "tpdp/checkpoint.h" /* sharded checkpoints (ckpt/) */
 #include "tpdp/comm.h"       /* communicators, device mesh (comm/) */
 #include "tpdp/core.h"       /* status, logging, tensor views (core/) */
-#include "tpdp/dtensor.h"    /* DTensor, redistribute, TP hooks (tp/) */
+#include "tpdp/dtensor.h"    /* DTensor specs, redistribute (tp/) */
 #include "tpdp/module.h"     /* module tree, reports (core/) */
 #include "tpdp/reducer.h"    /* DDP-style gradient reducer (dp/) */
 #include "tpdp/topo.h"       /* topology, binding (topo/) */
+#include "tpdp/tp.h"         /* TP+DP hooks, styles, layouts (tp/) */
 
 #endif /* TPDP_TPDP_H */

@@ -10,36 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "tests/ckpt/st_craft.h"
 #include "tests/test_util.h"
 #include "tpdp/checkpoint.h"
 
 namespace {
 
+using tpdp_test::Craft;
+
 const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
-
-std::string Dir() {
-  const char *t = std::getenv("TEST_TMPDIR");
-  return t ? t : "/tmp";
-}
-
-// A file: 8-byte little-endian length (header's size unless len_override
-// >= 0), the header, then `data` bytes.
-std::string Craft(const std::string &name, const std::string &header,
-                  const std::vector<unsigned char> &data,
-                  long long len_override = -1) {
-  std::string path = Dir() + "/" + name + ".safetensors";
-  FILE *f = std::fopen(path.c_str(), "wb");
-  EXPECT_NE(f, nullptr);
-  unsigned long long n =
-      len_override >= 0 ? (unsigned long long)len_override : header.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; i++) len[i] = (unsigned char)(n >> (8 * i));
-  std::fwrite(len, 1, 8, f);
-  std::fwrite(header.data(), 1, header.size(), f);
-  if (!data.empty()) std::fwrite(data.data(), 1, data.size(), f);
-  std::fclose(f);
-  return path;
-}
 
 std::vector<unsigned char> Floats(std::vector<float> v) {
   std::vector<unsigned char> b(v.size() * 4);
@@ -273,9 +252,10 @@ TEST(Safetensors, RefusesShortFilesAndHeadersAboveTheLimit) {
   tpdp_safetensors *f = nullptr;
   EXPECT_TPDP_ERROR(tpdp_safetensors_open(p.c_str(), &f), TPDP_ERR_PARSE,
                     "hugeheader", "outside [2, 104857600]");
-  EXPECT_TPDP_ERROR(tpdp_safetensors_open((Dir() + "/absent").c_str(), &f),
-                    TPDP_ERR_IO, "absent", "No such file");
-  std::string shorter = Dir() + "/short.safetensors";
+  EXPECT_TPDP_ERROR(
+      tpdp_safetensors_open((tpdp_test::CraftDir() + "/absent").c_str(), &f),
+      TPDP_ERR_IO, "absent", "No such file");
+  std::string shorter = tpdp_test::CraftDir() + "/short.safetensors";
   FILE *s = std::fopen(shorter.c_str(), "wb");
   ASSERT_NE(s, nullptr);
   std::fwrite("\x02\0\0\0\0", 1, 5, s);

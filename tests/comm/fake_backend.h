@@ -1,5 +1,5 @@
 // A scripted communicator backend for the error paths of comm/: it fills a
-// tpdp_comm_ops table (comm/comm_internal.h) whose split, destroy and work
+// tpdp_comm_ops table (comm/backend.h) whose split, destroy and work
 // callbacks fail when told to, so that the front end's and the mesh's
 // handling of backend failures can be tested in one process, without MPI.
 // Its allgather plays the other ranks: by default they pass what this rank
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 
 namespace fake_backend {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 #include "tests/test_util.h"
 
 namespace {

@@ -6,7 +6,7 @@
 // memory. This binary finalises, so it holds one test.
 #include <string>
 
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "tests/test_util.h"
 
 namespace {

@@ -75,22 +75,17 @@ TEST(MeshAgreement, TheSameWrongMeshEverywhereKeepsItsOwnMessage) {
 }
 
 TEST(MeshAgreement, ARankFailingAloneNamesThatRank) {
-  // The same mesh everywhere, but the last rank passes no `out`.
+  // The same mesh everywhere, but the last rank passes no `out`: every
+  // rank gets its message, naming it.
   int last = P() - 1;
   tpdp_mesh *m = nullptr;
   int64_t sizes[1] = {P()};
-  if (Me() == last) {
-    EXPECT_TPDP_ERROR(
-        tpdp_mesh_create(tpdp_test::World(), 1, sizes, nullptr, nullptr),
-        TPDP_ERR_NULL_POINTER, "argument 'out' is NULL");
-  } else {
-    std::string want = "rank " + std::to_string(last) +
-                       " of world rejected the mesh (TPDP_ERR_NULL_POINTER)";
-    EXPECT_TPDP_ERROR(
-        tpdp_mesh_create(tpdp_test::World(), 1, sizes, nullptr, &m),
-        TPDP_ERR_NULL_POINTER, want.c_str());
-    EXPECT_EQ(m, nullptr);
-  }
+  std::string want = "tpdp_mesh_create: argument 'out' is NULL (rank " +
+                     std::to_string(last) + " of world)";
+  EXPECT_TPDP_ERROR(tpdp_mesh_create(tpdp_test::World(), 1, sizes, nullptr,
+                                     Me() == last ? nullptr : &m),
+                    TPDP_ERR_NULL_POINTER, want.c_str());
+  EXPECT_EQ(m, nullptr);
 }
 
 TEST(MeshAgreement, AgreeingRanksBuildTheMesh) {

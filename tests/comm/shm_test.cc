@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "core/util.h"
 #include "tests/test_util.h"
 

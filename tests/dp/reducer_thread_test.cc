@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/comm_internal.h"
+#include "comm/backend.h"
 #include "tests/test_util.h"
 #include "tpdp/reducer.h"
 

@@ -1,6 +1,6 @@
-/* libFuzzer target: sharding plans (tpdp_plan_compute, tools/planning/
+/* libFuzzer target: sharding plans (planning_plan_compute, tools/planning/
  * plan.h). The input is a plan JSON text for a fixed model, or "MODEL\0PLAN"
- * to fuzz both (the model through tpdp_model_desc_parse). A plan that
+ * to fuzz both (the model through planning_model_desc_parse). A plan that
  * computes must be consistent: each parameter's local shapes lie inside
  * its global shape and its bytes add up to the tp rank's total. */
 #include <cjson/cJSON.h>
@@ -28,7 +28,7 @@ static const char kModel[] =
     " \"shared\": [[\"emb.weight\", \"head.weight\"]]}";
 
 /* A plan holds local shapes and buckets per tp rank: its cost is linear
- * in the "tp" mesh dim, up to TPDP_PLAN_MAX_RANKS (2^20) ranks, a minute
+ * in the "tp" mesh dim, up to PLANNING_PLAN_MAX_RANKS (2^20) ranks, a minute
  * per input under the fuzzer's instrumentation, not a hang. Plans with a
  * larger tp dim than this are left to the unit tests (plan_test.cc) so
  * that the fuzzer spends its time on inputs, not on one big plan. */
@@ -46,12 +46,12 @@ static int tp_too_large(const char *plan_text) {
   return large;
 }
 
-static void check_plan(const tpdp_plan *plan) {
+static void check_plan(const planning_plan *plan) {
   for (int64_t t = 0; t < plan->tp_size; t++) {
     size_t sum = 0;
     for (int k = 0; k < plan->nparams; k++) {
-      const tpdp_plan_param *pp = &plan->params[k];
-      const tpdp_model_param *p = pp->param;
+      const planning_plan_param *pp = &plan->params[k];
+      const planning_model_param *p = pp->param;
       for (int d = 0; d < p->ndim; d++) {
         int64_t s = pp->local_shapes[t * p->ndim + d];
         FUZZ_ASSERT(s >= 0 && s <= p->shape[d],
@@ -66,34 +66,34 @@ static void check_plan(const tpdp_plan *plan) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static tpdp_model_desc *fixed;
+  static planning_model_desc *fixed;
   if (fixed == NULL)
-    FUZZ_ASSERT(tpdp_model_desc_parse(kModel, &fixed) == TPDP_SUCCESS, "%s",
+    FUZZ_ASSERT(planning_model_desc_parse(kModel, &fixed) == TPDP_SUCCESS, "%s",
                 planning_last_error());
   char *text = fuzz_text(data, size);
   if (text == NULL) return 0;
-  const tpdp_model_desc *model = fixed;
-  tpdp_model_desc *own = NULL;
+  const planning_model_desc *model = fixed;
+  planning_model_desc *own = NULL;
   const char *plan_text = text;
   const char *nul = memchr(text, '\0', size);
   if (nul != NULL) { /* MODEL\0PLAN */
     plan_text = nul + 1;
-    if (tpdp_model_desc_parse(text, &own) != TPDP_SUCCESS) goto done;
+    if (planning_model_desc_parse(text, &own) != TPDP_SUCCESS) goto done;
     model = own;
   }
   if (tp_too_large(plan_text)) goto done;
   /* Small limits too: more buckets per input. */
   static const size_t limits[2] = {64, 256};
   for (int l = 0; l < 2; l++) {
-    tpdp_plan *plan = NULL;
-    if (tpdp_plan_compute(model, plan_text, l ? limits : NULL, l ? 2 : 0,
-                          &plan) == TPDP_SUCCESS) {
+    planning_plan *plan = NULL;
+    if (planning_plan_compute(model, plan_text, l ? limits : NULL, l ? 2 : 0,
+                              &plan) == TPDP_SUCCESS) {
       check_plan(plan);
-      tpdp_plan_destroy(plan);
+      planning_plan_destroy(plan);
     }
   }
 done:
-  tpdp_model_desc_destroy(own);
+  planning_model_desc_destroy(own);
   free(text);
   return 0;
 }

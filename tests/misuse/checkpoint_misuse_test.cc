@@ -16,6 +16,10 @@
 //  - an opened checkpoint: unknown tensor name, slice and tensor indices
 //    out of range
 //  - tpdp_safetensors_open of a missing file
+//  - tpdp_safetensors_read_box (boxes leaving the view, views of another
+//    element count or rank, negative sizes, unknown names, dtypes that do
+//    not convert, NULLs): in tests/ckpt/read_box_test.cc, beside the file
+//    it writes
 #include <sys/stat.h>
 
 #include <cstdint>

@@ -12,6 +12,8 @@
 //    range, count rules of allreduce, allgather, reduce_scatter, alltoall,
 //    broadcast on the root
 //  - tpdp_work_test / tpdp_comm_split / tpdp_comm_order_after: NULLs
+//  - tpdp_comm_agree: NULL communicator, a local_status that is no
+//    tpdp_status (agreed: every rank names rank 0)
 //  - tpdp_mesh_parse / _create_from_string: no '=', non-integer, zero,
 //    negative and huge sizes, empty and bad-character names, duplicates,
 //    9 dims, empty text
@@ -30,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/comm_internal.h"
+#include "comm/services.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -193,6 +195,27 @@ TEST(CommMisuse, WorkSplitOrderAfterNulls) {
                     "tpdp_comm_order_after: ", "'comm' is NULL");
 }
 
+TEST(CommMisuse, AgreeNullCommunicatorAndBadStatus) {
+  EXPECT_TPDP_ERROR(tpdp_comm_agree(nullptr, TPDP_SUCCESS, nullptr),
+                    TPDP_ERR_NULL_POINTER,
+                    "tpdp_comm_agree: argument 'comm' is NULL");
+  EXPECT_TPDP_ERROR(tpdp_comm_agree(nullptr, TPDP_ERR_IO, "lost"),
+                    TPDP_ERR_NULL_POINTER,
+                    "tpdp_comm_agree: argument 'comm' is NULL");
+  // Every rank passes a value outside the enum: each rank's is a failure
+  // of its own, and rank 0's is agreed.
+  EXPECT_TPDP_ERROR(
+      tpdp_comm_agree(tpdp_test::World(), static_cast<tpdp_status>(-1),
+                      nullptr),
+      TPDP_ERR_INVALID_ARGUMENT,
+      "tpdp_comm_agree: argument 'local_status' (-1) is not a tpdp_status "
+      "value (rank 0 of world)");
+  EXPECT_TPDP_ERROR(
+      tpdp_comm_agree(tpdp_test::World(), TPDP_STATUS_COUNT, nullptr),
+      TPDP_ERR_INVALID_ARGUMENT, "argument 'local_status' (",
+      ") is not a tpdp_status value (rank 0 of world)");
+}
+
 TEST(CommMisuse, MeshSpecTextErrors) {
   tpdp_comm *w = tpdp_test::World();
   tpdp_mesh *m = nullptr;
@@ -227,8 +250,11 @@ TEST(CommMisuse, MeshSizeDiffersFromTheCommunicator) {
   tpdp_mesh *m = nullptr;
   int64_t sizes[2] = {3, 1};
   const char *names[2] = {"dp", "tp"};
+  // Every rank fails alike; every rank carries rank 0's message (the
+  // agreement's lowest failing rank).
   const std::string msg =
-      "mesh [3, 1] has 3 ranks but communicator world has 2 (" + Rank() + ")";
+      "mesh [3, 1] has 3 ranks but communicator world has 2 (rank 0) (rank 0 "
+      "of world)";
   EXPECT_TPDP_ERROR(tpdp_mesh_create(tpdp_test::World(), 2, sizes, names, &m),
                     TPDP_ERR_MESH_SIZE, "tpdp_mesh_create: ", msg.c_str());
   EXPECT_EQ(m, nullptr);
@@ -353,7 +379,7 @@ TEST(CommMisuse, DifferentCollectivesOnTwoRanks) {
   unsetenv("TPDP_DEBUG_COLLECTIVES");
   ASSERT_TPDP_OK(made);
   // Without fingerprints the mismatch below would hang both ranks.
-  ASSERT_EQ(c->debug_collectives, 1);
+  ASSERT_EQ(comm_debug_collectives(c), 1);
   Buf a(4), b(8);
   const std::string want = "collective mismatch on world/split(0) (this is " +
                            Rank() +

@@ -13,8 +13,8 @@
 
 #include "tests/test_util.h"
 #include "tpdp/comm.h"
-#include "tpdp/dtensor.h"
 #include "tpdp/module.h"
+#include "tpdp/tp.h"
 
 namespace {
 

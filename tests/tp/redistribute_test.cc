@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/mesh_internal.h"
+#include "comm/services.h"
 #include "tests/test_util.h"
 
 namespace {

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "tests/test_util.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 /* The most ranks of any mesh a subcommand takes (`tpdp mesh` and `tpdp
  * shard` print a line per rank, `tpdp plan` a plan per tp rank): one limit
  * for all, the planning library's. */
-#define CLI_MAX_RANKS TPDP_PLAN_MAX_RANKS
+#define CLI_MAX_RANKS PLANNING_PLAN_MAX_RANKS
 
 /* Where the helpers print their messages: stderr (the default, also after
  * f = NULL) or f. Not thread-safe; the fuzz target sends them to

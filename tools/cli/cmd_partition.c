@@ -66,7 +66,7 @@ static void cmd_partition_usage(void) {
       "error.\n");
 }
 
-static const char *module_name(const tpdp_model_module *m) {
+static const char *module_name(const planning_model_module *m) {
   return m->fqn[0] ? m->fqn : "(root)";
 }
 
@@ -86,7 +86,7 @@ static int print_stages_json(cJSON *root, int ok, int64_t max_stage) {
   return 0;
 }
 
-static int print_json(const tpdp_model_desc *m, const int *bounds, int k,
+static int print_json(const planning_model_desc *m, const int *bounds, int k,
                       int64_t max_stage) {
   cJSON *root = cJSON_CreateObject();
   cJSON *stages = cJSON_AddArrayToObject(root, "stages");
@@ -108,7 +108,7 @@ static int print_json(const tpdp_model_desc *m, const int *bounds, int k,
   return print_stages_json(root, ok, max_stage);
 }
 
-static void print_text(const char *model_path, const tpdp_model_desc *m,
+static void print_text(const char *model_path, const planning_model_desc *m,
                        const int *bounds, int k, int64_t max_stage,
                        int nedges) {
   printf("model %s: %d leaf modules, %lld parameters; %d stages", model_path,
@@ -134,8 +134,8 @@ static void print_text(const char *model_path, const tpdp_model_desc *m,
 
 /* Greedy stages as JSON: the optimal form plus "method", "threshold" and
  * each stage's node names. */
-static int print_greedy_json(const tpdp_model_desc *m,
-                             const tpdp_partition_greedy_result *g,
+static int print_greedy_json(const planning_model_desc *m,
+                             const planning_partition_greedy_result *g,
                              int64_t max_stage) {
   cJSON *root = cJSON_CreateObject();
   int ok =
@@ -163,8 +163,9 @@ static int print_greedy_json(const tpdp_model_desc *m,
   return print_stages_json(root, ok, max_stage);
 }
 
-static void print_greedy_text(const char *model_path, const tpdp_model_desc *m,
-                              const tpdp_partition_greedy_result *g, int k,
+static void print_greedy_text(const char *model_path,
+                              const planning_model_desc *m,
+                              const planning_partition_greedy_result *g, int k,
                               int64_t max_stage, int nedges) {
   printf(
       "model %s: %d calls of %d leaf modules, %lld parameters; greedy "
@@ -194,11 +195,11 @@ static void print_greedy_text(const char *model_path, const tpdp_model_desc *m,
   printf("max stage params: %lld\n", (long long)max_stage);
 }
 
-static int run_greedy(const char *model_path, const tpdp_model_desc *m, int k,
-                      const tpdp_partition_edge *edges, int nedges,
+static int run_greedy(const char *model_path, const planning_model_desc *m,
+                      int k, const planning_partition_edge *edges, int nedges,
                       int as_json) {
-  tpdp_partition_greedy_result g;
-  if (tpdp_partition_greedy(m, k, edges, nedges, &g) != TPDP_SUCCESS) {
+  planning_partition_greedy_result g;
+  if (planning_partition_greedy(m, k, edges, nedges, &g) != TPDP_SUCCESS) {
     fprintf(stderr, "tpdp partition: %s\n", planning_last_error());
     return 1;
   }
@@ -210,12 +211,12 @@ static int run_greedy(const char *model_path, const tpdp_model_desc *m, int k,
     rc = print_greedy_json(m, &g, max_stage);
   else
     print_greedy_text(model_path, m, &g, k, max_stage, nedges);
-  tpdp_partition_greedy_free(&g);
+  planning_partition_greedy_free(&g);
   return rc;
 }
 
-static int run_optimal(const char *model_path, const tpdp_model_desc *m, int k,
-                       const tpdp_partition_edge *edges, int nedges,
+static int run_optimal(const char *model_path, const planning_model_desc *m,
+                       int k, const planning_partition_edge *edges, int nedges,
                        int as_json) {
   if (k < 1 || k > m->nleaves) {
     fprintf(stderr,
@@ -233,8 +234,8 @@ static int run_optimal(const char *model_path, const tpdp_model_desc *m, int k,
     goto done;
   }
   for (int i = 0; i < m->nleaves; i++) weights[i] = m->leaves[i].params;
-  if (tpdp_partition_solve(weights, m->nleaves, k, edges, nedges, bounds,
-                           &max_stage) != TPDP_SUCCESS) {
+  if (planning_partition_solve(weights, m->nleaves, k, edges, nedges, bounds,
+                               &max_stage) != TPDP_SUCCESS) {
     fprintf(stderr, "tpdp partition: %s\n", planning_last_error());
     goto done;
   }
@@ -270,20 +271,20 @@ static int cmd_partition(int argc, char **argv) {
   urc = cli_int_option("partition", "--stages", stages_s, INT_MIN, INT_MAX, &k);
   if (urc != 0) return urc;
 
-  tpdp_model_desc *m = NULL;
-  tpdp_partition_edge *edges = NULL;
+  planning_model_desc *m = NULL;
+  planning_partition_edge *edges = NULL;
   int nedges = 0, rc = 1;
-  if (tpdp_model_desc_load(model_path, &m) != TPDP_SUCCESS ||
+  if (planning_model_desc_load(model_path, &m) != TPDP_SUCCESS ||
       (edges_path != NULL &&
-       tpdp_partition_edges_load(m, edges_path, &edges, &nedges) !=
+       planning_partition_edges_load(m, edges_path, &edges, &nedges) !=
            TPDP_SUCCESS))
     fprintf(stderr, "tpdp partition: %s\n", planning_last_error());
   else if (greedy)
     rc = run_greedy(model_path, m, (int)k, edges, nedges, as_json);
   else
     rc = run_optimal(model_path, m, (int)k, edges, nedges, as_json);
-  tpdp_partition_edges_free(edges, nedges);
-  tpdp_model_desc_destroy(m);
+  planning_partition_edges_free(edges, nedges);
+  planning_model_desc_destroy(m);
   return rc;
 }
 

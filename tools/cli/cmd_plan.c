@@ -12,7 +12,7 @@
 #include "tools/cli/commands.h"
 #include "tools/planning/model_json.h"
 #include "tools/planning/plan.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 static void cmd_plan_usage(void) {
   printf(
@@ -50,13 +50,14 @@ static void shape_str(int ndim, const int64_t *shape, char *buf, size_t len) {
   tpdp_shape_format(ndim, shape, buf, len);
 }
 
-static void placements_str(const tpdp_plan *plan, const tpdp_plan_param *pp,
-                           char *buf, size_t len) {
+static void placements_str(const planning_plan *plan,
+                           const planning_plan_param *pp, char *buf,
+                           size_t len) {
   size_t used = 0;
   buf[0] = '\0';
   for (int d = 0; d < plan->mesh_ndim && used < len; d++) {
     char one[24];
-    tpdp_plan_placement_format(pp->placements[d], one, sizeof one);
+    planning_plan_placement_format(pp->placements[d], one, sizeof one);
     int w = snprintf(buf + used, len - used, "%s%s%s", d ? ", " : "[", one,
                      d == plan->mesh_ndim - 1 ? "]" : "");
     if (w > 0) used += (size_t)w;
@@ -65,7 +66,7 @@ static void placements_str(const tpdp_plan *plan, const tpdp_plan_param *pp,
 
 /* The i-th (0-based) mesh rank whose tp coordinate is t. Row-major: rank
  * = outer * (tp_size * inner) + t * inner + j, increasing in (outer, j). */
-static int64_t rank_with_tp(const tpdp_plan *plan, int64_t t, int64_t i) {
+static int64_t rank_with_tp(const planning_plan *plan, int64_t t, int64_t i) {
   if (plan->tp_dim < 0) return i;
   int64_t inner = 1;
   for (int d = plan->tp_dim + 1; d < plan->mesh_ndim; d++)
@@ -75,7 +76,8 @@ static int64_t rank_with_tp(const tpdp_plan *plan, int64_t t, int64_t i) {
 
 /* Mesh ranks whose tp coordinate is t: "0, 2" (shortened when many), in
  * time independent of the mesh size. */
-static void ranks_str(const tpdp_plan *plan, int64_t t, char *buf, size_t len) {
+static void ranks_str(const planning_plan *plan, int64_t t, char *buf,
+                      size_t len) {
   const int64_t count = plan->world / plan->tp_size;
   size_t used = 0;
   buf[0] = '\0';
@@ -106,8 +108,8 @@ static const char *style_name(int style) {
   return style < 0 ? "-" : tpdp_tp_style_name((tpdp_tp_style)style);
 }
 
-static void print_text(const char *model_path, const tpdp_plan *plan) {
-  const tpdp_model_desc *m = plan->model;
+static void print_text(const char *model_path, const planning_plan *plan) {
+  const planning_model_desc *m = plan->model;
   const tpdp_tree_report *rep = plan->report;
   printf("model %s: %d modules, %lld parameters; mesh", model_path, m->nmodules,
          (long long)m->total_params);
@@ -133,7 +135,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
   }
   if (nu > 0) printf("}\n");
   for (int i = 0; i < m->nmodules; i++) {
-    if (plan->module_unit[i] == TPDP_PLAN_NOT_UNIT) continue;
+    if (plan->module_unit[i] == PLANNING_PLAN_NOT_UNIT) continue;
     char key[512];
     snprintf(key, sizeof key, "%s[%s]", m->modules[i]->fqn,
              m->modules[i]->class_name);
@@ -152,7 +154,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
   int wf = 3, ws = 5, wst = 5, wp = 10, wl = 5;
   char buf[256];
   for (int k = 0; k < plan->nparams; k++) {
-    const tpdp_plan_param *pp = &plan->params[k];
+    const planning_plan_param *pp = &plan->params[k];
     int n = (int)strlen(pp->param->fqn);
     if (n > wf) wf = n;
     shape_str(pp->param->ndim, pp->param->shape, buf, sizeof buf);
@@ -176,7 +178,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
   }
   printf("\n");
   for (int k = 0; k < plan->nparams; k++) {
-    const tpdp_plan_param *pp = &plan->params[k];
+    const planning_plan_param *pp = &plan->params[k];
     printf("  %-*s  %-5s  ", wf, pp->param->fqn,
            tpdp_dtype_name(pp->param->dtype));
     shape_str(pp->param->ndim, pp->param->shape, buf, sizeof buf);
@@ -217,7 +219,7 @@ static void print_text(const char *model_path, const tpdp_plan *plan) {
       printf("  every rank: %lld bucket%s\n", (long long)a->nbuckets,
              a->nbuckets == 1 ? "" : "s");
     for (int64_t b = 0; b < a->nbuckets; b++) {
-      const tpdp_model_param *first =
+      const planning_model_param *first =
           plan->params[a->indices[a->offsets[b]]].param;
       printf("    bucket %lld: %s, %zu bytes (limit %zu):", (long long)b,
              tpdp_dtype_name(first->dtype), a->bytes[b], a->limits[b]);
@@ -238,8 +240,8 @@ static cJSON *shape_json(int ndim, const int64_t *shape) {
 }
 
 /* One entry of "ranks": its coordinates, tp rank, bytes and buckets. */
-static cJSON *rank_json(const tpdp_plan *plan, int64_t r) {
-  int64_t t = tpdp_plan_tp_rank(plan, r);
+static cJSON *rank_json(const planning_plan *plan, int64_t r) {
+  int64_t t = planning_plan_tp_rank(plan, r);
   cJSON *o = cJSON_CreateObject();
   cJSON_AddNumberToObject(o, "rank", (double)r);
   cJSON *coords = cJSON_AddObjectToObject(o, "coords");
@@ -271,8 +273,8 @@ static cJSON *rank_json(const tpdp_plan *plan, int64_t r) {
   return o;
 }
 
-static int print_json(const tpdp_plan *plan) {
-  const tpdp_model_desc *m = plan->model;
+static int print_json(const planning_plan *plan) {
+  const planning_model_desc *m = plan->model;
   const tpdp_tree_report *rep = plan->report;
   cJSON *root = cJSON_CreateObject();
   if (root == NULL) goto oom;
@@ -295,13 +297,13 @@ static int print_json(const tpdp_plan *plan) {
 
   cJSON *units = cJSON_AddArrayToObject(root, "units");
   for (int i = 0; i < m->nmodules; i++) {
-    if (plan->module_unit[i] == TPDP_PLAN_NOT_UNIT) continue;
+    if (plan->module_unit[i] == PLANNING_PLAN_NOT_UNIT) continue;
     cJSON *u = cJSON_CreateObject();
     cJSON_AddItemToArray(units, u);
     cJSON_AddStringToObject(u, "module", m->modules[i]->fqn);
     cJSON_AddStringToObject(u, "class", m->modules[i]->class_name);
     cJSON_AddStringToObject(
-        u, "kind", plan->module_unit[i] == TPDP_PLAN_DP_UNIT ? "DP" : "TP");
+        u, "kind", plan->module_unit[i] == PLANNING_PLAN_DP_UNIT ? "DP" : "TP");
     if (plan->module_style[i] >= 0)
       cJSON_AddStringToObject(
           u, "style", tpdp_tp_style_name((tpdp_tp_style)plan->module_style[i]));
@@ -311,7 +313,7 @@ static int print_json(const tpdp_plan *plan) {
 
   cJSON *params = cJSON_AddArrayToObject(root, "params");
   for (int k = 0; k < plan->nparams; k++) {
-    const tpdp_plan_param *pp = &plan->params[k];
+    const planning_plan_param *pp = &plan->params[k];
     cJSON *p = cJSON_CreateObject();
     cJSON_AddItemToArray(params, p);
     cJSON_AddStringToObject(p, "fqn", pp->param->fqn);
@@ -391,10 +393,11 @@ static int cmd_plan(int argc, char **argv) {
   }
 
   int rc = 1;
-  tpdp_model_desc *m = NULL;
-  tpdp_plan *plan = NULL;
-  if (tpdp_model_desc_load(model_path, &m) != TPDP_SUCCESS ||
-      tpdp_plan_load(m, plan_path, limits, nlimits, &plan) != TPDP_SUCCESS) {
+  planning_model_desc *m = NULL;
+  planning_plan *plan = NULL;
+  if (planning_model_desc_load(model_path, &m) != TPDP_SUCCESS ||
+      planning_plan_load(m, plan_path, limits, nlimits, &plan) !=
+          TPDP_SUCCESS) {
     fprintf(stderr, "tpdp plan: %s\n", planning_last_error());
     goto done;
   }
@@ -405,8 +408,8 @@ static int cmd_plan(int argc, char **argv) {
     rc = 0;
   }
 done:
-  tpdp_plan_destroy(plan);
-  tpdp_model_desc_destroy(m);
+  planning_plan_destroy(plan);
+  planning_model_desc_destroy(m);
   free(limits);
   return rc;
 }

@@ -1,16 +1,17 @@
 /*
  * Errors of the planning library (//tools/planning:planning: model JSON,
  * plans, the stage partitioner). The library is a user of libtpdp, not a
- * part of it, so it keeps a last error of its own: a thread-local message
- * read with planning_last_error(). tpdp_last_error() is libtpdp's and is
- * not touched by planning functions (except through the libtpdp calls they
- * make).
+ * part of it: its names start with planning_ (PLANNING_ for macros), never
+ * with libtpdp's tpdp_, and it keeps a last error of its own: a
+ * thread-local message read with planning_last_error(). tpdp_last_error()
+ * is libtpdp's and is not touched by planning functions (except through
+ * the libtpdp calls they make).
  *
  * Contract of every planning function returning tpdp_status: on failure
  * the status says what kind of error it is and planning_last_error() says
  * what is at fault, named after the planning function the caller called
- * ("tpdp_model_desc_load: m.json: children.u1: missing \"class\""). When the
- * fault is a failed libtpdp call, the message carries that call's
+ * ("planning_model_desc_load: m.json: children.u1: missing \"class\"").
+ * When the fault is a failed libtpdp call, the message carries that call's
  * tpdp_last_error() text. On success the last error is left as it was.
  *
  * Thread-safety: the message and the running-function record are

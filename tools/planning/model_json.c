@@ -35,7 +35,7 @@ static const char *path_show(const char *path) {
   return path[0] ? path : "root";
 }
 
-static void module_free(tpdp_model_module *m) {
+static void module_free(planning_model_module *m) {
   if (m == NULL) return;
   for (int i = 0; i < m->nchildren; i++) module_free(m->children[i]);
   free(m->children);
@@ -50,7 +50,7 @@ static void module_free(tpdp_model_module *m) {
   free(m);
 }
 
-void tpdp_model_desc_destroy(tpdp_model_desc *desc) {
+void planning_model_desc_destroy(planning_model_desc *desc) {
   if (desc == NULL) return;
   module_free(desc->root);
   free(desc->modules);
@@ -64,7 +64,8 @@ void tpdp_model_desc_destroy(tpdp_model_desc *desc) {
  * (children and parameters share one namespace, as FQNs do). `kind` is
  * "child" or "parameter"; `where` is the JSON path of the container. */
 static tpdp_status check_name(const char *where, const char *kind,
-                              const cJSON *item, const tpdp_model_module *m) {
+                              const cJSON *item,
+                              const planning_model_module *m) {
   const char *name = item->string;
   if (name == NULL || name[0] == '\0')
     return planning_error(TPDP_ERR_EMPTY_NAME, "%s: a %s has an empty name",
@@ -89,7 +90,7 @@ static tpdp_status check_name(const char *where, const char *kind,
 
 /* Fill *p from {"shape": [...], "dtype": "f32"} at JSON path `path`. */
 static tpdp_status parse_param(const cJSON *obj, const char *path,
-                               tpdp_model_param *p) {
+                               planning_model_param *p) {
   if (!cJSON_IsObject(obj))
     return planning_error(
         TPDP_ERR_PARSE, "%s must be an object like {\"shape\": [8, 8]}", path);
@@ -178,8 +179,8 @@ static tpdp_status open_member(const cJSON *obj, const char *path,
 /* Parse the module object `obj` found at JSON path `path` ("" = root). */
 static tpdp_status parse_module(const cJSON *obj, const char *path,
                                 const char *name, const char *fqn,
-                                const tpdp_model_module *parent,
-                                tpdp_model_module **out) {
+                                const planning_model_module *parent,
+                                planning_model_module **out) {
   tpdp_status st = TPDP_SUCCESS;
   char *sub = NULL;
   *out = NULL;
@@ -227,7 +228,7 @@ static tpdp_status parse_module(const cJSON *obj, const char *path,
                           "%s%sclass must be a non-empty string", path,
                           path[0] ? "." : "");
 
-  tpdp_model_module *m = calloc(1, sizeof *m);
+  planning_model_module *m = calloc(1, sizeof *m);
   if (m == NULL) return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   m->parent = parent;
   m->name = core_strdup(name);
@@ -243,7 +244,7 @@ static tpdp_status parse_module(const cJSON *obj, const char *path,
         st, fail);
     for (const cJSON *e = params->child; e != NULL; e = e->next) {
       PLANNING_CHECK_GOTO(check_name(sub, "parameter", e, m), st, fail);
-      tpdp_model_param *p = &m->params[m->nparams];
+      planning_model_param *p = &m->params[m->nparams];
       char *ppath = fmt_alloc("%s.%s", sub, e->string);
       if (ppath == NULL) goto nomem;
       st = parse_param(e, ppath, p);
@@ -275,7 +276,7 @@ static tpdp_status parse_module(const cJSON *obj, const char *path,
         free(cfqn);
         goto nomem;
       }
-      tpdp_model_module *child = NULL;
+      planning_model_module *child = NULL;
       st = parse_module(e, cpath, e->string, cfqn, m, &child);
       free(cpath);
       free(cfqn);
@@ -296,7 +297,7 @@ fail:
   return st;
 }
 
-static int count_modules(const tpdp_model_module *m, int *nparams,
+static int count_modules(const planning_model_module *m, int *nparams,
                          int *nleaves) {
   int n = 1;
   *nparams += m->nparams;
@@ -307,7 +308,7 @@ static int count_modules(const tpdp_model_module *m, int *nparams,
 }
 
 /* Pre-order numbering of modules, parameters and leaves. */
-static void number(tpdp_model_desc *d, tpdp_model_module *m) {
+static void number(planning_model_desc *d, planning_model_module *m) {
   m->index = d->nmodules;
   d->modules[d->nmodules++] = m;
   for (int i = 0; i < m->nparams; i++) {
@@ -337,7 +338,7 @@ static int uf_find(int *up, int i) {
 
 /* Apply the root's "shared" list: tie parameters into groups whose
  * canonical member is the first in pre-order. */
-static tpdp_status apply_shared(tpdp_model_desc *d, const cJSON *shared) {
+static tpdp_status apply_shared(planning_model_desc *d, const cJSON *shared) {
   if (!cJSON_IsArray(shared))
     return planning_error(
         TPDP_ERR_PARSE,
@@ -359,13 +360,13 @@ static tpdp_status apply_shared(tpdp_model_desc *d, const cJSON *shared) {
                           idx);
       goto done;
     }
-    const tpdp_model_param *p[2];
+    const planning_model_param *p[2];
     const cJSON *e = pair->child;
     for (int k = 0; k < 2; k++, e = e->next) {
-      p[k] = tpdp_model_desc_find_param(d, e->valuestring);
+      p[k] = planning_model_desc_find_param(d, e->valuestring);
       if (p[k] == NULL) {
-        const tpdp_model_module *mod =
-            tpdp_model_desc_find_module(d, e->valuestring);
+        const planning_model_module *mod =
+            planning_model_desc_find_module(d, e->valuestring);
         st = planning_error(
             TPDP_ERR_NOT_FOUND, "shared[%d][%d]: no parameter named \"%s\"%s",
             idx, k, e->valuestring,
@@ -415,7 +416,7 @@ done:
 
 /* Apply the root's "calls" list: the leaf modules in the order forward
  * calls them (repeats allowed). Without it, each leaf once, in pre-order. */
-static tpdp_status apply_calls(tpdp_model_desc *d, const cJSON *calls) {
+static tpdp_status apply_calls(planning_model_desc *d, const cJSON *calls) {
   if (calls != NULL && !cJSON_IsArray(calls))
     return planning_error(TPDP_ERR_PARSE,
                           "calls must be an array of leaf module FQNs");
@@ -433,12 +434,13 @@ static tpdp_status apply_calls(tpdp_model_desc *d, const cJSON *calls) {
     if (!cJSON_IsString(c))
       return planning_error(
           TPDP_ERR_PARSE, "calls[%d] must be a string (a leaf module FQN)", i);
-    const tpdp_model_module *m = tpdp_model_desc_find_module(d, c->valuestring);
+    const planning_model_module *m =
+        planning_model_desc_find_module(d, c->valuestring);
     if (m == NULL)
       return planning_error(
           TPDP_ERR_NOT_FOUND, "calls[%d]: no module named \"%s\"%s", i,
           c->valuestring,
-          tpdp_model_desc_find_param(d, c->valuestring) != NULL
+          planning_model_desc_find_param(d, c->valuestring) != NULL
               ? " (that is a parameter; name its module)"
               : "");
     if (m->nchildren > 0)
@@ -456,11 +458,11 @@ static tpdp_status apply_calls(tpdp_model_desc *d, const cJSON *calls) {
   return TPDP_SUCCESS;
 }
 
-static tpdp_status parse_impl(const char *json, tpdp_model_desc **out) {
+static tpdp_status parse_impl(const char *json, planning_model_desc **out) {
   cJSON *doc = NULL;
   PLANNING_CHECK(planning_json_parse(json, &doc));
   tpdp_status st = TPDP_SUCCESS;
-  tpdp_model_desc *d = calloc(1, sizeof *d);
+  planning_model_desc *d = calloc(1, sizeof *d);
   if (d == NULL) {
     cJSON_Delete(doc);
     return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
@@ -483,7 +485,7 @@ static tpdp_status parse_impl(const char *json, tpdp_model_desc **out) {
 
   /* Charge each counted parameter to its module's first leaf. */
   for (int i = 0; i < d->nparams; i++) {
-    const tpdp_model_param *p = d->params[i];
+    const planning_model_param *p = d->params[i];
     if (p->canonical != p) continue;
     int64_t *slot = &d->leaves[p->module->first_leaf].params;
     if (__builtin_add_overflow(*slot, p->numel, slot) ||
@@ -498,11 +500,12 @@ static tpdp_status parse_impl(const char *json, tpdp_model_desc **out) {
   return TPDP_SUCCESS;
 fail:
   cJSON_Delete(doc);
-  tpdp_model_desc_destroy(d);
+  planning_model_desc_destroy(d);
   return st;
 }
 
-tpdp_status tpdp_model_desc_parse(const char *json, tpdp_model_desc **out) {
+tpdp_status planning_model_desc_parse(const char *json,
+                                      planning_model_desc **out) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(out);
   *out = NULL;
@@ -510,7 +513,7 @@ tpdp_status tpdp_model_desc_parse(const char *json, tpdp_model_desc **out) {
   return parse_impl(json, out);
 }
 
-tpdp_status tpdp_tools_read_file(const char *path, char **out) {
+tpdp_status planning_read_file(const char *path, char **out) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(out);
   *out = NULL;
@@ -554,28 +557,29 @@ tpdp_status tpdp_tools_read_file(const char *path, char **out) {
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_model_desc_load(const char *path, tpdp_model_desc **out) {
+tpdp_status planning_model_desc_load(const char *path,
+                                     planning_model_desc **out) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(out);
   *out = NULL;
   PLANNING_CHECK_PTR(path);
   char *text = NULL;
-  PLANNING_CHECK(tpdp_tools_read_file(path, &text));
+  PLANNING_CHECK(planning_read_file(path, &text));
   tpdp_status st = parse_impl(text, out);
   free(text);
   return planning_error_in(path, st);
 }
 
-const tpdp_model_module *tpdp_model_desc_find_module(
-    const tpdp_model_desc *desc, const char *fqn) {
+const planning_model_module *planning_model_desc_find_module(
+    const planning_model_desc *desc, const char *fqn) {
   if (desc == NULL || fqn == NULL) return NULL;
   for (int i = 0; i < desc->nmodules; i++)
     if (strcmp(desc->modules[i]->fqn, fqn) == 0) return desc->modules[i];
   return NULL;
 }
 
-const tpdp_model_param *tpdp_model_desc_find_param(const tpdp_model_desc *desc,
-                                                   const char *fqn) {
+const planning_model_param *planning_model_desc_find_param(
+    const planning_model_desc *desc, const char *fqn) {
   if (desc == NULL || fqn == NULL) return NULL;
   for (int i = 0; i < desc->nparams; i++)
     if (strcmp(desc->params[i]->fqn, fqn) == 0) return desc->params[i];

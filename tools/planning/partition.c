@@ -11,14 +11,14 @@
 #include "tools/planning/json.h"
 
 /* "\"a\" -> \"c\"" with the user's names, or leaf indices without them. */
-static void edge_text(const tpdp_partition_edge *e, char *buf, size_t len) {
+static void edge_text(const planning_partition_edge *e, char *buf, size_t len) {
   if (e->src_name != NULL && e->dst_name != NULL)
     snprintf(buf, len, "[\"%s\", \"%s\"]", e->src_name, e->dst_name);
   else
     snprintf(buf, len, "leaf %d -> leaf %d", e->src, e->dst);
 }
 
-static tpdp_status check_edges(int n, const tpdp_partition_edge *edges,
+static tpdp_status check_edges(int n, const planning_partition_edge *edges,
                                int nedges) {
   if (nedges < 0)
     return planning_error(TPDP_ERR_INVALID_ARGUMENT,
@@ -27,7 +27,7 @@ static tpdp_status check_edges(int n, const tpdp_partition_edge *edges,
     return planning_error(TPDP_ERR_NULL_POINTER,
                           "argument 'edges' is NULL with nedges = %d", nedges);
   for (int e = 0; e < nedges; e++) {
-    const tpdp_partition_edge *x = &edges[e];
+    const planning_partition_edge *x = &edges[e];
     if (x->src < 0 || x->dst >= n || x->src >= x->dst) {
       char t[512];
       edge_text(x, t, sizeof t);
@@ -44,7 +44,8 @@ static tpdp_status check_edges(int n, const tpdp_partition_edge *edges,
  * A stage [i, j) with 0 < i and j < n (both of its ends are cuts) breaks
  * some edge exactly when reach[i] >= j: that edge's src lies before the
  * stage and its dst at or after the stage's end. */
-static int *make_reach(int n, const tpdp_partition_edge *edges, int nedges) {
+static int *make_reach(int n, const planning_partition_edge *edges,
+                       int nedges) {
   int *from = malloc(sizeof(int) * (size_t)(n + 1));
   int *reach = malloc(sizeof(int) * (size_t)(n + 1));
   if (from == NULL || reach == NULL) {
@@ -67,7 +68,7 @@ static int stage_ok(const int *reach, int n, int i, int j) {
 }
 
 /* Max stage count under edges[0..nedges), or -1 when out of memory. */
-static int max_stages_impl(int n, const tpdp_partition_edge *edges,
+static int max_stages_impl(int n, const planning_partition_edge *edges,
                            int nedges) {
   int *reach = make_reach(n, edges, nedges);
   int *best = malloc(sizeof(int) * (size_t)(n + 1));
@@ -91,8 +92,9 @@ static int max_stages_impl(int n, const tpdp_partition_edge *edges,
   return r;
 }
 
-tpdp_status tpdp_partition_max_stages(int n, const tpdp_partition_edge *edges,
-                                      int nedges, int *out) {
+tpdp_status planning_partition_max_stages(int n,
+                                          const planning_partition_edge *edges,
+                                          int nedges, int *out) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(out);
   if (n < 1)
@@ -106,8 +108,9 @@ tpdp_status tpdp_partition_max_stages(int n, const tpdp_partition_edge *edges,
 }
 
 /* k stages are impossible under the edges: name the edge responsible. */
-static tpdp_status blame_edge(int n, int k, const tpdp_partition_edge *edges,
-                              int nedges, int max_all) {
+static tpdp_status blame_edge(int n, int k,
+                              const planning_partition_edge *edges, int nedges,
+                              int max_all) {
   /* Smallest prefix length L with max_stages(edges[0..L)) < k; the count
    * only falls as edges are added, so binary search. */
   int lo = 1, hi = nedges;
@@ -147,9 +150,10 @@ static tpdp_status blame_edge(int n, int k, const tpdp_partition_edge *edges,
       n, k, e, t, given, upto, nedges, max_all);
 }
 
-tpdp_status tpdp_partition_solve(const int64_t *weights, int n, int k,
-                                 const tpdp_partition_edge *edges, int nedges,
-                                 int *bounds, int64_t *max_stage_params) {
+tpdp_status planning_partition_solve(const int64_t *weights, int n, int k,
+                                     const planning_partition_edge *edges,
+                                     int nedges, int *bounds,
+                                     int64_t *max_stage_params) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(weights);
   PLANNING_CHECK_PTR(bounds);
@@ -272,7 +276,7 @@ done:
   return st;
 }
 
-void tpdp_partition_edges_free(tpdp_partition_edge *edges, int nedges) {
+void planning_partition_edges_free(planning_partition_edge *edges, int nedges) {
   if (edges == NULL) return;
   for (int i = 0; i < nedges; i++) {
     free((void *)edges[i].src_name);
@@ -281,14 +285,14 @@ void tpdp_partition_edges_free(tpdp_partition_edge *edges, int nedges) {
   free(edges);
 }
 
-static tpdp_status edges_parse_impl(const tpdp_model_desc *model,
+static tpdp_status edges_parse_impl(const planning_model_desc *model,
                                     const char *json,
-                                    tpdp_partition_edge **edges_out,
+                                    planning_partition_edge **edges_out,
                                     int *nedges_out) {
   cJSON *doc = NULL;
   PLANNING_CHECK(planning_json_parse(json, &doc));
   tpdp_status st = TPDP_SUCCESS;
-  tpdp_partition_edge *edges = NULL;
+  planning_partition_edge *edges = NULL;
   int n = 0;
   if (!cJSON_IsArray(doc)) {
     st = planning_error(TPDP_ERR_PARSE,
@@ -307,18 +311,18 @@ static tpdp_status edges_parse_impl(const tpdp_model_desc *model,
     }
     const char *a = pair->child->valuestring;
     const char *c = pair->child->next->valuestring;
-    tpdp_partition_edge *e = &edges[n++];
+    planning_partition_edge *e = &edges[n++];
     e->src_name = core_strdup(a);
     e->dst_name = core_strdup(c);
     if (e->src_name == NULL || e->dst_name == NULL) {
       st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
       goto fail;
     }
-    const tpdp_model_module *ma = tpdp_model_desc_find_module(model, a);
-    const tpdp_model_module *mc = tpdp_model_desc_find_module(model, c);
+    const planning_model_module *ma = planning_model_desc_find_module(model, a);
+    const planning_model_module *mc = planning_model_desc_find_module(model, c);
     if (ma == NULL || mc == NULL) {
       const char *bad = ma == NULL ? a : c;
-      int is_param = tpdp_model_desc_find_param(model, bad) != NULL;
+      int is_param = planning_model_desc_find_param(model, bad) != NULL;
       st = planning_error(
           TPDP_ERR_NOT_FOUND,
           "edges[%d][%d]: no module named \"%s\" in the model%s", n - 1,
@@ -345,14 +349,15 @@ static tpdp_status edges_parse_impl(const tpdp_model_desc *model,
   return TPDP_SUCCESS;
 fail:
   cJSON_Delete(doc);
-  tpdp_partition_edges_free(edges, n);
+  planning_partition_edges_free(edges, n);
   return st;
 }
 
 /* The arguments both edge readers check first, in this order: the outputs
  * (then emptied) and the model. */
-static tpdp_status edges_check_args(const tpdp_model_desc *model,
-                                    tpdp_partition_edge **edges, int *nedges) {
+static tpdp_status edges_check_args(const planning_model_desc *model,
+                                    planning_partition_edge **edges,
+                                    int *nedges) {
   PLANNING_CHECK_PTR(edges);
   PLANNING_CHECK_PTR(nedges);
   *edges = NULL;
@@ -361,10 +366,10 @@ static tpdp_status edges_check_args(const tpdp_model_desc *model,
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_partition_edges_parse(const tpdp_model_desc *model,
-                                       const char *json, const char *source,
-                                       tpdp_partition_edge **edges,
-                                       int *nedges) {
+tpdp_status planning_partition_edges_parse(const planning_model_desc *model,
+                                           const char *json, const char *source,
+                                           planning_partition_edge **edges,
+                                           int *nedges) {
   PLANNING_ENTRY;
   PLANNING_CHECK(edges_check_args(model, edges, nedges));
   PLANNING_CHECK_PTR(json);
@@ -372,15 +377,15 @@ tpdp_status tpdp_partition_edges_parse(const tpdp_model_desc *model,
                            edges_parse_impl(model, json, edges, nedges));
 }
 
-tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
-                                      const char *path,
-                                      tpdp_partition_edge **edges,
-                                      int *nedges) {
+tpdp_status planning_partition_edges_load(const planning_model_desc *model,
+                                          const char *path,
+                                          planning_partition_edge **edges,
+                                          int *nedges) {
   PLANNING_ENTRY;
   PLANNING_CHECK(edges_check_args(model, edges, nedges));
   PLANNING_CHECK_PTR(path);
   char *text = NULL;
-  PLANNING_CHECK(tpdp_tools_read_file(path, &text));
+  PLANNING_CHECK(planning_read_file(path, &text));
   tpdp_status st = edges_parse_impl(model, text, edges, nedges);
   free(text);
   return planning_error_in(path, st);
@@ -388,7 +393,7 @@ tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
 
 /* ------------------------------------------------ greedy (seed 003) */
 
-void tpdp_partition_greedy_free(tpdp_partition_greedy_result *r) {
+void planning_partition_greedy_free(planning_partition_greedy_result *r) {
   if (r == NULL) return;
   for (int c = 0; r->node_names != NULL && c < r->ncalls; c++)
     free(r->node_names[c]);
@@ -412,11 +417,11 @@ static char *fx_name(const char *fqn) {
  * i, as 003 counts module.parameters() (a parameter tied into the subtree
  * counts there even when declared first elsewhere). stamp[] marks the
  * parameter objects already counted for module `owner`. */
-static int64_t subtree_params(const tpdp_model_module *m, int owner,
+static int64_t subtree_params(const planning_model_module *m, int owner,
                               int *stamp) {
   int64_t sum = 0;
   for (int j = 0; j < m->nparams; j++) {
-    const tpdp_model_param *p = m->params[j].canonical;
+    const planning_model_param *p = m->params[j].canonical;
     if (stamp[p->index] == owner) continue;
     stamp[p->index] = owner;
     sum += p->numel; /* <= the model's total: no overflow */
@@ -431,7 +436,7 @@ static int64_t subtree_params(const tpdp_model_module *m, int owner,
  * (so the repeated call "l1_1" counts toward "l1"), else -1 (003 skips the
  * node). When two modules share a key the later one in pre-order holds it,
  * as in 003's dict. */
-static int64_t get_count(const tpdp_model_desc *m, char *const *keys,
+static int64_t get_count(const planning_model_desc *m, char *const *keys,
                          const int64_t *counts, const char *name) {
   for (int pass = 0; pass < 2; pass++) {
     size_t len = pass == 0 ? strlen(name) : strcspn(name, "_");
@@ -444,8 +449,8 @@ static int64_t get_count(const tpdp_model_desc *m, char *const *keys,
 
 /* Node names and counts of the calls: the r-th repeated call (r >= 1) of a
  * module is named "<key>_<r>", as fx names a module's later calls. */
-static tpdp_status name_calls(const tpdp_model_desc *m,
-                              tpdp_partition_greedy_result *r) {
+static tpdp_status name_calls(const planning_model_desc *m,
+                              planning_partition_greedy_result *r) {
   tpdp_status st = TPDP_SUCCESS;
   char **keys = NULL;
   int64_t *counts = NULL;
@@ -488,12 +493,12 @@ done:
 /* Edges over leaves -> inputs over calls: an edge feeds the first call of
  * its destination leaf from the last call of its source leaf before it.
  * src[e] / dst[e] are call indices. */
-static tpdp_status edges_to_calls(const tpdp_model_desc *m,
-                                  const tpdp_partition_edge *edges, int nedges,
-                                  int *src, int *dst) {
+static tpdp_status edges_to_calls(const planning_model_desc *m,
+                                  const planning_partition_edge *edges,
+                                  int nedges, int *src, int *dst) {
   for (int e = 0; e < nedges; e++) {
-    const tpdp_model_module *a = m->leaves[edges[e].src].module;
-    const tpdp_model_module *c = m->leaves[edges[e].dst].module;
+    const planning_model_module *a = m->leaves[edges[e].src].module;
+    const planning_model_module *c = m->leaves[edges[e].dst].module;
     char t[512];
     edge_text(&edges[e], t, sizeof t);
     dst[e] = -1;
@@ -516,9 +521,10 @@ static tpdp_status edges_to_calls(const tpdp_model_desc *m,
   return TPDP_SUCCESS;
 }
 
-tpdp_status tpdp_partition_greedy(const tpdp_model_desc *model, int k,
-                                  const tpdp_partition_edge *edges, int nedges,
-                                  tpdp_partition_greedy_result *out) {
+tpdp_status planning_partition_greedy(const planning_model_desc *model, int k,
+                                      const planning_partition_edge *edges,
+                                      int nedges,
+                                      planning_partition_greedy_result *out) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(out);
   memset(out, 0, sizeof *out);
@@ -529,7 +535,7 @@ tpdp_status tpdp_partition_greedy(const tpdp_model_desc *model, int k,
   PLANNING_CHECK(check_edges(model->nleaves, edges, nedges));
   const int n = model->ncalls;
   tpdp_status st = TPDP_SUCCESS;
-  tpdp_partition_greedy_result r = {0};
+  planning_partition_greedy_result r = {0};
   int *src = NULL, *dst = NULL, *shard = NULL;
   int64_t *sums = NULL;
   r.ncalls = n;
@@ -590,7 +596,7 @@ overflow:
                       "a stage's parameter count overflows int64 (repeated "
                       "calls count their module again)");
 fail:
-  tpdp_partition_greedy_free(&r);
+  planning_partition_greedy_free(&r);
 done:
   free(src);
   free(dst);

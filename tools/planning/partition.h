@@ -1,11 +1,11 @@
 /*
  * The stage partitioners behind `tpdp partition` (after seed 003), two
  * methods (docs/model-format.md compares them):
- *  - optimal (tpdp_partition_solve): split a model's leaf modules, in
+ *  - optimal (planning_partition_solve): split a model's leaf modules, in
  *    pre-order, into K consecutive non-empty stages that minimise the
  *    largest stage's parameter count, subject to skip connections that may
  *    not jump over a whole stage;
- *  - greedy (tpdp_partition_greedy): seed 003's _split_nodes, step for
+ *  - greedy (planning_partition_greedy): seed 003's _split_nodes, step for
  *    step, over the model's calls.
  *
  * Not part of libtpdp: the CLI's planning library (//tools/planning).
@@ -19,15 +19,15 @@
  * between src and dst (equivalently: at most one cut among the boundaries
  * src+1 .. dst).
  *
- * Optimality and tie-break. tpdp_partition_solve finds the least possible
+ * Optimality and tie-break. planning_partition_solve finds the least possible
  * largest-stage sum over all respecting partitions (exact dynamic
  * programming over cut points, O(K n^2) time, O(K n) memory). Among the
  * partitions reaching it, it returns the one whose stages, read from the
  * first, are each as long as possible (the lexicographically largest
  * bounds vector).
  */
-#ifndef TPDP_TOOLS_PARTITION_H
-#define TPDP_TOOLS_PARTITION_H
+#ifndef TPDP_TOOLS_PLANNING_PARTITION_H
+#define TPDP_TOOLS_PLANNING_PARTITION_H
 
 #include <stdint.h>
 
@@ -44,15 +44,16 @@ typedef struct {
   int dst;              /* leaf it enters; src < dst */
   const char *src_name; /* names as the user wrote them, for messages; */
   const char *dst_name; /* may be NULL (then leaf indices are shown) */
-} tpdp_partition_edge;
+} planning_partition_edge;
 
 /* Largest number of stages the n leaves can be split into while respecting
  * every edge (every count from 1 to it is then possible too: merging two
  * stages never breaks an edge). Stored in *out.
  * Errors: n < 1, an edge out of range or with src >= dst
  * (TPDP_ERR_INVALID_ARGUMENT); NULL pointers; out of memory. */
-tpdp_status tpdp_partition_max_stages(int n, const tpdp_partition_edge *edges,
-                                      int nedges, int *out);
+tpdp_status planning_partition_max_stages(int n,
+                                          const planning_partition_edge *edges,
+                                          int nedges, int *out);
 
 /* Optimal partition of leaves with parameter counts weights[0..n-1] (each
  * >= 0) into k stages. On success bounds[0..k] (caller-provided, k+1 ints)
@@ -62,36 +63,38 @@ tpdp_status tpdp_partition_max_stages(int n, const tpdp_partition_edge *edges,
  * edges make k stages impossible: the message names the edge that does it
  * (the first edge, in list order, after which fewer than k stages remain
  * possible) and how many stages the edges allow. */
-tpdp_status tpdp_partition_solve(const int64_t *weights, int n, int k,
-                                 const tpdp_partition_edge *edges, int nedges,
-                                 int *bounds, int64_t *max_stage_params);
+tpdp_status planning_partition_solve(const int64_t *weights, int n, int k,
+                                     const planning_partition_edge *edges,
+                                     int nedges, int *bounds,
+                                     int64_t *max_stage_params);
 
 /* Edges from JSON text `[["a", "c"], ...]` naming modules of `model` by
  * FQN. A leaf names itself. A non-leaf module stands for its subtree: as
  * the source its last leaf (where its output comes from), as the
  * destination its first leaf (where its input goes). After that mapping
  * the source must come strictly before the destination in pre-order.
- * On success *edges (free with tpdp_partition_edges_free; names are owned
+ * On success *edges (free with planning_partition_edges_free; names are owned
  * copies) and *nedges are set; on failure *edges = NULL, *nedges = 0.
  * Errors: TPDP_ERR_PARSE (not JSON, not an array of pairs of strings),
  * TPDP_ERR_NOT_FOUND (an FQN naming no module; the message names the FQN
  * and the edge), TPDP_ERR_INVALID_ARGUMENT (an edge that does not go
  * forward). `source` (may be NULL) prefixes messages, e.g. the file path. */
-tpdp_status tpdp_partition_edges_parse(const tpdp_model_desc *model,
-                                       const char *json, const char *source,
-                                       tpdp_partition_edge **edges,
-                                       int *nedges);
+tpdp_status planning_partition_edges_parse(const planning_model_desc *model,
+                                           const char *json, const char *source,
+                                           planning_partition_edge **edges,
+                                           int *nedges);
 
-/* As tpdp_partition_edges_parse, reading the file at `path`. */
-tpdp_status tpdp_partition_edges_load(const tpdp_model_desc *model,
-                                      const char *path,
-                                      tpdp_partition_edge **edges, int *nedges);
+/* As planning_partition_edges_parse, reading the file at `path`. */
+tpdp_status planning_partition_edges_load(const planning_model_desc *model,
+                                          const char *path,
+                                          planning_partition_edge **edges,
+                                          int *nedges);
 
-/* Free edges from tpdp_partition_edges_parse/load. NULL is a no-op. */
-void tpdp_partition_edges_free(tpdp_partition_edge *edges, int nedges);
+/* Free edges from planning_partition_edges_parse/load. NULL is a no-op. */
+void planning_partition_edges_free(planning_partition_edge *edges, int nedges);
 
-/* Result of tpdp_partition_greedy. Stages are consecutive ranges of the
- * model's calls (tpdp_model_desc.calls). */
+/* Result of planning_partition_greedy. Stages are consecutive ranges of the
+ * model's calls (planning_model_desc.calls). */
 typedef struct {
   int ncalls;
   /* Per call: its node name as 003 sees it (the module FQN with '.' ->
@@ -104,7 +107,7 @@ typedef struct {
   int nstages;       /* 1 or more; may differ from k either way */
   int *bounds;       /* nstages + 1: stage s = calls [bounds[s], bounds[s+1]) */
   int64_t *stage_params; /* nstages: the sum of the stage's counts */
-} tpdp_partition_greedy_result;
+} planning_partition_greedy_result;
 
 /* Seed 003's greedy split (_split_nodes), step for step, with the model's
  * calls as the traced graph's nodes. The model input comes first, in stage
@@ -124,21 +127,22 @@ typedef struct {
  * So the stage count can be below k (the last stage falls short, or a
  * merge joins stages) or above it (repeated calls and tied parameters
  * count more than the total). Edges use the leaves of
- * tpdp_partition_edges_parse; over calls an edge feeds the first call of
+ * planning_partition_edges_parse; over calls an edge feeds the first call of
  * its destination leaf from the last call of its source leaf before that.
- * On success *out owns its arrays (free with tpdp_partition_greedy_free);
+ * On success *out owns its arrays (free with planning_partition_greedy_free);
  * on failure it is zeroed.
  * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_INVALID_ARGUMENT for k < 1, a bad
  * edge, an edge into a leaf never called or from a leaf not called before
  * it, a stage count that overflows int64; TPDP_ERR_OUT_OF_MEMORY. */
-tpdp_status tpdp_partition_greedy(const tpdp_model_desc *model, int k,
-                                  const tpdp_partition_edge *edges, int nedges,
-                                  tpdp_partition_greedy_result *out);
+tpdp_status planning_partition_greedy(const planning_model_desc *model, int k,
+                                      const planning_partition_edge *edges,
+                                      int nedges,
+                                      planning_partition_greedy_result *out);
 
 /* Free the arrays of a greedy result and zero it. NULL is a no-op. */
-void tpdp_partition_greedy_free(tpdp_partition_greedy_result *r);
+void planning_partition_greedy_free(planning_partition_greedy_result *r);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* TPDP_TOOLS_PARTITION_H */
+#endif /* TPDP_TOOLS_PLANNING_PARTITION_H */

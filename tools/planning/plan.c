@@ -10,7 +10,7 @@
 #include "tools/planning/error.h"
 #include "tools/planning/json.h"
 #include "tpdp/comm.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 /* The parsed plan file. Strings point into the cJSON tree. */
 typedef struct {
@@ -21,7 +21,7 @@ typedef struct {
   const char **units;
 } plan_input;
 
-void tpdp_plan_destroy(tpdp_plan *plan) {
+void planning_plan_destroy(planning_plan *plan) {
   if (plan == NULL) return;
   for (int d = 0; d < plan->mesh_ndim; d++) free((void *)plan->mesh_names[d]);
   free(plan->module_unit);
@@ -43,7 +43,7 @@ void tpdp_plan_destroy(tpdp_plan *plan) {
   free(plan);
 }
 
-int64_t tpdp_plan_tp_rank(const tpdp_plan *plan, int64_t rank) {
+int64_t planning_plan_tp_rank(const planning_plan *plan, int64_t rank) {
   if (plan == NULL || plan->tp_dim < 0) return 0;
   int64_t inner = 1;
   for (int d = plan->tp_dim + 1; d < plan->mesh_ndim; d++)
@@ -51,7 +51,7 @@ int64_t tpdp_plan_tp_rank(const tpdp_plan *plan, int64_t rank) {
   return (rank / inner) % plan->tp_size;
 }
 
-void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
+void planning_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
   if (buf == NULL || len == 0) return;
   switch (p.kind) {
     case TPDP_PLACEMENT_REPLICATE:
@@ -68,7 +68,7 @@ void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len) {
 
 /* ------------------------------------------------------- plan file */
 
-static tpdp_status parse_mesh(const cJSON *mesh, tpdp_plan *plan) {
+static tpdp_status parse_mesh(const cJSON *mesh, planning_plan *plan) {
   if (!cJSON_IsObject(mesh))
     return planning_error(
         TPDP_ERR_PARSE,
@@ -97,7 +97,7 @@ static tpdp_status parse_mesh(const cJSON *mesh, tpdp_plan *plan) {
     char what[300];
     snprintf(what, sizeof what, "mesh.%s", name);
     int64_t size = 0;
-    PLANNING_CHECK(planning_json_int(it, what, 1, TPDP_PLAN_MAX_RANKS,
+    PLANNING_CHECK(planning_json_int(it, what, 1, PLANNING_PLAN_MAX_RANKS,
                                      TPDP_ERR_BAD_DIM_SIZE, &size));
     char *copy = core_strdup(name);
     if (copy == NULL)
@@ -107,11 +107,12 @@ static tpdp_status parse_mesh(const cJSON *mesh, tpdp_plan *plan) {
     plan->mesh_sizes[d] = size;
     /* Both factors are at most 2^20: no overflow. */
     plan->world *= size;
-    if (plan->world > TPDP_PLAN_MAX_RANKS)
+    if (plan->world > PLANNING_PLAN_MAX_RANKS)
       return planning_error(TPDP_ERR_BAD_DIM_SIZE,
                             "mesh: %lld ranks up to dim \"%s\" is too large "
                             "(max %d)",
-                            (long long)plan->world, name, TPDP_PLAN_MAX_RANKS);
+                            (long long)plan->world, name,
+                            PLANNING_PLAN_MAX_RANKS);
     if (strcmp(name, "tp") == 0) {
       plan->tp_dim = d;
       plan->tp_size = plan->mesh_sizes[d];
@@ -120,7 +121,7 @@ static tpdp_status parse_mesh(const cJSON *mesh, tpdp_plan *plan) {
   return TPDP_SUCCESS;
 }
 
-static tpdp_status parse_input(const cJSON *root, tpdp_plan *plan,
+static tpdp_status parse_input(const cJSON *root, planning_plan *plan,
                                plan_input *in) {
   if (!cJSON_IsObject(root))
     return planning_error(
@@ -198,17 +199,17 @@ static tpdp_status parse_input(const cJSON *root, tpdp_plan *plan,
 
 /* ------------------------------------------------- units and styles */
 
-static tpdp_status mark_units(const tpdp_model_desc *model,
-                              const plan_input *in, tpdp_plan *plan) {
+static tpdp_status mark_units(const planning_model_desc *model,
+                              const plan_input *in, planning_plan *plan) {
   /* All unknown names in one message. */
   char bad[900] = "";
   size_t used = 0;
   int nbad = 0;
   for (int i = 0; i < in->nunits; i++) {
-    const tpdp_model_module *m =
-        tpdp_model_desc_find_module(model, in->units[i]);
+    const planning_model_module *m =
+        planning_model_desc_find_module(model, in->units[i]);
     if (m != NULL) {
-      plan->module_unit[m->index] = TPDP_PLAN_DP_UNIT;
+      plan->module_unit[m->index] = PLANNING_PLAN_DP_UNIT;
       continue;
     }
     nbad++;
@@ -226,19 +227,19 @@ static tpdp_status mark_units(const tpdp_model_desc *model,
 
 /* As tpdp_parallelize: each module takes the first pattern matching its
  * FQN; a pattern that wins no module is an error. */
-static tpdp_status match_styles(const tpdp_model_desc *model,
-                                const plan_input *in, tpdp_plan *plan) {
+static tpdp_status match_styles(const planning_model_desc *model,
+                                const plan_input *in, planning_plan *plan) {
   int *hits = calloc((size_t)in->ntp + 1, sizeof *hits);
   if (hits == NULL)
     return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   for (int i = 0; i < model->nmodules; i++) {
-    const tpdp_model_module *m = model->modules[i];
+    const planning_model_module *m = model->modules[i];
     for (int k = 0; k < in->ntp; k++) {
       if (!tpdp_fqn_match(in->patterns[k], m->fqn)) continue;
       hits[k]++;
       plan->module_style[m->index] = (int)in->styles[k];
-      if (plan->module_unit[m->index] == TPDP_PLAN_NOT_UNIT)
-        plan->module_unit[m->index] = TPDP_PLAN_TP_UNIT;
+      if (plan->module_unit[m->index] == PLANNING_PLAN_NOT_UNIT)
+        plan->module_unit[m->index] = PLANNING_PLAN_TP_UNIT;
       break;
     }
   }
@@ -261,8 +262,8 @@ static tpdp_status match_styles(const tpdp_model_desc *model,
 
 /* Placement on the tp dim of parameter `p` of module `m` under `style`
  * (the library's rule, tpdp_tp_style_placement). */
-static tpdp_status style_placement(const tpdp_model_module *m,
-                                   const tpdp_model_param *p, int style,
+static tpdp_status style_placement(const planning_model_module *m,
+                                   const planning_model_param *p, int style,
                                    tpdp_placement *out) {
   int64_t out_size = -1;
   for (int i = 0; i < m->nparams; i++)
@@ -277,7 +278,8 @@ static tpdp_status style_placement(const tpdp_model_module *m,
 
 /* ------------------------------------------------------ module tree */
 
-static tpdp_status build_tree(const tpdp_model_desc *model, tpdp_plan *plan) {
+static tpdp_status build_tree(const planning_model_desc *model,
+                              planning_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   tpdp_module **mods = calloc((size_t)model->nmodules, sizeof *mods);
   tpdp_param **params = calloc((size_t)model->nparams + 1, sizeof *params);
@@ -286,7 +288,7 @@ static tpdp_status build_tree(const tpdp_model_desc *model, tpdp_plan *plan) {
     goto done;
   }
   for (int i = 0; i < model->nparams; i++) {
-    const tpdp_model_param *p = model->params[i];
+    const planning_model_param *p = model->params[i];
     if (p->canonical != p) continue;
     tpdp_tensor t;
     tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
@@ -297,7 +299,7 @@ static tpdp_status build_tree(const tpdp_model_desc *model, tpdp_plan *plan) {
                         st, done);
   }
   for (int i = 0; i < model->nmodules; i++) {
-    const tpdp_model_module *m = model->modules[i];
+    const planning_model_module *m = model->modules[i];
     tpdp_module *tm = NULL;
     PLANNING_CHECK_GOTO(
         planning_error_tpdp(tpdp_module_create(m->class_name, &tm)), st, done);
@@ -317,11 +319,11 @@ static tpdp_status build_tree(const tpdp_model_desc *model, tpdp_plan *plan) {
           planning_error_tpdp(tpdp_module_add_param(
               tm, m->params[j].name, params[m->params[j].canonical->index])),
           st, done);
-    if (plan->module_unit[i] == TPDP_PLAN_DP_UNIT) {
+    if (plan->module_unit[i] == PLANNING_PLAN_DP_UNIT) {
       PLANNING_CHECK_GOTO(
           planning_error_tpdp(tpdp_module_set_unit(tm, "DP", " FULLY SHARDED")),
           st, done);
-    } else if (plan->module_unit[i] == TPDP_PLAN_TP_UNIT) {
+    } else if (plan->module_unit[i] == PLANNING_PLAN_TP_UNIT) {
       char suffix[48];
       snprintf(suffix, sizeof suffix, " TP %s",
                tpdp_tp_style_name((tpdp_tp_style)plan->module_style[i]));
@@ -345,7 +347,8 @@ done:
 
 /* ------------------------------------------------- params, buckets */
 
-static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
+static tpdp_status place_params(const planning_model_desc *model,
+                                planning_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   int *slot = calloc((size_t)model->nparams + 1, sizeof *slot);
   if (slot == NULL)
@@ -361,9 +364,9 @@ static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
   plan->nparams = n;
   n = 0;
   for (int i = 0; i < model->nparams; i++) {
-    const tpdp_model_param *p = model->params[i];
+    const planning_model_param *p = model->params[i];
     if (p->canonical == p) {
-      tpdp_plan_param *pp = &plan->params[n];
+      planning_plan_param *pp = &plan->params[n];
       pp->param = p;
       pp->style = -1;
       for (int d = 0; d < plan->mesh_ndim; d++)
@@ -371,8 +374,8 @@ static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
       slot[i] = n++;
       continue;
     }
-    tpdp_plan_param *pp = &plan->params[slot[p->canonical->index]];
-    const tpdp_model_param **grown =
+    planning_plan_param *pp = &plan->params[slot[p->canonical->index]];
+    const planning_model_param **grown =
         realloc(pp->shared, sizeof *grown * (size_t)(pp->nshared + 1));
     if (grown == NULL) {
       st = planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
@@ -384,12 +387,12 @@ static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
   /* TP styles, per registration (a shared parameter can be reached from
    * several modules). */
   for (int i = 0; i < model->nmodules; i++) {
-    const tpdp_model_module *m = model->modules[i];
+    const planning_model_module *m = model->modules[i];
     int style = plan->module_style[i];
     if (style < 0) continue;
     for (int j = 0; j < m->nparams; j++) {
-      const tpdp_model_param *p = &m->params[j];
-      tpdp_plan_param *pp = &plan->params[slot[p->canonical->index]];
+      const planning_model_param *p = &m->params[j];
+      planning_plan_param *pp = &plan->params[slot[p->canonical->index]];
       if (pp->tp_module != NULL) {
         st = planning_error(
             TPDP_ERR_ALREADY,
@@ -413,8 +416,8 @@ static tpdp_status place_params(const tpdp_model_desc *model, tpdp_plan *plan) {
           NULL, plan->mesh_ndim, plan->mesh_sizes, plan->mesh_names, &mesh)),
       st, done);
   for (int k = 0; k < plan->nparams && st == TPDP_SUCCESS; k++) {
-    tpdp_plan_param *pp = &plan->params[k];
-    const tpdp_model_param *p = pp->param;
+    planning_plan_param *pp = &plan->params[k];
+    const planning_model_param *p = pp->param;
     pp->local_shapes =
         calloc((size_t)plan->tp_size * (size_t)(p->ndim ? p->ndim : 1),
                sizeof(int64_t));
@@ -452,7 +455,7 @@ done:
   return st;
 }
 
-static tpdp_status assign_buckets(tpdp_plan *plan) {
+static tpdp_status assign_buckets(planning_plan *plan) {
   tpdp_status st = TPDP_SUCCESS;
   plan->tp_bytes = calloc((size_t)plan->tp_size, sizeof *plan->tp_bytes);
   plan->buckets = calloc((size_t)plan->tp_size, sizeof *plan->buckets);
@@ -464,7 +467,7 @@ static tpdp_status assign_buckets(tpdp_plan *plan) {
   for (int64_t t = 0; t < plan->tp_size && st == TPDP_SUCCESS; t++) {
     tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
     for (int k = 0; k < plan->nparams && st == TPDP_SUCCESS; k++) {
-      const tpdp_plan_param *pp = &plan->params[k];
+      const planning_plan_param *pp = &plan->params[k];
       /* Each parameter's bytes fit in int64 (model_json.c); their sum, the
        * buckets' sizes, must too. */
       if (__builtin_add_overflow(plan->tp_bytes[t], pp->local_bytes[t],
@@ -494,12 +497,12 @@ static tpdp_status assign_buckets(tpdp_plan *plan) {
 
 /* ------------------------------------------------------------ entry */
 
-static tpdp_status compute(const tpdp_model_desc *model, const char *plan_json,
-                           const size_t *limits, int64_t nlimits,
-                           tpdp_plan **out) {
+static tpdp_status compute(const planning_model_desc *model,
+                           const char *plan_json, const size_t *limits,
+                           int64_t nlimits, planning_plan **out) {
   tpdp_status st = TPDP_SUCCESS;
   plan_input in = {0, NULL, NULL, 0, NULL};
-  tpdp_plan *plan = calloc(1, sizeof *plan);
+  planning_plan *plan = calloc(1, sizeof *plan);
   cJSON *root = NULL;
   if (plan == NULL)
     return planning_error(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
@@ -541,7 +544,7 @@ static tpdp_status compute(const tpdp_model_desc *model, const char *plan_json,
   PLANNING_CHECK_GOTO(assign_buckets(plan), st, fail);
   goto done;
 fail:
-  tpdp_plan_destroy(plan);
+  planning_plan_destroy(plan);
   plan = NULL;
 done:
   free(in.patterns);
@@ -552,9 +555,9 @@ done:
   return st;
 }
 
-tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
-                              const char *plan_json, const size_t *limits,
-                              int64_t nlimits, tpdp_plan **out) {
+tpdp_status planning_plan_compute(const planning_model_desc *model,
+                                  const char *plan_json, const size_t *limits,
+                                  int64_t nlimits, planning_plan **out) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(out);
   *out = NULL;
@@ -563,16 +566,16 @@ tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
   return compute(model, plan_json, limits, nlimits, out);
 }
 
-tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
-                           const size_t *limits, int64_t nlimits,
-                           tpdp_plan **out) {
+tpdp_status planning_plan_load(const planning_model_desc *model,
+                               const char *path, const size_t *limits,
+                               int64_t nlimits, planning_plan **out) {
   PLANNING_ENTRY;
   PLANNING_CHECK_PTR(out);
   *out = NULL;
   PLANNING_CHECK_PTR(model);
   PLANNING_CHECK_PTR(path);
   char *text = NULL;
-  PLANNING_CHECK(tpdp_tools_read_file(path, &text));
+  PLANNING_CHECK(planning_read_file(path, &text));
   tpdp_status st = compute(model, text, limits, nlimits, out);
   free(text);
   return planning_error_in(path, st);

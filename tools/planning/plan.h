@@ -19,8 +19,8 @@
  * Thread-safety: a computed plan is immutable; computing has no global
  * state.
  */
-#ifndef TPDP_TOOLS_PLAN_H
-#define TPDP_TOOLS_PLAN_H
+#ifndef TPDP_TOOLS_PLANNING_PLAN_H
+#define TPDP_TOOLS_PLANNING_PLAN_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,39 +37,40 @@ extern "C" {
 /* The most ranks a plan's mesh may have, as for every mesh the `tpdp`
  * subcommands take (`tpdp mesh` prints one line per rank): a plan holds
  * per-tp-rank shapes and buckets, and its JSON form one entry per rank. */
-#define TPDP_PLAN_MAX_RANKS (1 << 20)
+#define PLANNING_PLAN_MAX_RANKS (1 << 20)
 
-/* Unit marks of a module (tpdp_plan.module_unit). */
-#define TPDP_PLAN_NOT_UNIT 0
-#define TPDP_PLAN_DP_UNIT 1 /* listed in "units": suffix " FULLY SHARDED" */
-#define TPDP_PLAN_TP_UNIT 2 /* matched by a "tp" pattern only: " TP <STYLE>" */
+/* Unit marks of a module (planning_plan.module_unit). */
+#define PLANNING_PLAN_NOT_UNIT 0
+#define PLANNING_PLAN_DP_UNIT 1 /* listed in "units": suffix " FULLY SHARDED" */
+#define PLANNING_PLAN_TP_UNIT \
+  2 /* matched by a "tp" pattern only: " TP <STYLE>" */
 
 /* One distinct parameter (shared FQNs fold into their canonical one). */
 typedef struct {
-  const tpdp_model_param *param;   /* the canonical declaration */
-  int nshared;                     /* other FQNs naming the same parameter */
-  const tpdp_model_param **shared; /* those declarations, pre-order */
+  const planning_model_param *param; /* the canonical declaration */
+  int nshared;                       /* other FQNs naming the same parameter */
+  const planning_model_param **shared; /* those declarations, pre-order */
   /* The module whose TP style shards it (NULL when none) and that style
    * (-1 when none). */
-  const tpdp_model_module *tp_module;
+  const planning_model_module *tp_module;
   int style;
   tpdp_placement placements[TPDP_MAX_DIMS]; /* one per mesh dim */
   /* Local shape on tp rank t: local_shapes[t * param->ndim + d],
    * d < param->ndim; local_bytes[t] its size in bytes. */
   int64_t *local_shapes;
   size_t *local_bytes;
-} tpdp_plan_param;
+} planning_plan_param;
 
-typedef struct tpdp_plan {
-  const tpdp_model_desc *model; /* borrowed */
+typedef struct planning_plan {
+  const planning_model_desc *model; /* borrowed */
   int mesh_ndim;
   int64_t mesh_sizes[TPDP_MAX_DIMS];
   const char *mesh_names[TPDP_MAX_DIMS];
   int64_t world;   /* product of mesh_sizes */
   int tp_dim;      /* index of the mesh dim "tp", -1 when absent */
   int64_t tp_size; /* its size, 1 when absent */
-  /* Per module (index as tpdp_model_module.index): TPDP_PLAN_*_UNIT and the
-   * TP style applied to its parameters (-1 when none). */
+  /* Per module (index as planning_model_module.index): PLANNING_PLAN_*_UNIT
+   * and the TP style applied to its parameters (-1 when none). */
   int *module_unit;
   int *module_style;
   /* The mirror of the model as a core module tree with the units set, and
@@ -78,7 +79,7 @@ typedef struct tpdp_plan {
   tpdp_tree_report *report;
   /* Distinct parameters in registration order (pre-order). */
   int nparams;
-  tpdp_plan_param *params;
+  planning_plan_param *params;
   /* Bucket limits used (copied). */
   int64_t nlimits;
   size_t *limits;
@@ -89,15 +90,15 @@ typedef struct tpdp_plan {
    * parameters. */
   size_t *tp_bytes;
   tpdp_bucket_assignment *buckets;
-} tpdp_plan;
+} planning_plan;
 
 /* Compute the plan of `model` for the plan JSON text `plan_json`, with
  * bucket limits limits[0..nlimits) (NULL/0: DDP's defaults). `model` must
- * outlive the plan. On success *out is freed with tpdp_plan_destroy; on
+ * outlive the plan. On success *out is freed with planning_plan_destroy; on
  * failure *out = NULL.
  * Errors: TPDP_ERR_NULL_POINTER; TPDP_ERR_PARSE (not JSON, wrong JSON type,
  * unknown key, missing "mesh", unknown style); TPDP_ERR_BAD_DIM_SIZE (a mesh
- * size that is not a positive integer, or more than TPDP_PLAN_MAX_RANKS
+ * size that is not a positive integer, or more than PLANNING_PLAN_MAX_RANKS
  * ranks: "too large (max 1048576)"); TPDP_ERR_TOO_MANY_DIMS;
  * TPDP_ERR_EMPTY_NAME / TPDP_ERR_DUPLICATE (mesh dim names);
  * TPDP_ERR_NOT_FOUND (units naming unknown modules, all listed; a "tp"
@@ -107,27 +108,27 @@ typedef struct tpdp_plan {
  * parameters are not 1-D biases of the weight's out size);
  * TPDP_ERR_ALREADY (a shared parameter sharded by two TP modules);
  * TPDP_ERR_INVALID_ARGUMENT (a limit of 0); TPDP_ERR_OUT_OF_MEMORY. */
-tpdp_status tpdp_plan_compute(const tpdp_model_desc *model,
-                              const char *plan_json, const size_t *limits,
-                              int64_t nlimits, tpdp_plan **out);
+tpdp_status planning_plan_compute(const planning_model_desc *model,
+                                  const char *plan_json, const size_t *limits,
+                                  int64_t nlimits, planning_plan **out);
 
 /* Read the plan file at `path` and compute (messages name the path after
- * the function: "tpdp_plan_load: p.json: ..."). Errors: as
- * tpdp_plan_compute, plus TPDP_ERR_IO. */
-tpdp_status tpdp_plan_load(const tpdp_model_desc *model, const char *path,
-                           const size_t *limits, int64_t nlimits,
-                           tpdp_plan **out);
+ * the function: "planning_plan_load: p.json: ..."). Errors: as
+ * planning_plan_compute, plus TPDP_ERR_IO. */
+tpdp_status planning_plan_load(const planning_model_desc *model,
+                               const char *path, const size_t *limits,
+                               int64_t nlimits, planning_plan **out);
 
 /* NULL is a no-op. */
-void tpdp_plan_destroy(tpdp_plan *plan);
+void planning_plan_destroy(planning_plan *plan);
 
 /* The tp rank (coordinate on the "tp" dim; 0 without one) of mesh rank r. */
-int64_t tpdp_plan_tp_rank(const tpdp_plan *plan, int64_t rank);
+int64_t planning_plan_tp_rank(const planning_plan *plan, int64_t rank);
 
 /* Placement text as PyTorch prints it: "R", "S(0)", "P(sum)". */
-void tpdp_plan_placement_format(tpdp_placement p, char *buf, size_t len);
+void planning_plan_placement_format(tpdp_placement p, char *buf, size_t len);
 
 #ifdef __cplusplus
 }
 #endif
-#endif /* TPDP_TOOLS_PLAN_H */
+#endif /* TPDP_TOOLS_PLANNING_PLAN_H */

@@ -42,7 +42,7 @@ expect_err 2 "bad --mesh value '99999999999999999999': too large (max 9223372036
 expect_err 2 "tpdp topo: mesh 'tp=100000000' has 100000000 ranks: too large (max 1048576)" \
   topo --mesh tp=100000000
 echo '{"mesh": {"tp": 100000000}}' >"$tmp/huge_tp.json"
-expect_err 1 "tpdp plan: tpdp_plan_load: $tmp/huge_tp.json: mesh.tp is too large (max 1048576)" \
+expect_err 1 "tpdp plan: planning_plan_load: $tmp/huge_tp.json: mesh.tp is too large (max 1048576)" \
   plan --model "$seed" --plan "$tmp/huge_tp.json"
 echo '{"mesh": {"dp": 4611686018427387904}}' >"$tmp/huge_dp.json"
 expect_err 1 "mesh.dp is too large (max 1048576)" plan --model "$seed" --plan "$tmp/huge_dp.json"
@@ -73,7 +73,7 @@ out=$("$tpdp" shard --shape 2305843009213693951 --mesh 2 --placements S0 --json)
 # A JSON shape beyond 2^53 - 1 (no longer exact in a double).
 echo '{"class": "M", "params": {"w": {"shape": [4611686018427387904]}}}' >"$tmp/huge_shape.json"
 echo '{"mesh": {"dp": 2}}' >"$tmp/dp2.json"
-expect_err 1 "tpdp_model_desc_load: $tmp/huge_shape.json: params.w.shape[0] is too large (max 9007199254740991)" \
+expect_err 1 "planning_model_desc_load: $tmp/huge_shape.json: params.w.shape[0] is too large (max 9007199254740991)" \
   plan --model "$tmp/huge_shape.json" --plan "$tmp/dp2.json"
 
 # --- integer options ---------------------------------------------------------

@@ -72,7 +72,7 @@ grep -q '4 stages, threshold 65' "$tmp/gtext" || fail "greedy text header: $(cat
 # Any K >= 1 for greedy (13 > 12 leaves: 8 stages); K = 0 is refused.
 "$tpdp" partition --model "$seed" --stages 13 --method greedy --json >"$tmp/g13" 2>&1 || fail "greedy K=13: $(cat "$tmp/g13")"
 [ "$(grep -o '"params"' "$tmp/g13" | wc -l)" = 8 ] || fail "greedy K=13 stages: $(cat "$tmp/g13")"
-expect_err 1 'tpdp_partition_greedy: the number of stages is 0' --model "$seed" --stages 0 --method greedy
+expect_err 1 'planning_partition_greedy: the number of stages is 0' --model "$seed" --stages 0 --method greedy
 expect_err 2 "--method 'fastest' is not optimal or greedy" --model "$seed" --stages 2 --method fastest
 
 # Text form.
@@ -89,9 +89,9 @@ expect_err 1 'cannot split 12 leaf modules into 0' --model "$seed" --stages 0
 expect_err 1 '/nonexistent.json' --model /nonexistent.json --stages 2
 echo '[["u1", "nope"]]' >"$tmp/bad_edges.json"
 expect_err 1 'no module named "nope"' --model "$seed" --stages 2 --edges "$tmp/bad_edges.json"
-expect_err 1 "tpdp partition: tpdp_partition_edges_load: $tmp/bad_edges.json: edges[0][1]" --model "$seed" --stages 2 --edges "$tmp/bad_edges.json"
+expect_err 1 "tpdp partition: planning_partition_edges_load: $tmp/bad_edges.json: edges[0][1]" --model "$seed" --stages 2 --edges "$tmp/bad_edges.json"
 echo '{"class": "M", "children": {"a": {"class": "L"}}, "calls": ["b"]}' >"$tmp/bad_calls.json"
-expect_err 1 "tpdp partition: tpdp_model_desc_load: $tmp/bad_calls.json: calls[0]: no module named \"b\"" --model "$tmp/bad_calls.json" --stages 1
+expect_err 1 "tpdp partition: planning_model_desc_load: $tmp/bad_calls.json: calls[0]: no module named \"b\"" --model "$tmp/bad_calls.json" --stages 1
 
 # Usage errors: exit 2.
 expect_err 2 "--stages 'four' is not an integer" --model "$seed" --stages four

@@ -18,7 +18,7 @@ namespace {
 using tpdp_test::Desc;
 using tpdp_test::LeafParams;
 
-std::vector<std::string> LeafFqns(const tpdp_model_desc *d) {
+std::vector<std::string> LeafFqns(const planning_model_desc *d) {
   std::vector<std::string> v;
   for (int i = 0; i < d->nleaves; i++) v.push_back(d->leaves[i].module->fqn);
   return v;
@@ -27,7 +27,7 @@ std::vector<std::string> LeafFqns(const tpdp_model_desc *d) {
 TEST(ModelJson, Seed000Tree) {
   Desc m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
-  const tpdp_model_desc *d = m.d;
+  const planning_model_desc *d = m.d;
   // Seed 000's tree, line by line: FQN[class] in pre-order.
   std::vector<std::string> want = {
       "[CompositeModel]", "l1[Linear]",         "u1[UnitModule]",
@@ -58,7 +58,7 @@ TEST(ModelJson, Seed000Tree) {
   EXPECT_EQ(LeafParams(d),
             (std::vector<int64_t>{72, 72, 0, 72, 0, 72, 72, 0, 72, 0, 72, 72}));
 
-  const tpdp_model_module *u1 = tpdp_model_desc_find_module(d, "u1");
+  const planning_model_module *u1 = planning_model_desc_find_module(d, "u1");
   ASSERT_NE(u1, nullptr);
   EXPECT_STREQ(u1->class_name, "UnitModule");
   EXPECT_EQ(u1->first_leaf, 1);
@@ -66,10 +66,11 @@ TEST(ModelJson, Seed000Tree) {
   EXPECT_EQ(u1->nchildren, 3);
   EXPECT_STREQ(u1->children[1]->fqn, "u1.seq");
   EXPECT_EQ(u1->children[1]->parent, u1);
-  EXPECT_EQ(tpdp_model_desc_find_module(d, ""), d->root);
-  EXPECT_EQ(tpdp_model_desc_find_module(d, "u3"), nullptr);
+  EXPECT_EQ(planning_model_desc_find_module(d, ""), d->root);
+  EXPECT_EQ(planning_model_desc_find_module(d, "u3"), nullptr);
 
-  const tpdp_model_param *w = tpdp_model_desc_find_param(d, "u2.seq.1.weight");
+  const planning_model_param *w =
+      planning_model_desc_find_param(d, "u2.seq.1.weight");
   ASSERT_NE(w, nullptr);
   EXPECT_STREQ(w->name, "weight");
   EXPECT_EQ(w->ndim, 2);
@@ -84,13 +85,13 @@ TEST(ModelJson, Seed000Tree) {
   EXPECT_STREQ(d->params[1]->fqn, "l1.bias");
   EXPECT_STREQ(d->params[4]->fqn, "u1.seq.1.weight");
   EXPECT_STREQ(d->params[15]->fqn, "l2.bias");
-  EXPECT_EQ(tpdp_model_desc_find_param(d, "u1.seq.0.weight"), nullptr);
+  EXPECT_EQ(planning_model_desc_find_param(d, "u1.seq.0.weight"), nullptr);
 }
 
 TEST(ModelJson, SharedCountedOnceRootParamsToFirstLeaf) {
   Desc m;
   ASSERT_MODEL_LOADED("tied_model.json", &m.d);
-  const tpdp_model_desc *d = m.d;
+  const planning_model_desc *d = m.d;
   EXPECT_EQ(LeafFqns(d),
             (std::vector<std::string>{"emb", "blocks.0.fc", "blocks.0.act",
                                       "blocks.1.fc", "blocks.1.act", "head"}));
@@ -98,17 +99,21 @@ TEST(ModelJson, SharedCountedOnceRootParamsToFirstLeaf) {
   // leaf); fc: 16 + 4; head: weight tied to emb.weight (not counted) + 10.
   EXPECT_EQ(LeafParams(d), (std::vector<int64_t>{41, 20, 0, 20, 0, 10}));
   EXPECT_EQ(d->total_params, 91);
-  const tpdp_model_param *scale = tpdp_model_desc_find_param(d, "scale");
+  const planning_model_param *scale =
+      planning_model_desc_find_param(d, "scale");
   ASSERT_NE(scale, nullptr);
   EXPECT_EQ(scale->ndim, 0);
   EXPECT_EQ(scale->numel, 1);
-  const tpdp_model_param *ew = tpdp_model_desc_find_param(d, "emb.weight");
-  const tpdp_model_param *hw = tpdp_model_desc_find_param(d, "head.weight");
+  const planning_model_param *ew =
+      planning_model_desc_find_param(d, "emb.weight");
+  const planning_model_param *hw =
+      planning_model_desc_find_param(d, "head.weight");
   ASSERT_NE(ew, nullptr);
   ASSERT_NE(hw, nullptr);
   EXPECT_EQ(ew->canonical, ew);
   EXPECT_EQ(hw->canonical, ew);
-  const tpdp_model_param *b = tpdp_model_desc_find_param(d, "blocks.1.fc.bias");
+  const planning_model_param *b =
+      planning_model_desc_find_param(d, "blocks.1.fc.bias");
   ASSERT_NE(b, nullptr);
   EXPECT_EQ(b->dtype, TPDP_BF16);
 }
@@ -126,12 +131,12 @@ TEST(ModelJson, SharedReversedAndChained) {
     "shared": [["c.w", "b.w"], ["b.w", "a.w"]]
   })";
   Desc m;
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(json, &m.d));
+  ASSERT_PLANNING_OK(planning_model_desc_parse(json, &m.d));
   EXPECT_EQ(LeafParams(m.d), (std::vector<int64_t>{6, 5, 0}));
   EXPECT_EQ(m.d->total_params, 11);
-  const tpdp_model_param *a = tpdp_model_desc_find_param(m.d, "a.w");
-  EXPECT_EQ(tpdp_model_desc_find_param(m.d, "b.w")->canonical, a);
-  EXPECT_EQ(tpdp_model_desc_find_param(m.d, "c.w")->canonical, a);
+  const planning_model_param *a = planning_model_desc_find_param(m.d, "a.w");
+  EXPECT_EQ(planning_model_desc_find_param(m.d, "b.w")->canonical, a);
+  EXPECT_EQ(planning_model_desc_find_param(m.d, "c.w")->canonical, a);
 }
 
 // "calls": the leaves in the order forward calls them; without it, every
@@ -156,7 +161,7 @@ TEST(ModelJson, Calls) {
 
 TEST(ModelJson, KeyOrderPreservedAndRootLeaf) {
   Desc m;
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(planning_model_desc_parse(
       R"({"class": "M", "children": {"z": {"class": "A"}, "a": {"class": "B",
           "params": {"y": {"shape": [2]}, "b": {"shape": [3]}}}}})",
       &m.d));
@@ -165,7 +170,7 @@ TEST(ModelJson, KeyOrderPreservedAndRootLeaf) {
   EXPECT_STREQ(m.d->params[1]->fqn, "a.b");
 
   Desc r;  // a root without children is the only leaf
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(planning_model_desc_parse(
       R"({"class": "Linear", "params": {"weight": {"shape": [4, 3]}}, "children": {}})",
       &r.d));
   ASSERT_EQ(r.d->nleaves, 1);
@@ -186,9 +191,9 @@ class ModelJsonErrors : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(ModelJsonErrors, NamesThePath) {
   const BadCase &c = GetParam();
-  tpdp_model_desc *d = reinterpret_cast<tpdp_model_desc *>(0x1);
-  EXPECT_PLANNING_ERROR(tpdp_model_desc_parse(c.json, &d), c.status, c.needle1,
-                        c.needle2, "tpdp_model_desc_parse");
+  planning_model_desc *d = reinterpret_cast<planning_model_desc *>(0x1);
+  EXPECT_PLANNING_ERROR(planning_model_desc_parse(c.json, &d), c.status,
+                        c.needle1, c.needle2, "planning_model_desc_parse");
   EXPECT_EQ(d, nullptr);
 }
 
@@ -322,19 +327,19 @@ const BadCase kBad[] = {
 INSTANTIATE_TEST_SUITE_P(All, ModelJsonErrors, ::testing::ValuesIn(kBad));
 
 TEST(ModelJson, NullPointers) {
-  tpdp_model_desc *d = nullptr;
-  EXPECT_PLANNING_ERROR(tpdp_model_desc_parse(nullptr, &d),
+  planning_model_desc *d = nullptr;
+  EXPECT_PLANNING_ERROR(planning_model_desc_parse(nullptr, &d),
                         TPDP_ERR_NULL_POINTER, "json");
-  EXPECT_PLANNING_ERROR(tpdp_model_desc_parse("{}", nullptr),
+  EXPECT_PLANNING_ERROR(planning_model_desc_parse("{}", nullptr),
                         TPDP_ERR_NULL_POINTER, "out");
-  EXPECT_PLANNING_ERROR(tpdp_model_desc_load(nullptr, &d),
+  EXPECT_PLANNING_ERROR(planning_model_desc_load(nullptr, &d),
                         TPDP_ERR_NULL_POINTER, "path");
-  tpdp_model_desc_destroy(nullptr);  // no-op
+  planning_model_desc_destroy(nullptr);  // no-op
 }
 
 TEST(ModelJson, LoadErrorsNameTheFile) {
-  tpdp_model_desc *d = nullptr;
-  EXPECT_PLANNING_ERROR(tpdp_model_desc_load("/nonexistent/model.json", &d),
+  planning_model_desc *d = nullptr;
+  EXPECT_PLANNING_ERROR(planning_model_desc_load("/nonexistent/model.json", &d),
                         TPDP_ERR_IO, "/nonexistent/model.json");
   EXPECT_EQ(d, nullptr);
   const char *tmp = std::getenv("TEST_TMPDIR");
@@ -345,12 +350,12 @@ TEST(ModelJson, LoadErrorsNameTheFile) {
         "params": {"w": {"shape": [4, 0]}}}}})";
   }
   EXPECT_PLANNING_ERROR(
-      tpdp_model_desc_load(path.c_str(), &d), TPDP_ERR_BAD_DIM_SIZE,
+      planning_model_desc_load(path.c_str(), &d), TPDP_ERR_BAD_DIM_SIZE,
       path.c_str(), "children.u1.params.w.shape[1] must be a positive integer",
-      "tpdp_model_desc_load");
+      "planning_model_desc_load");
   // Named once, after the function called, then the file, then the path.
   EXPECT_EQ(std::string(planning_last_error()),
-            "tpdp_model_desc_load: " + path +
+            "planning_model_desc_load: " + path +
                 ": children.u1.params.w.shape[1] must be a positive integer "
                 "(got 0)");
   EXPECT_EQ(d, nullptr);

@@ -68,8 +68,8 @@ Brute BruteForce(const std::vector<int64_t> &w, int k,
   return r;
 }
 
-std::vector<tpdp_partition_edge> ToC(const std::vector<Edge> &edges) {
-  std::vector<tpdp_partition_edge> v;
+std::vector<planning_partition_edge> ToC(const std::vector<Edge> &edges) {
+  std::vector<planning_partition_edge> v;
   for (const Edge &e : edges) v.push_back({e.src, e.dst, nullptr, nullptr});
   return v;
 }
@@ -101,8 +101,8 @@ TEST(Partition, MatchesBruteForceOnRandomCases) {
                  " k=" + std::to_string(k) +
                  " edges=" + std::to_string(edges.size()));
     Brute b = BruteForce(w, k, edges);
-    tpdp_status st = tpdp_partition_solve(w.data(), n, k, ce.data(),
-                                          (int)ce.size(), bounds.data(), &mx);
+    tpdp_status st = planning_partition_solve(
+        w.data(), n, k, ce.data(), (int)ce.size(), bounds.data(), &mx);
     if (k > n) {
       EXPECT_EQ(st, TPDP_ERR_INVALID_ARGUMENT) << planning_last_error();
       continue;
@@ -140,7 +140,7 @@ TEST(Partition, MatchesBruteForceOnRandomCases) {
       if (BruteForce(w, kk, edges).feasible) maxk = kk;
     int got = -1;
     ASSERT_PLANNING_OK(
-        tpdp_partition_max_stages(n, ce.data(), (int)ce.size(), &got));
+        planning_partition_max_stages(n, ce.data(), (int)ce.size(), &got));
     EXPECT_EQ(got, maxk);
   }
   // The random mix really covers both outcomes.
@@ -155,22 +155,22 @@ TEST(Partition, HandWorked) {
   std::vector<int> b(3);
   int64_t mx = 0;
   ASSERT_PLANNING_OK(
-      tpdp_partition_solve(w.data(), 5, 2, nullptr, 0, b.data(), &mx));
+      planning_partition_solve(w.data(), 5, 2, nullptr, 0, b.data(), &mx));
   EXPECT_EQ(mx, 8);
   EXPECT_EQ(b, (std::vector<int>{0, 3, 5}));
   // 3 stages, cut pairs (a, b): (1,2) 10, (1,3) 6, (1,4) 6, (2,3) 6,
   // (2,4) 5, (3,4) 8 -> [3 1 | 4 1 | 5], 5.
   std::vector<int> b3(4);
   ASSERT_PLANNING_OK(
-      tpdp_partition_solve(w.data(), 5, 3, nullptr, 0, b3.data(), &mx));
+      planning_partition_solve(w.data(), 5, 3, nullptr, 0, b3.data(), &mx));
   EXPECT_EQ(mx, 5);
   EXPECT_EQ(b3, (std::vector<int>{0, 2, 4, 5}));
   // Edge leaf 1 -> leaf 4 allows one cut among boundaries 2..4, so a = 1:
   // (1,2) 10, (1,3) 6, (1,4) 6. Tie: the first stages as long as possible
   // -> [3 | 1 4 1 | 5].
-  tpdp_partition_edge e = {1, 4, "x", "y"};
+  planning_partition_edge e = {1, 4, "x", "y"};
   ASSERT_PLANNING_OK(
-      tpdp_partition_solve(w.data(), 5, 3, &e, 1, b3.data(), &mx));
+      planning_partition_solve(w.data(), 5, 3, &e, 1, b3.data(), &mx));
   EXPECT_EQ(mx, 6);
   EXPECT_EQ(b3, (std::vector<int>{0, 1, 4, 5}));
 }
@@ -180,43 +180,43 @@ TEST(Partition, ArgumentErrors) {
   std::vector<int> b(5);
   int64_t mx = 0;
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 3, 0, nullptr, 0, b.data(), &mx),
+      planning_partition_solve(w.data(), 3, 0, nullptr, 0, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "number of stages is 0");
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 3, 4, nullptr, 0, b.data(), &mx),
+      planning_partition_solve(w.data(), 3, 4, nullptr, 0, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "cannot split 3 leaf modules into 4");
   std::vector<int64_t> neg = {1, -2, 3};
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(neg.data(), 3, 2, nullptr, 0, b.data(), &mx),
+      planning_partition_solve(neg.data(), 3, 2, nullptr, 0, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "weights[1] is -2");
   std::vector<int64_t> big = {INT64_MAX, 1};
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(big.data(), 2, 2, nullptr, 0, b.data(), &mx),
+      planning_partition_solve(big.data(), 2, 2, nullptr, 0, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "overflows");
-  tpdp_partition_edge back = {2, 1, "c", "b"};
+  planning_partition_edge back = {2, 1, "c", "b"};
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 3, 2, &back, 1, b.data(), &mx),
+      planning_partition_solve(w.data(), 3, 2, &back, 1, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "edges[0] [\"c\", \"b\"]", "src < dst");
-  tpdp_partition_edge out = {0, 3, nullptr, nullptr};
+  planning_partition_edge out = {0, 3, nullptr, nullptr};
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 3, 2, &out, 1, b.data(), &mx),
+      planning_partition_solve(w.data(), 3, 2, &out, 1, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "edges[0] leaf 0 -> leaf 3");
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(nullptr, 3, 2, nullptr, 0, b.data(), &mx),
+      planning_partition_solve(nullptr, 3, 2, nullptr, 0, b.data(), &mx),
       TPDP_ERR_NULL_POINTER, "weights");
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 0, 1, nullptr, 0, b.data(), &mx),
+      planning_partition_solve(w.data(), 0, 1, nullptr, 0, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "no leaf modules");
   int m = 0;
-  EXPECT_PLANNING_ERROR(tpdp_partition_max_stages(3, nullptr, 2, &m),
+  EXPECT_PLANNING_ERROR(planning_partition_max_stages(3, nullptr, 2, &m),
                         TPDP_ERR_NULL_POINTER, "edges");
 }
 
 // A model and its edges (freed first).
 struct Loaded : tpdp_test::Desc {
-  tpdp_partition_edge *e = nullptr;
+  planning_partition_edge *e = nullptr;
   int ne = 0;
-  ~Loaded() { tpdp_partition_edges_free(e, ne); }
+  ~Loaded() { planning_partition_edges_free(e, ne); }
 };
 
 // Seed 000's leaves carry 72 0 72 params in the pattern
@@ -232,29 +232,29 @@ TEST(Partition, Seed000HandWorked) {
   // from the front: [l1 u1.l1 u1.seq.0] [u1.seq.1 u1.seq.2 u1.l2]
   // [u2.l1 u2.seq.0 u2.seq.1 u2.seq.2] [u2.l2 l2].
   ASSERT_PLANNING_OK(
-      tpdp_partition_solve(w.data(), 12, 4, nullptr, 0, b.data(), &mx));
+      planning_partition_solve(w.data(), 12, 4, nullptr, 0, b.data(), &mx));
   EXPECT_EQ(mx, 144);
   EXPECT_EQ(b, (std::vector<int>{0, 3, 6, 10, 12}));
 
   // Skip u1 -> l2: from u1's last leaf (u1.l2, 5) to l2 (11); at most one
   // cut among boundaries 6..11, so two cuts fall in 1..5 and the last two
   // stages hold leaves 5.. (5 Linears, 360): best 216.
-  ASSERT_PLANNING_OK(tpdp_partition_edges_parse(m.d, R"([["u1", "l2"]])",
-                                                nullptr, &m.e, &m.ne));
+  ASSERT_PLANNING_OK(planning_partition_edges_parse(m.d, R"([["u1", "l2"]])",
+                                                    nullptr, &m.e, &m.ne));
   ASSERT_EQ(m.ne, 1);
   EXPECT_EQ(m.e[0].src, 5);
   EXPECT_EQ(m.e[0].dst, 11);
   EXPECT_STREQ(m.e[0].src_name, "u1");
   ASSERT_PLANNING_OK(
-      tpdp_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx));
+      planning_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx));
   EXPECT_EQ(mx, 216);
   EXPECT_EQ(b, (std::vector<int>{0, 4, 5, 10, 12}));
   int maxk = 0;
-  ASSERT_PLANNING_OK(tpdp_partition_max_stages(12, m.e, m.ne, &maxk));
+  ASSERT_PLANNING_OK(planning_partition_max_stages(12, m.e, m.ne, &maxk));
   EXPECT_EQ(maxk, 7);  // cuts 1..5 plus one in 6..11
   std::vector<int> b8(9);
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 12, 8, m.e, m.ne, b8.data(), &mx),
+      planning_partition_solve(w.data(), 12, 8, m.e, m.ne, b8.data(), &mx),
       TPDP_ERR_UNSUPPORTED, "cannot split 12 leaf modules into 8 stages",
       "edges[0] [\"u1\", \"l2\"]", "at most 7 stages");
 }
@@ -262,7 +262,7 @@ TEST(Partition, Seed000HandWorked) {
 TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
   Loaded m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
-  ASSERT_PLANNING_OK(tpdp_partition_edges_load(
+  ASSERT_PLANNING_OK(planning_partition_edges_load(
       m.d, DataPath("composite_edges_two.json").c_str(), &m.e, &m.ne));
   ASSERT_EQ(m.ne, 2);
   EXPECT_EQ(m.e[0].src, 0);  // l1
@@ -273,60 +273,64 @@ TEST(Partition, CombinationOfEdgesNamesTheLastNeeded) {
   // Edge 0 alone: one cut in 1..5 -> 7 stages; edge 1 alone: 6; both: one
   // cut in 1..5 and one in 6..11 -> 3 stages.
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx),
+      planning_partition_solve(w.data(), 12, 4, m.e, m.ne, b.data(), &mx),
       TPDP_ERR_UNSUPPORTED, "edges[1] [\"u1\", \"l2\"]", "given edges[0];",
       "at most 3 stages");
   ASSERT_PLANNING_OK(
-      tpdp_partition_solve(w.data(), 12, 3, m.e, m.ne, b.data(), &mx));
+      planning_partition_solve(w.data(), 12, 3, m.e, m.ne, b.data(), &mx));
 }
 
 TEST(Partition, EdgesParseErrors) {
   Loaded m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
-  tpdp_partition_edge *e = nullptr;
+  planning_partition_edge *e = nullptr;
   int n = -1;
   // A non-leaf destination means its first leaf.
-  ASSERT_PLANNING_OK(
-      tpdp_partition_edges_parse(m.d, R"([["l1", "u2"]])", nullptr, &e, &n));
+  ASSERT_PLANNING_OK(planning_partition_edges_parse(m.d, R"([["l1", "u2"]])",
+                                                    nullptr, &e, &n));
   EXPECT_EQ(e[0].src, 0);
   EXPECT_EQ(e[0].dst, 6);
-  tpdp_partition_edges_free(e, n);
-  EXPECT_PLANNING_ERROR(
-      tpdp_partition_edges_parse(m.d, R"([["l1", "u1.l9"]])", "E.json", &e, &n),
-      TPDP_ERR_NOT_FOUND, "E.json: edges[0][1]: no module named \"u1.l9\"");
+  planning_partition_edges_free(e, n);
+  EXPECT_PLANNING_ERROR(planning_partition_edges_parse(
+                            m.d, R"([["l1", "u1.l9"]])", "E.json", &e, &n),
+                        TPDP_ERR_NOT_FOUND,
+                        "E.json: edges[0][1]: no module named \"u1.l9\"");
   EXPECT_EQ(e, nullptr);
   EXPECT_EQ(n, 0);
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_edges_parse(m.d, R"([["l1", "l2"], ["l1.weight", "l2"]])",
-                                 nullptr, &e, &n),
+      planning_partition_edges_parse(
+          m.d, R"([["l1", "l2"], ["l1.weight", "l2"]])", nullptr, &e, &n),
       TPDP_ERR_NOT_FOUND, "edges[1][0]", "\"l1.weight\"", "is a parameter");
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_edges_parse(m.d, R"([["l2", "l1"]])", nullptr, &e, &n),
+      planning_partition_edges_parse(m.d, R"([["l2", "l1"]])", nullptr, &e, &n),
       TPDP_ERR_INVALID_ARGUMENT, "edges[0] [\"l2\", \"l1\"]",
       "must go forward");
   EXPECT_PLANNING_ERROR(  // u1's last leaf is u1.l2, after u1.l1
-      tpdp_partition_edges_parse(m.d, R"([["u1", "u1.l2"]])", nullptr, &e, &n),
+      planning_partition_edges_parse(m.d, R"([["u1", "u1.l2"]])", nullptr, &e,
+                                     &n),
       TPDP_ERR_INVALID_ARGUMENT, "edges[0]", "must go forward");
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_edges_parse(m.d, R"([["l1"]])", nullptr, &e, &n),
+      planning_partition_edges_parse(m.d, R"([["l1"]])", nullptr, &e, &n),
       TPDP_ERR_PARSE, "edges[0] must be an array of two module FQNs");
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_edges_parse(m.d, R"({"l1": "l2"})", nullptr, &e, &n),
+      planning_partition_edges_parse(m.d, R"({"l1": "l2"})", nullptr, &e, &n),
       TPDP_ERR_PARSE, "must be a JSON array");
-  EXPECT_PLANNING_ERROR(tpdp_partition_edges_parse(m.d, "[[", nullptr, &e, &n),
-                        TPDP_ERR_PARSE, "not valid JSON");
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_edges_load(m.d, "/nonexistent/E.json", &e, &n),
+      planning_partition_edges_parse(m.d, "[[", nullptr, &e, &n),
+      TPDP_ERR_PARSE, "not valid JSON");
+  EXPECT_PLANNING_ERROR(
+      planning_partition_edges_load(m.d, "/nonexistent/E.json", &e, &n),
       TPDP_ERR_IO, "/nonexistent/E.json");
 }
 
 // ------------------------------------------------------ greedy (seed 003)
 
 struct Greedy {
-  tpdp_partition_greedy_result r = {};
-  ~Greedy() { tpdp_partition_greedy_free(&r); }
+  planning_partition_greedy_result r = {};
+  ~Greedy() { planning_partition_greedy_free(&r); }
   // Stage s's calls as "fqn" (node names are checked separately).
-  std::vector<std::vector<std::string>> Stages(const tpdp_model_desc *d) const {
+  std::vector<std::vector<std::string>> Stages(
+      const planning_model_desc *d) const {
     std::vector<std::vector<std::string>> v;
     for (int s = 0; s < r.nstages; s++) {
       v.emplace_back();
@@ -346,9 +350,9 @@ using Names = std::vector<std::vector<std::string>>;
 std::vector<int> Optimal(const Loaded &m, int k, int64_t *mx) {
   auto w = LeafParams(m.d);
   std::vector<int> b(k + 1);
-  EXPECT_EQ(
-      tpdp_partition_solve(w.data(), m.d->nleaves, k, m.e, m.ne, b.data(), mx),
-      TPDP_SUCCESS)
+  EXPECT_EQ(planning_partition_solve(w.data(), m.d->nleaves, k, m.e, m.ne,
+                                     b.data(), mx),
+            TPDP_SUCCESS)
       << planning_last_error();
   return b;
 }
@@ -363,7 +367,7 @@ TEST(PartitionGreedy, CutAfterThresholdGivesFewerStages) {
   Loaded m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 4, nullptr, 0, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 4, nullptr, 0, &g.r));
   EXPECT_EQ(g.r.threshold, 144);
   EXPECT_EQ(g.Stages(m.d),
             (Names{{"l1", "u1.l1", "u1.seq.0", "u1.seq.1"},
@@ -381,7 +385,7 @@ TEST(PartitionGreedy, CutAfterThresholdGivesFewerStages) {
   // u1.seq.2 216, u1.l2 288 (not > 288), u2.l1 360 > 288: cut after u2.l1;
   // the rest 216. Optimal: 288 | 288, cut after u1.l2.
   Greedy g2;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 2, nullptr, 0, &g2.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 2, nullptr, 0, &g2.r));
   EXPECT_EQ(g2.Params(), (std::vector<int64_t>{360, 216}));
   EXPECT_EQ(g2.r.bounds[1], 7);
   EXPECT_EQ(Optimal(m, 2, &mx), (std::vector<int>{0, 6, 12}));
@@ -396,7 +400,7 @@ TEST(PartitionGreedy, AnyStageCountAccepted) {
   Loaded m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 13, nullptr, 0, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 13, nullptr, 0, &g.r));
   EXPECT_EQ(g.r.threshold, 44);
   EXPECT_EQ(g.Stages(m.d), (Names{{"l1"},
                                   {"u1.l1"},
@@ -410,7 +414,7 @@ TEST(PartitionGreedy, AnyStageCountAccepted) {
   std::vector<int> b(14);
   int64_t mx = 0;
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_solve(w.data(), 12, 13, nullptr, 0, b.data(), &mx),
+      planning_partition_solve(w.data(), 12, 13, nullptr, 0, b.data(), &mx),
       TPDP_ERR_INVALID_ARGUMENT, "cannot split 12 leaf modules into 13");
 }
 
@@ -426,7 +430,7 @@ TEST(PartitionGreedy, ZeroParameterCallOpensTheNextStage) {
   Loaded m;
   ASSERT_MODEL_LOADED("tied_model.json", &m.d);
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 3, nullptr, 0, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 3, nullptr, 0, &g.r));
   EXPECT_EQ(g.r.threshold, 30);
   EXPECT_EQ(g.Stages(m.d),
             (Names{{"emb"},
@@ -447,7 +451,7 @@ TEST(PartitionGreedy, CountsModuleParametersTiedIncluded) {
   Loaded m;
   ASSERT_MODEL_LOADED("tied_model.json", &m.d);
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 3, nullptr, 0, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 3, nullptr, 0, &g.r));
   EXPECT_EQ(std::vector<int64_t>(g.r.call_params, g.r.call_params + 6),
             (std::vector<int64_t>{40, 20, 0, 20, 0, 50}));
   EXPECT_EQ(g.Params(), (std::vector<int64_t>{40, 40, 50}));
@@ -468,7 +472,7 @@ TEST(PartitionGreedy, RepeatedCallsCountTheirModuleAgain) {
   ASSERT_MODEL_LOADED("repeated_call_model.json", &m.d);
   ASSERT_EQ(m.d->ncalls, 8);
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 2, nullptr, 0, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 2, nullptr, 0, &g.r));
   std::vector<std::string> names(g.r.node_names, g.r.node_names + 8);
   EXPECT_EQ(names,
             (std::vector<std::string>{"embed", "cell", "act", "cell_1", "act_1",
@@ -491,14 +495,14 @@ TEST(PartitionGreedy, RepeatedCallsCountTheirModuleAgain) {
 // counts nothing (and "blk_1" of module "blk" counts blk's parameters).
 TEST(PartitionGreedy, RepeatedCallNameSplitAtFirstUnderscore) {
   Loaded m;
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(planning_model_desc_parse(
       R"({"class": "M", "children": {
           "blk": {"class": "L", "params": {"w": {"shape": [3]}}},
           "out_proj": {"class": "L", "params": {"w": {"shape": [5]}}}},
           "calls": ["blk", "out_proj", "blk", "out_proj"]})",
       &m.d));
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 1, nullptr, 0, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 1, nullptr, 0, &g.r));
   std::vector<std::string> names(g.r.node_names, g.r.node_names + 4);
   EXPECT_EQ(names, (std::vector<std::string>{"blk", "out_proj", "blk_1",
                                              "out_proj_1"}));
@@ -519,10 +523,10 @@ TEST(PartitionGreedy, RepeatedCallNameSplitAtFirstUnderscore) {
 TEST(PartitionGreedy, InputFromEarlierStageMerges) {
   Loaded m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
-  ASSERT_PLANNING_OK(tpdp_partition_edges_load(
+  ASSERT_PLANNING_OK(planning_partition_edges_load(
       m.d, DataPath("composite_edges_u1_l2.json").c_str(), &m.e, &m.ne));
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 4, m.e, m.ne, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 4, m.e, m.ne, &g.r));
   EXPECT_EQ(g.Stages(m.d), (Names{{"l1", "u1.l1", "u1.seq.0", "u1.seq.1"},
                                   {"u1.seq.2", "u1.l2", "u2.l1", "u2.seq.0",
                                    "u2.seq.1", "u2.seq.2", "u2.l2", "l2"}}));
@@ -539,10 +543,11 @@ TEST(PartitionGreedy, InputFromEarlierStageMerges) {
   // u2.l2 return to stage 0 and l2 joins it. One stage of 576.
   Loaded both;
   ASSERT_MODEL_LOADED("composite_model.json", &both.d);
-  ASSERT_PLANNING_OK(tpdp_partition_edges_load(
+  ASSERT_PLANNING_OK(planning_partition_edges_load(
       both.d, DataPath("composite_edges_two.json").c_str(), &both.e, &both.ne));
   Greedy g2;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(both.d, 4, both.e, both.ne, &g2.r));
+  ASSERT_PLANNING_OK(
+      planning_partition_greedy(both.d, 4, both.e, both.ne, &g2.r));
   EXPECT_EQ(g2.r.nstages, 1);
   EXPECT_EQ(g2.Params(), (std::vector<int64_t>{576}));
 }
@@ -553,10 +558,10 @@ TEST(PartitionGreedy, InputFromEarlierStageMerges) {
 TEST(PartitionGreedy, PrecedingCallInputDoesNotMerge) {
   Loaded m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
-  ASSERT_PLANNING_OK(tpdp_partition_edges_parse(
+  ASSERT_PLANNING_OK(planning_partition_edges_parse(
       m.d, R"([["u1.seq.1", "u1.seq.2"]])", nullptr, &m.e, &m.ne));
   Greedy g;
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 4, m.e, m.ne, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 4, m.e, m.ne, &g.r));
   EXPECT_EQ(g.Params(), (std::vector<int64_t>{216, 216, 144}));
   EXPECT_EQ(g.r.bounds[1], 4);
 }
@@ -565,44 +570,44 @@ TEST(PartitionGreedy, Errors) {
   Loaded m;
   ASSERT_MODEL_LOADED("repeated_call_model.json", &m.d);
   Greedy g;
-  EXPECT_PLANNING_ERROR(tpdp_partition_greedy(m.d, 0, nullptr, 0, &g.r),
-                        TPDP_ERR_INVALID_ARGUMENT, "tpdp_partition_greedy",
+  EXPECT_PLANNING_ERROR(planning_partition_greedy(m.d, 0, nullptr, 0, &g.r),
+                        TPDP_ERR_INVALID_ARGUMENT, "planning_partition_greedy",
                         "number of stages is 0");
   EXPECT_EQ(g.r.nstages, 0);
-  EXPECT_PLANNING_ERROR(tpdp_partition_greedy(nullptr, 2, nullptr, 0, &g.r),
+  EXPECT_PLANNING_ERROR(planning_partition_greedy(nullptr, 2, nullptr, 0, &g.r),
                         TPDP_ERR_NULL_POINTER, "'model'");
   // Edge cell -> head: over calls it feeds head (call 7) from the last
   // call of cell before it, cell_2 (call 5).
-  ASSERT_PLANNING_OK(tpdp_partition_edges_parse(m.d, R"([["cell", "head"]])",
-                                                nullptr, &m.e, &m.ne));
-  ASSERT_PLANNING_OK(tpdp_partition_greedy(m.d, 2, m.e, m.ne, &g.r));
+  ASSERT_PLANNING_OK(planning_partition_edges_parse(
+      m.d, R"([["cell", "head"]])", nullptr, &m.e, &m.ne));
+  ASSERT_PLANNING_OK(planning_partition_greedy(m.d, 2, m.e, m.ne, &g.r));
   // As above up to act_2, which opens stage 3 after cell_2's cut; head's
   // input cell_2 is in stage 2 and is not the preceding call, so act_2
   // returns to stage 2 and head joins it: 72 + 0 + 18 = 90 > 65.
   EXPECT_EQ(g.Params(), (std::vector<int64_t>{112, 72, 90}));
-  tpdp_partition_greedy_free(&g.r);
+  planning_partition_greedy_free(&g.r);
 
   Loaded never;
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(planning_model_desc_parse(
       R"({"class": "M", "children": {"a": {"class": "L"}, "b": {"class": "L"},
           "c": {"class": "L"}}, "calls": ["a", "b"]})",
       &never.d));
-  ASSERT_PLANNING_OK(tpdp_partition_edges_parse(never.d, R"([["a", "c"]])",
-                                                nullptr, &never.e, &never.ne));
+  ASSERT_PLANNING_OK(planning_partition_edges_parse(
+      never.d, R"([["a", "c"]])", nullptr, &never.e, &never.ne));
   EXPECT_PLANNING_ERROR(
-      tpdp_partition_greedy(never.d, 1, never.e, never.ne, &g.r),
+      planning_partition_greedy(never.d, 1, never.e, never.ne, &g.r),
       TPDP_ERR_INVALID_ARGUMENT, "edges[0] [\"a\", \"c\"]",
       "\"c\" is never called");
   Loaded late;
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(planning_model_desc_parse(
       R"({"class": "M", "children": {"a": {"class": "L"}, "b": {"class": "L"}},
           "calls": ["b", "a"]})",
       &late.d));
-  ASSERT_PLANNING_OK(tpdp_partition_edges_parse(late.d, R"([["a", "b"]])",
-                                                nullptr, &late.e, &late.ne));
-  EXPECT_PLANNING_ERROR(tpdp_partition_greedy(late.d, 1, late.e, late.ne, &g.r),
-                        TPDP_ERR_INVALID_ARGUMENT,
-                        "\"a\" is not called before");
+  ASSERT_PLANNING_OK(planning_partition_edges_parse(
+      late.d, R"([["a", "b"]])", nullptr, &late.e, &late.ne));
+  EXPECT_PLANNING_ERROR(
+      planning_partition_greedy(late.d, 1, late.e, late.ne, &g.r),
+      TPDP_ERR_INVALID_ARGUMENT, "\"a\" is not called before");
 }
 
 }  // namespace

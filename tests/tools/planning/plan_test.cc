@@ -10,28 +10,29 @@
 
 #include "tests/tools/planning/planning_test_util.h"
 #include "tools/planning/model_json.h"
-#include "tpdp/dtensor.h"
+#include "tpdp/tp.h"
 
 namespace {
 
 using tpdp_test::Desc;
 struct Plan {
-  tpdp_plan *p = nullptr;
-  ~Plan() { tpdp_plan_destroy(p); }
+  planning_plan *p = nullptr;
+  ~Plan() { planning_plan_destroy(p); }
 };
 
-const tpdp_plan_param *Find(const tpdp_plan *p, const std::string &fqn) {
+const planning_plan_param *Find(const planning_plan *p,
+                                const std::string &fqn) {
   for (int k = 0; k < p->nparams; k++)
     if (fqn == p->params[k].param->fqn) return &p->params[k];
   return nullptr;
 }
 
-std::vector<int64_t> Local(const tpdp_plan_param *pp, int t) {
+std::vector<int64_t> Local(const planning_plan_param *pp, int t) {
   const int64_t *s = &pp->local_shapes[t * pp->param->ndim];
   return std::vector<int64_t>(s, s + pp->param->ndim);
 }
 
-std::vector<std::string> Bucket(const tpdp_plan *p, int t, int b) {
+std::vector<std::string> Bucket(const planning_plan *p, int t, int b) {
   std::vector<std::string> v;
   const tpdp_bucket_assignment *a = &p->buckets[t];
   for (int64_t k = a->offsets[b]; k < a->offsets[b + 1]; k++)
@@ -43,7 +44,7 @@ TEST(Plan, Seed000TreeAndMap) {
   Desc m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   Plan p;
-  ASSERT_PLANNING_OK(tpdp_plan_compute(
+  ASSERT_PLANNING_OK(planning_plan_compute(
       m.d, R"({"mesh": {"dp": 2}, "units": ["", "u1", "u2"]})", nullptr, 0,
       &p.p));
   // Seed 000's docstring, written out independently.
@@ -86,21 +87,21 @@ TEST(Plan, TensorParallelShapesBytesBuckets) {
   Plan p;
   size_t limits[2] = {256, 512};
   ASSERT_PLANNING_OK(
-      tpdp_plan_compute(m.d,
-                        R"({"mesh": {"dp": 2, "tp": 2}, "units": ["", "u1"],
+      planning_plan_compute(m.d,
+                            R"({"mesh": {"dp": 2, "tp": 2}, "units": ["", "u1"],
           "tp": {"u1.l1": "colwise", "u1.l2": "rowwise"}})",
-                        limits, 2, &p.p));
+                            limits, 2, &p.p));
   EXPECT_EQ(p.p->tp_dim, 1);
   EXPECT_EQ(p.p->tp_size, 2);
-  EXPECT_EQ(tpdp_plan_tp_rank(p.p, 0), 0);
-  EXPECT_EQ(tpdp_plan_tp_rank(p.p, 1), 1);
-  EXPECT_EQ(tpdp_plan_tp_rank(p.p, 2), 0);
-  EXPECT_EQ(tpdp_plan_tp_rank(p.p, 3), 1);
-  const tpdp_plan_param *w1 = Find(p.p, "u1.l1.weight");
-  const tpdp_plan_param *b1 = Find(p.p, "u1.l1.bias");
-  const tpdp_plan_param *w2 = Find(p.p, "u1.l2.weight");
-  const tpdp_plan_param *b2 = Find(p.p, "u1.l2.bias");
-  const tpdp_plan_param *l1 = Find(p.p, "l1.weight");
+  EXPECT_EQ(planning_plan_tp_rank(p.p, 0), 0);
+  EXPECT_EQ(planning_plan_tp_rank(p.p, 1), 1);
+  EXPECT_EQ(planning_plan_tp_rank(p.p, 2), 0);
+  EXPECT_EQ(planning_plan_tp_rank(p.p, 3), 1);
+  const planning_plan_param *w1 = Find(p.p, "u1.l1.weight");
+  const planning_plan_param *b1 = Find(p.p, "u1.l1.bias");
+  const planning_plan_param *w2 = Find(p.p, "u1.l2.weight");
+  const planning_plan_param *b2 = Find(p.p, "u1.l2.bias");
+  const planning_plan_param *l1 = Find(p.p, "l1.weight");
   ASSERT_TRUE(w1 && b1 && w2 && b2 && l1);
   for (int t = 0; t < 2; t++) {
     EXPECT_EQ(Local(w1, t), (std::vector<int64_t>{4, 8}));
@@ -121,10 +122,11 @@ TEST(Plan, TensorParallelShapesBytesBuckets) {
   EXPECT_EQ(l1->style, -1);
   EXPECT_EQ(w1->style, TPDP_STYLE_COLWISE);
   // Units: u1.l1 / u1.l2 are TP units, u2 is none.
-  const tpdp_model_module *u1l1 = tpdp_model_desc_find_module(m.d, "u1.l1");
-  const tpdp_model_module *u2 = tpdp_model_desc_find_module(m.d, "u2");
-  EXPECT_EQ(p.p->module_unit[u1l1->index], TPDP_PLAN_TP_UNIT);
-  EXPECT_EQ(p.p->module_unit[u2->index], TPDP_PLAN_NOT_UNIT);
+  const planning_model_module *u1l1 =
+      planning_model_desc_find_module(m.d, "u1.l1");
+  const planning_model_module *u2 = planning_model_desc_find_module(m.d, "u2");
+  EXPECT_EQ(p.p->module_unit[u1l1->index], PLANNING_PLAN_TP_UNIT);
+  EXPECT_EQ(p.p->module_unit[u2->index], PLANNING_PLAN_NOT_UNIT);
   // Buckets (worked in plan_cli_test.sh), launch order.
   ASSERT_EQ(p.p->buckets[0].nbuckets, 5);
   EXPECT_EQ(Bucket(p.p, 0, 0), (std::vector<std::string>{"l2.bias"}));
@@ -143,13 +145,13 @@ TEST(Plan, SharedParameterCountedOnce) {
   Desc m;
   ASSERT_MODEL_LOADED("tied_model.json", &m.d);
   Plan p;
-  ASSERT_PLANNING_OK(tpdp_plan_compute(
+  ASSERT_PLANNING_OK(planning_plan_compute(
       m.d,
       R"({"mesh": {"tp": 2}, "tp": {"blocks.*.fc": "colwise", "head": "rowwise"}})",
       nullptr, 0, &p.p));
   // scale, emb.weight (= head.weight), 2 x (fc weight, bias), head.bias
   ASSERT_EQ(p.p->nparams, 7);
-  const tpdp_plan_param *emb = Find(p.p, "emb.weight");
+  const planning_plan_param *emb = Find(p.p, "emb.weight");
   ASSERT_NE(emb, nullptr);
   ASSERT_EQ(emb->nshared, 1);
   EXPECT_STREQ(emb->shared[0]->fqn, "head.weight");
@@ -168,55 +170,56 @@ TEST(Plan, SharedParameterCountedOnce) {
 TEST(Plan, Errors) {
   Desc m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
-  tpdp_plan *p = nullptr;
+  planning_plan *p = nullptr;
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d,
-                        R"({"mesh": {"tp": 2}, "tp": {"*.nope": "colwise"}})",
-                        nullptr, 0, &p),
+      planning_plan_compute(
+          m.d, R"({"mesh": {"tp": 2}, "tp": {"*.nope": "colwise"}})", nullptr,
+          0, &p),
       TPDP_ERR_NOT_FOUND, "\"*.nope\"", "matches no module");
   EXPECT_EQ(p, nullptr);
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 2}, "units": ["zz", "u1"]})",
-                        nullptr, 0, &p),
+      planning_plan_compute(
+          m.d, R"({"mesh": {"dp": 2}, "units": ["zz", "u1"]})", nullptr, 0, &p),
       TPDP_ERR_NOT_FOUND, "\"zz\"");
-  EXPECT_PLANNING_ERROR(tpdp_plan_compute(m.d, "[1, 2]", nullptr, 0, &p),
+  EXPECT_PLANNING_ERROR(planning_plan_compute(m.d, "[1, 2]", nullptr, 0, &p),
                         TPDP_ERR_PARSE, "JSON object");
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 1.5}})", nullptr, 0, &p),
+      planning_plan_compute(m.d, R"({"mesh": {"dp": 1.5}})", nullptr, 0, &p),
       TPDP_ERR_BAD_DIM_SIZE, "mesh.dp");
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {}})", nullptr, 0, &p), TPDP_ERR_PARSE,
-      "at least one dim");
-  // Meshes above TPDP_PLAN_MAX_RANKS (2^20), with the numbers as written.
+      planning_plan_compute(m.d, R"({"mesh": {}})", nullptr, 0, &p),
+      TPDP_ERR_PARSE, "at least one dim");
+  // Meshes above PLANNING_PLAN_MAX_RANKS (2^20), with the numbers as written.
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {"tp": 100000000}})", nullptr, 0, &p),
+      planning_plan_compute(m.d, R"({"mesh": {"tp": 100000000}})", nullptr, 0,
+                            &p),
       TPDP_ERR_BAD_DIM_SIZE,
-      "tpdp_plan_compute: mesh.tp is too large (max 1048576)");
+      "planning_plan_compute: mesh.tp is too large (max 1048576)");
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 4611686018427387904}})",
-                        nullptr, 0, &p),
+      planning_plan_compute(m.d, R"({"mesh": {"dp": 4611686018427387904}})",
+                            nullptr, 0, &p),
       TPDP_ERR_BAD_DIM_SIZE, "mesh.dp is too large (max 1048576)");
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 1024, "tp": 2048}})", nullptr,
-                        0, &p),
+      planning_plan_compute(m.d, R"({"mesh": {"dp": 1024, "tp": 2048}})",
+                            nullptr, 0, &p),
       TPDP_ERR_BAD_DIM_SIZE,
       "mesh: 2097152 ranks up to dim \"tp\" is too large (max 1048576)");
   EXPECT_EQ(p, nullptr);
   size_t zero = 0;
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(m.d, R"({"mesh": {"dp": 2}})", &zero, 1, &p),
+      planning_plan_compute(m.d, R"({"mesh": {"dp": 2}})", &zero, 1, &p),
       TPDP_ERR_INVALID_ARGUMENT, "limit 0");
 
   // Two parameters of 2^63 - 2^33 bytes each (f64 [2^30, 2^30 - 1]): each
   // fits in int64, their sum, tp rank 0's bytes, does not.
   Desc huge;
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(planning_model_desc_parse(
       R"({"class": "M", "params": {
           "a": {"shape": [1073741824, 1073741823], "dtype": "f64"},
           "b": {"shape": [1073741824, 1073741823], "dtype": "f64"}}})",
       &huge.d));
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(huge.d, R"({"mesh": {"dp": 2}})", nullptr, 0, &p),
+      planning_plan_compute(huge.d, R"({"mesh": {"dp": 2}})", nullptr, 0, &p),
       TPDP_ERR_INVALID_ARGUMENT,
       "the local parameters of tp rank 0 overflow: their byte size is above "
       "INT64_MAX at 'b'");
@@ -224,24 +227,24 @@ TEST(Plan, Errors) {
 
   // A colwise style on a module whose weight is not 2-D.
   Desc ln;
-  ASSERT_PLANNING_OK(tpdp_model_desc_parse(
+  ASSERT_PLANNING_OK(planning_model_desc_parse(
       R"({"class": "M", "children": {"norm": {"class": "LayerNorm",
           "params": {"weight": {"shape": [8]}, "bias": {"shape": [8]}}}}})",
       &ln.d));
   EXPECT_PLANNING_ERROR(
-      tpdp_plan_compute(ln.d,
-                        R"({"mesh": {"tp": 2}, "tp": {"norm": "colwise"}})",
-                        nullptr, 0, &p),
+      planning_plan_compute(ln.d,
+                            R"({"mesh": {"tp": 2}, "tp": {"norm": "colwise"}})",
+                            nullptr, 0, &p),
       TPDP_ERR_SHAPE_MISMATCH, "norm.weight", "2-D");
   // The library's rule refused it: its message, which names the libtpdp
   // function, after the planning function called.
   EXPECT_EQ(std::string(planning_last_error())
-                .rfind("tpdp_plan_compute: tpdp_tp_style_placement: ", 0),
+                .rfind("planning_plan_compute: tpdp_tp_style_placement: ", 0),
             0u)
       << planning_last_error();
   // ... but fine as sequence_parallel (Replicate).
   Plan ok;
-  ASSERT_PLANNING_OK(tpdp_plan_compute(
+  ASSERT_PLANNING_OK(planning_plan_compute(
       ln.d, R"({"mesh": {"tp": 2}, "tp": {"norm": "sequence_parallel"}})",
       nullptr, 0, &ok.p));
   EXPECT_EQ(ok.p->params[0].placements[0].kind, TPDP_PLACEMENT_REPLICATE);

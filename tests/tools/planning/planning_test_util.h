@@ -40,18 +40,18 @@
 // if it does not load.
 #define ASSERT_MODEL_LOADED(name, out) \
   ASSERT_PLANNING_OK(                  \
-      tpdp_model_desc_load(tpdp_test::DataPath(name).c_str(), (out)))
+      planning_model_desc_load(tpdp_test::DataPath(name).c_str(), (out)))
 
 namespace tpdp_test {
 
 // A model description the test owns (destroyed with it).
 struct Desc {
-  tpdp_model_desc *d = nullptr;
-  ~Desc() { tpdp_model_desc_destroy(d); }
+  planning_model_desc *d = nullptr;
+  ~Desc() { planning_model_desc_destroy(d); }
 };
 
 // Each leaf's parameter count, in leaf order (the partitioners' weights).
-inline std::vector<int64_t> LeafParams(const tpdp_model_desc *d) {
+inline std::vector<int64_t> LeafParams(const planning_model_desc *d) {
   std::vector<int64_t> v;
   for (int i = 0; i < d->nleaves; i++) v.push_back(d->leaves[i].params);
   return v;
