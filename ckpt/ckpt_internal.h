@@ -64,6 +64,10 @@ const char *ckpt_st_dtype_name(tpdp_dtype dt);
 /* 0 and *out for a name tpdp reads; -1 for a valid safetensors dtype tpdp
  * does not support; -2 for an unknown name. */
 int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out);
+/* For a valid safetensors dtype of whole bytes that tpdp has no type for
+ * (BOOL, I8, I16, U16, U32, U64, F8_*, C64): its element size, and its
+ * name (static) in *canonical; 0 for any other name. */
+int ckpt_st_opaque_size(const char *name, const char **canonical);
 /* 1 if elements of `from` can be converted into `to` (equal, or both
  * floating). */
 int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to);
@@ -275,7 +279,11 @@ int64_t ckpt_box_intersect(int nd, const int64_t *ao, const int64_t *as,
 
 typedef struct {
   char *name;
-  tpdp_dtype dtype;
+  tpdp_dtype dtype; /* TPDP_DTYPE_COUNT for an opaque one (below) */
+  /* A valid safetensors dtype tpdp has no type for (BOOL, U16, ...): its
+   * name; the tensor is kept (the file opens) but cannot be read. NULL
+   * otherwise. */
+  const char *opaque;
   int ndim;
   int64_t shape[TPDP_MAX_DIMS];
   uint64_t begin, end; /* data_offsets, relative to the data area */

@@ -64,7 +64,12 @@ static tpdp_status parse_tensor(tpdp_safetensors *f, const cJSON *e,
                     "string",
                     p, n);
   int rc = ckpt_st_dtype_parse(dt->valuestring, &t->dtype);
-  if (rc != 0)
+  /* A valid dtype tpdp cannot read (a model file's BOOL mask buffer): kept,
+   * sized by its element size, refused only when read. */
+  int opaque_size =
+      rc == -1 ? ckpt_st_opaque_size(dt->valuestring, &t->opaque) : 0;
+  if (opaque_size > 0) t->dtype = TPDP_DTYPE_COUNT;
+  if (rc != 0 && opaque_size == 0)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "file '%s': tensor '%s': %s dtype '%s' (tpdp reads F64, "
                     "F32, F16, BF16, I64, I32, U8)",
@@ -92,11 +97,15 @@ static tpdp_status parse_tensor(tpdp_safetensors *f, const cJSON *e,
   char shape[160];
   tpdp_shape_format(nd, t->shape, shape, sizeof shape);
   uint64_t need;
-  if (ckpt_shape_nbytes(nd, t->shape, t->dtype, &need) != 0)
+  int64_t opaque_numel = 0;
+  if (opaque_size > 0 ? core_shape_size(nd, t->shape, (size_t)opaque_size,
+                                        &opaque_numel) != 0
+                      : ckpt_shape_nbytes(nd, t->shape, t->dtype, &need) != 0)
     return TPDP_ERR(TPDP_ERR_PARSE,
                     "file '%s': tensor '%s': shape %s of %s overflows (more "
                     "bytes than a 64-bit size holds)",
                     p, n, shape, dt->valuestring);
+  if (opaque_size > 0) need = (uint64_t)opaque_numel * (uint64_t)opaque_size;
   const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
   int64_t pair[2]; /* two ckpt_json_uint values (at most 2^53) */
   if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
@@ -326,11 +335,13 @@ tpdp_status tpdp_safetensors_tensor_at(const tpdp_safetensors *f, int i,
   CHECK_PTR(out);
   CHECK(ckpt_check_at("tensor", i, f->n, "", f->path));
   const ckpt_st_tensor *t = &f->t[i];
-  *out = (tpdp_safetensors_tensor){.name = t->name,
-                                   .dtype = t->dtype,
-                                   .ndim = t->ndim,
-                                   .offset = f->data_start + t->begin,
-                                   .nbytes = t->end - t->begin};
+  *out = (tpdp_safetensors_tensor){
+      .name = t->name,
+      .dtype = t->dtype,
+      .ndim = t->ndim,
+      .offset = f->data_start + t->begin,
+      .nbytes = t->end - t->begin,
+      .dtype_name = t->opaque ? t->opaque : ckpt_st_dtype_name(t->dtype)};
   memcpy(out->shape, t->shape, sizeof t->shape);
   return TPDP_SUCCESS;
 }
@@ -353,6 +364,16 @@ const char *tpdp_safetensors_meta(const tpdp_safetensors *f, const char *key) {
   return ckpt_kv_get(f->meta, f->nmeta, key);
 }
 
+/* A tensor of a dtype tpdp has no type for cannot be read. */
+static tpdp_status check_readable(const tpdp_safetensors *f,
+                                  const ckpt_st_tensor *t) {
+  if (t->opaque == NULL) return TPDP_SUCCESS;
+  return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                  "file '%s': tensor '%s' is %s, a dtype tpdp cannot read "
+                  "(it reads F64, F32, F16, BF16, I64, I32, U8)",
+                  f->path, t->name, t->opaque);
+}
+
 tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
                                   tpdp_tensor *dst) {
   TPDP_API_ENTRY;
@@ -360,6 +381,7 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
   CHECK_PTR(dst);
   CHECK(ckpt_check_at("tensor", i, f->n, "", f->path));
   const ckpt_st_tensor *t = &f->t[i];
+  CHECK(check_readable(f, t));
   CHECK(ckpt_check_read(f->path, t->name, t->dtype, t->ndim, t->shape, dst));
   void *stage = NULL;
   int owned = 0;
@@ -376,6 +398,7 @@ tpdp_status tpdp_safetensors_read(const tpdp_safetensors *f, int i,
 static tpdp_status check_box(const tpdp_safetensors *f, const ckpt_st_tensor *t,
                              int view_ndim, const int64_t *view_shape,
                              const int64_t *offset, const tpdp_tensor *dst) {
+  CHECK(check_readable(f, t));
   if (view_ndim < 0 || view_ndim > TPDP_MAX_DIMS)
     return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS,
                     "file '%s': tensor '%s': view_ndim %d outside [0, %d]",

@@ -12,10 +12,13 @@ static const char *const st_names[TPDP_DTYPE_COUNT] = {
     [TPDP_BF16] = "BF16", [TPDP_I32] = "I32", [TPDP_I64] = "I64",
     [TPDP_U8] = "U8"};
 
-/* Valid safetensors dtypes that tpdp has no dtype for. */
+/* Valid safetensors dtypes that tpdp has no dtype for, and their element
+ * sizes in bytes (0: sub-byte, packed). */
 static const char *const st_unsupported[] = {
     "BOOL",    "I8",      "I16", "U16",     "U32",     "U64", "F8_E4M3",
     "F8_E5M2", "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2", "C64"};
+static const int st_unsupported_size[] = {1, 1, 2, 2, 4, 8, 1,
+                                          1, 1, 0, 0, 0, 8};
 
 const char *ckpt_st_dtype_name(tpdp_dtype dt) {
   return core_name_at(st_names, TPDP_DTYPE_COUNT, (int)dt);
@@ -29,6 +32,14 @@ int ckpt_st_dtype_parse(const char *name, tpdp_dtype *out) {
   }
   int nu = (int)(sizeof st_unsupported / sizeof *st_unsupported);
   return core_name_find(st_unsupported, nu, name) >= 0 ? -1 : -2;
+}
+
+int ckpt_st_opaque_size(const char *name, const char **canonical) {
+  int nu = (int)(sizeof st_unsupported / sizeof *st_unsupported);
+  int k = core_name_find(st_unsupported, nu, name);
+  if (k < 0 || st_unsupported_size[k] == 0) return 0;
+  *canonical = st_unsupported[k];
+  return st_unsupported_size[k];
 }
 
 int ckpt_dtype_convertible(tpdp_dtype from, tpdp_dtype to) {

@@ -21,14 +21,6 @@ double ex_now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-void ex_shape_str(int ndim, const int64_t *shape, char *buf, int len) {
-  int n = snprintf(buf, (size_t)len, "[");
-  for (int d = 0; d < ndim && n < len; d++)
-    n += snprintf(buf + n, (size_t)(len - n), "%s%lld", d ? ", " : "",
-                  (long long)shape[d]);
-  if (n < len) snprintf(buf + n, (size_t)(len - n), "]");
-}
-
 int ex_box_runs(int ndim, const int64_t *global, const int64_t *offset,
                 const int64_t *local, ex_run_fn fn, void *ctx) {
   int64_t total = 1;

@@ -21,9 +21,6 @@ int ex_fail(ex_error *e, const char *fmt, ...)
 /* Seconds on CLOCK_MONOTONIC. */
 double ex_now(void);
 
-/* "[2, 3, 4]" into buf (always NUL-terminated). */
-void ex_shape_str(int ndim, const int64_t *shape, char *buf, int len);
-
 /* The box [offset, offset + local) of a row-major tensor of shape `global`
  * as maximal contiguous runs: fn(ctx, global_flat, local_flat, len) for
  * each, in order, where global_flat is the run's first element in the full

@@ -12,9 +12,24 @@
  * its shape and a readable dtype; nothing else but the attention mask
  * buffers and a tied lm_head.weight. Checked whole by every rank, so the
  * error is the same everywhere. */
+/* The tensor `name` of the model file: its index, -1 if absent. */
+static int find_tensor(const trainer *t, const char *name) {
+  int i = -1;
+  return tpdp_safetensors_find(t->st, name, &i) == TPDP_SUCCESS ? i : -1;
+}
+
+/* Tensor k's description (the file is open and k in range). */
+static tpdp_safetensors_tensor tensor_at(const trainer *t, int k) {
+  tpdp_safetensors_tensor d;
+  memset(&d, 0, sizeof d);
+  tpdp_safetensors_tensor_at(t->st, k, &d);
+  return d;
+}
+
 int check_file(trainer *t) {
-  const st_file *f = &t->st;
-  t->prefix = st_find(f, "transformer.wte.weight") ? "transformer." : "";
+  const char *path = t->model_path;
+  t->prefix =
+      find_tensor(t, "transformer.wte.weight") >= 0 ? "transformer." : "";
   char name[160], want[96], have[96], cfg[256];
   const gpt2_config *c = &t->c;
   snprintf(cfg, sizeof cfg,
@@ -25,38 +40,42 @@ int check_file(trainer *t) {
   for (int i = 0; i < t->np; i++) {
     const gpt2_param_info *in = &t->info[i];
     snprintf(name, sizeof name, "%s%s", t->prefix, in->name);
-    const st_tensor *s = st_find(f, name);
-    if (s == NULL)
-      return ex_fail(&t->err, "%s: tensor '%s' is missing (%s)", f->path, name,
+    int k = find_tensor(t, name);
+    if (k < 0)
+      return ex_fail(&t->err, "%s: tensor '%s' is missing (%s)", path, name,
                      cfg);
+    tpdp_safetensors_tensor s = tensor_at(t, k);
     tpdp_shape_format(in->ndim, in->shape, want, sizeof want);
-    tpdp_shape_format(s->ndim, s->shape, have, sizeof have);
+    tpdp_shape_format(s.ndim, s.shape, have, sizeof have);
     if (strcmp(want, have) != 0)
-      return ex_fail(&t->err, "%s: tensor '%s' has shape %s; %s needs %s",
-                     f->path, name, have, cfg, want);
-    if (!st_dtype_readable(s->dtype))
+      return ex_fail(&t->err, "%s: tensor '%s' has shape %s; %s needs %s", path,
+                     name, have, cfg, want);
+    if (s.dtype != TPDP_F32 && s.dtype != TPDP_F16 && s.dtype != TPDP_BF16 &&
+        s.dtype != TPDP_F64)
       return ex_fail(&t->err,
-                     "%s: tensor '%s' is %s; only F32, F16 and BF16 are read",
-                     f->path, name, s->dtype);
+                     "%s: tensor '%s' is %s; only F32, F16, BF16 and F64 are "
+                     "read",
+                     path, name, s.dtype_name);
   }
-  for (int k = 0; k < f->n; k++) {
-    const char *n = f->t[k].name;
+  const int n = tpdp_safetensors_count(t->st);
+  for (int k = 0; k < n; k++) {
+    tpdp_safetensors_tensor s = tensor_at(t, k);
     size_t pl = strlen(t->prefix);
     int known = 0;
-    if (strcmp(n, "lm_head.weight") == 0) {
+    if (strcmp(s.name, "lm_head.weight") == 0) {
       snprintf(name, sizeof name, "%swte.weight", t->prefix);
-      const st_tensor *w = st_find(f, name);
-      tpdp_shape_format(w->ndim, w->shape, want, sizeof want);
-      tpdp_shape_format(f->t[k].ndim, f->t[k].shape, have, sizeof have);
+      tpdp_safetensors_tensor w = tensor_at(t, find_tensor(t, name));
+      tpdp_shape_format(w.ndim, w.shape, want, sizeof want);
+      tpdp_shape_format(s.ndim, s.shape, have, sizeof have);
       if (strcmp(want, have) != 0)
         return ex_fail(&t->err,
                        "%s: tensor 'lm_head.weight' has shape %s; tied to "
                        "'%s' it needs %s",
-                       f->path, have, name, want);
+                       path, have, name, want);
       continue;
     }
-    if (strncmp(n, t->prefix, pl) == 0) {
-      const char *rest = n + pl;
+    if (strncmp(s.name, t->prefix, pl) == 0) {
+      const char *rest = s.name + pl;
       for (int i = 0; i < t->np && !known; i++)
         known = strcmp(rest, t->info[i].name) == 0;
       int l, used = 0;
@@ -70,8 +89,19 @@ int check_file(trainer *t) {
       return ex_fail(&t->err,
                      "%s: tensor '%s' is not part of the GPT-2 that %s "
                      "describes",
-                     f->path, n, cfg);
+                     path, s.name, cfg);
   }
+  return 0;
+}
+
+/* The box [offset, offset + local) of the file's tensor k seen in `view`,
+ * as f32, into out (tpdp's safetensors reader: only the box's bytes). */
+static int read_box(trainer *t, int k, int ndim, const int64_t *view,
+                    const int64_t *offset, const int64_t *local, float *out) {
+  tpdp_tensor dst;
+  tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
+  TRY(tpdp_tensor_init(&dst, out, TPDP_F32, cpu, ndim, local));
+  TRY(tpdp_safetensors_read_box(t->st, k, ndim, view, offset, &dst));
   return 0;
 }
 
@@ -94,24 +124,23 @@ static int load_box(trainer *t, int i, int ndim, const int64_t *view,
   }
   char name[160];
   snprintf(name, sizeof name, "%s%s", t->prefix, t->info[i].name);
-  if (st_read_box_f32(&t->st, st_find(&t->st, name), ndim, view, offset, local,
-                      out, &t->err) != 0)
+  if (read_box(t, find_tensor(t, name), ndim, view, offset, local, out) != 0)
     return -1;
-  if (i != GPT2_WTE || st_find(&t->st, "lm_head.weight") == NULL) return 0;
+  int head_k = find_tensor(t, "lm_head.weight");
+  if (i != GPT2_WTE || head_k < 0) return 0;
   /* A tied head's copy must hold the same values: compare this rank's rows
    * (never the whole tensor). */
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) n *= local[d];
   float *head = malloc(sizeof(float) * (size_t)n + 1);
   if (head == NULL) return ex_fail(&t->err, "out of memory");
-  int rc = st_read_box_f32(&t->st, st_find(&t->st, "lm_head.weight"), ndim,
-                           view, offset, local, head, &t->err);
+  int rc = read_box(t, head_k, ndim, view, offset, local, head);
   for (int64_t k = 0; k < n && rc == 0; k++)
     if (head[k] != out[k])
       rc = ex_fail(&t->err,
                    "%s: tensor 'lm_head.weight' differs from '%s' (row %lld): "
                    "only a head tied to the token embedding is supported",
-                   t->st.path, name,
+                   t->model_path, name,
                    (long long)(offset[0] + k / (ndim > 1 ? local[1] : 1)));
   free(head);
   return rc;

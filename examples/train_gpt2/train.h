@@ -23,7 +23,6 @@
 #include <stdio.h>
 
 #include "examples/common/nn_cpu.h"
-#include "examples/common/safetensors.h"
 #include "examples/common/tokens.h"
 #include "examples/common/trainer_util.h"
 #include "examples/common/util.h"
@@ -93,8 +92,8 @@ typedef struct {
   int err_agreed; /* err is the same on every rank (rank 0 prints it) */
   gpt2_config c;
   char model_path[4096];
-  st_file st;
-  const char *prefix; /* "transformer." or "" in the file */
+  tpdp_safetensors *st; /* the file of --model */
+  const char *prefix;   /* "transformer." or "" in the file */
   tok_file tok;
   /* The host mesh (dp x tp over comm): the module tree, checkpoints,
    * --check's gathers. Its dim communicators move host memory. */

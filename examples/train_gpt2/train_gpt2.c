@@ -35,24 +35,23 @@ typedef struct {
   int start; /* the first step trained */
 } run_out;
 
-/* All ranks of comm fail together: the message of the lowest failing rank
- * reaches every rank (so rank 0 can print what another rank found). */
-static int agree_all(tpdp_comm *comm, int failed, ex_error *e) {
-  int32_t who = failed ? tpdp_comm_rank(comm) : tpdp_comm_size(comm);
-  tpdp_tensor t = tpdp_tensor_1d(&who, TPDP_I32, 1);
-  if (tpdp_allreduce(comm, &t, &t, TPDP_OP_MIN) != TPDP_SUCCESS)
-    return ex_fail(e, "agreeing on errors: %s", tpdp_last_error());
-  if (who == tpdp_comm_size(comm)) return 0;
-  tpdp_tensor m = tpdp_tensor_1d(e->msg, TPDP_U8, sizeof e->msg);
-  if (tpdp_broadcast(comm, &m, &m, who) != TPDP_SUCCESS)
-    ex_fail(e, "rank %d failed (broadcasting its message: %s)", who,
-            tpdp_last_error());
-  e->msg[sizeof e->msg - 1] = '\0';
-  return -1;
-}
-
+/* All ranks of t->comm fail together, with the message of the lowest
+ * failing rank (tpdp_comm_agree: rank 0 can print what another rank
+ * found, "... (rank R of world)"). */
 int agree(trainer *t, int failed) {
-  if (agree_all(t->comm, failed, &t->err) == 0) return 0;
+  if (tpdp_comm_size(t->comm) > 1) {
+    tpdp_status st =
+        tpdp_comm_agree(t->comm, failed ? TPDP_ERR_INVALID_ARGUMENT : 0,
+                        failed ? t->err.msg : NULL);
+    if (st == TPDP_SUCCESS) return 0;
+    /* the agreed message, without the name of the call that carried it */
+    const char *msg = tpdp_last_error();
+    const char *prefix = "tpdp_comm_agree: ";
+    if (strncmp(msg, prefix, strlen(prefix)) == 0) msg += strlen(prefix);
+    ex_fail(&t->err, "%s", msg);
+  } else if (!failed) {
+    return 0;
+  }
   t->err_agreed = 1;
   return -1;
 }
@@ -78,7 +77,7 @@ static void trainer_free(trainer *t) {
   free(t->params);
   tpdp_module_destroy(t->root);
   tpdp_mesh_destroy(t->mesh);
-  st_close(&t->st);
+  tpdp_safetensors_close(t->st);
   tok_close(&t->tok);
 }
 
@@ -110,8 +109,9 @@ static int setup(trainer *t) {
   } else if (o->model_dir != NULL) {
     snprintf(t->model_path, sizeof t->model_path, "%s/model.safetensors",
              o->model_dir);
-    bad = read_config(o->model_dir, &t->c, &t->err) != 0 ||
-          st_open(t->model_path, &t->st, &t->err) != 0;
+    bad = read_config(o->model_dir, &t->c, &t->err) != 0;
+    if (!bad && tpdp_safetensors_open(t->model_path, &t->st) != TPDP_SUCCESS)
+      bad = ex_fail(&t->err, "%s", tpdp_last_error()) != 0;
   } else {
     t->c = o->shape;
     bad = check_shape(&t->c, "random init", &t->err) != 0;
@@ -461,7 +461,7 @@ static int run(const options *o, tpdp_comm *comm, int summary, run_out *out,
   t->rank = tpdp_comm_rank(comm);
   t->summary = summary && t->rank == 0;
   t->print = t->summary && !o->quiet;
-  t->st.fd = t->tok.fd = -1;
+  t->tok.fd = -1;
   int rc = train(t, out);
   if (rc != 0 && !t->err_agreed)
     fprintf(stderr, "train_gpt2: [rank %d] %s\n", t->rank, t->err.msg);

@@ -283,8 +283,10 @@ TPDP_API tpdp_status tpdp_checkpoint_consolidate(const char *dir,
  * tensor: a file shorter than its header length or its data; a header
  * length of 0, past the file or above 100 MiB; a header that is not a JSON
  * object, or a tensor entry without a string "dtype", an array "shape" of
- * at most TPDP_MAX_DIMS integers or a pair "data_offsets"; unknown or
- * unsupported dtype names (tpdp reads F64, F32, F16, BF16, I64, I32, U8);
+ * at most TPDP_MAX_DIMS integers or a pair "data_offsets"; unknown dtype
+ * names and the sub-byte ones (F4, F6_*) (tpdp reads F64, F32, F16, BF16,
+ * I64, I32, U8; other whole-byte dtypes open but do not read, see
+ * tpdp_safetensors_tensor);
  * shapes whose element or byte count overflows; offsets outside the data
  * area, overlapping, leaving holes or not matching numel * dtype size;
  * duplicate names; a "__metadata__" that is not a string -> string map. */
@@ -292,11 +294,16 @@ typedef struct tpdp_safetensors tpdp_safetensors; /* opaque */
 
 typedef struct {
   const char *name;
+  /* TPDP_DTYPE_COUNT for a valid safetensors dtype tpdp has no type for
+   * (BOOL, I8, I16, U16, U32, U64, F8_*, C64: e.g. the BOOL mask buffers of
+   * a Hugging Face GPT-2 file): the file opens, but reading that tensor is
+   * TPDP_ERR_DTYPE_MISMATCH naming it and its dtype. */
   tpdp_dtype dtype;
   int ndim;
   int64_t shape[TPDP_MAX_DIMS];
   uint64_t offset; /* of the first byte in the file */
   uint64_t nbytes;
+  const char *dtype_name; /* as in the file: "F32", "BOOL", ... */
 } tpdp_safetensors_tensor;
 
 TPDP_API tpdp_status tpdp_safetensors_open(const char *path,

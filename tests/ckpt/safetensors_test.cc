@@ -133,11 +133,11 @@ TEST(Safetensors, RefusesMalformedFilesNamingFileAndTensor) {
        d16,
        TPDP_ERR_PARSE,
        {"unknown.safetensors", "'a'", "unknown dtype 'F33'"}},
-      {"unsupported",
-       R"({"q":{"dtype":"I8","shape":[16],"data_offsets":[0,16]}})",
+      {"subbyte",
+       R"({"q":{"dtype":"F4","shape":[16],"data_offsets":[0,8]}})",
        d16,
        TPDP_ERR_PARSE,
-       {"unsupported.safetensors", "'q'", "unsupported dtype 'I8'"}},
+       {"subbyte.safetensors", "'q'", "unsupported dtype 'F4'"}},
       {"ninedims",
        R"({"a":{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,16],"data_offsets":[0,16]}})",
        d16,
@@ -242,6 +242,54 @@ TEST(Safetensors, RefusesMalformedFilesNamingFileAndTensor) {
       EXPECT_NE(std::string(tpdp_last_error()).find(n), std::string::npos)
           << "'" << tpdp_last_error() << "' lacks '" << n << "'";
   }
+}
+
+// A tensor of a whole-byte dtype tpdp has no type for (a Hugging Face
+// GPT-2 file's BOOL mask buffers): the file opens, the tensor is listed
+// with its dtype's name and size, the others read, and reading it is
+// refused naming the file, the tensor and the dtype.
+TEST(Safetensors, OpensFilesWithDtypesItCannotReadAndRefusesToReadThem) {
+  const std::vector<uint8_t> data = {
+      1, 0, 1, 1, 0, 0, 0x00, 0x00, 0x80, 0x3f};  // 6 BOOL, f32 1.0
+  std::string p =
+      Craft("opaque",
+            R"({"mask":{"dtype":"BOOL","shape":[2,3],"data_offsets":[0,6]},)"
+            R"("w":{"dtype":"F32","shape":[1],"data_offsets":[6,10]}})",
+            data);
+  tpdp_safetensors *f = nullptr;
+  ASSERT_EQ(tpdp_safetensors_open(p.c_str(), &f), TPDP_SUCCESS)
+      << tpdp_last_error();
+  int i = -1;
+  ASSERT_EQ(tpdp_safetensors_find(f, "mask", &i), TPDP_SUCCESS);
+  tpdp_safetensors_tensor t;
+  ASSERT_EQ(tpdp_safetensors_tensor_at(f, i, &t), TPDP_SUCCESS);
+  EXPECT_EQ(t.dtype, TPDP_DTYPE_COUNT);
+  EXPECT_STREQ(t.dtype_name, "BOOL");
+  EXPECT_EQ(t.ndim, 2);
+  EXPECT_EQ(t.nbytes, 6u);
+  uint8_t out[6];
+  int64_t shape[2] = {2, 3}, zero[2] = {0, 0};
+  tpdp_tensor dst;
+  ASSERT_EQ(tpdp_tensor_init(&dst, out, TPDP_U8, kCpu, 2, shape), TPDP_SUCCESS);
+  EXPECT_EQ(tpdp_safetensors_read(f, i, &dst), TPDP_ERR_DTYPE_MISMATCH);
+  EXPECT_NE(std::string(tpdp_last_error())
+                .find("tensor 'mask' is BOOL, a dtype tpdp cannot read"),
+            std::string::npos)
+      << tpdp_last_error();
+  EXPECT_NE(std::string(tpdp_last_error()).find("opaque.safetensors"),
+            std::string::npos);
+  EXPECT_EQ(tpdp_safetensors_read_box(f, i, 2, shape, zero, &dst),
+            TPDP_ERR_DTYPE_MISMATCH);
+  /* the other tensor reads */
+  float w = 0;
+  tpdp_tensor wt = tpdp_tensor_1d(&w, TPDP_F32, 1);
+  ASSERT_EQ(tpdp_safetensors_find(f, "w", &i), TPDP_SUCCESS);
+  ASSERT_EQ(tpdp_safetensors_tensor_at(f, i, &t), TPDP_SUCCESS);
+  EXPECT_STREQ(t.dtype_name, "F32");
+  EXPECT_EQ(tpdp_safetensors_read(f, i, &wt), TPDP_SUCCESS)
+      << tpdp_last_error();
+  EXPECT_EQ(w, 1.0f);
+  tpdp_safetensors_close(f);
 }
 
 // A file shorter than the length field; a header length above 100 MiB in

@@ -81,18 +81,18 @@ def main():
          ["--batch 3 is not divisible by --dp 2"]),
         ("unsupported_dtype", ["--model", model("i32", replace={
             "ln_f.bias": ("I32", [C], bytes(4 * C))})],
-         [st, "'transformer.ln_f.bias' is I32", "F32, F16 and BF16"]),
+         [st, "'transformer.ln_f.bias' is I32", "F32, F16, BF16 and F64"]),
         ("untied_head", ["--model", untied],
          [st, "'lm_head.weight' differs from 'transformer.wte.weight'",
           "row 63"]),
         ("header_length", ["--model", raw_file("hlen", b"\xff" * 16)],
-         [st, "not a safetensors file: header length"]),
+         [st, "header length", "past the end of the file"]),
         ("header_not_json", ["--model", raw_file(
             "json", (12).to_bytes(8, "little") + b"{not json}  ")],
-         [st, "header is not a JSON object"]),
+         [st, "header is not valid JSON"]),
         ("offsets_past_end", ["--model", raw_file(
             "past", len(past).to_bytes(8, "little") + past + b"x" * 8)],
-         [st, "tensor 'a'", "run past the 8 bytes of data"]),
+         [st, "tensor 'a'", "reach past the data area of 8 bytes"]),
         ("device_cuda", ["--model", good, "--device", "cuda"],
          ["--device cuda: built without --config=cuda"]),
         ("tf32_on_cpu", ["--model", good, "--tf32"],

@@ -1,6 +1,7 @@
 /* libFuzzer target: the safetensors reader of ckpt/ (tpdp_safetensors_open
  * on a file holding the input, tools' view of it, and reading each tensor
  * of at most 1 MiB). What opens must be consistent: names found again,
+ * a tensor of a dtype tpdp cannot read named and refused on read,
  * offsets inside the file, and every tensor readable into a view of its
  * shape - as stored, and converted to f64 for floating dtypes - and in
  * boxes (tpdp_safetensors_read_box) that hold what the whole read holds
@@ -106,6 +107,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
           "tensor '%s' bytes [%llu, +%llu) outside the %zu-byte file", t.name,
           (unsigned long long)t.offset, (unsigned long long)t.nbytes, size);
       if (t.nbytes > MAX_READ_BYTES) continue;
+      if (t.dtype == TPDP_DTYPE_COUNT) {
+        /* a dtype tpdp has no type for: listed, named, refused on read */
+        FUZZ_ASSERT(t.dtype_name != NULL && t.dtype_name[0] != '\0',
+                    "tensor '%s' has no dtype name", t.name);
+        uint8_t byte;
+        int64_t one = 1;
+        tpdp_tensor dst = tpdp_tensor_1d(&byte, TPDP_U8, 1);
+        FUZZ_ASSERT(tpdp_safetensors_read_box(f, i, 1, &one, &one, &dst) ==
+                        TPDP_ERR_DTYPE_MISMATCH,
+                    "tensor '%s' of dtype %s: %s", t.name, t.dtype_name,
+                    tpdp_last_error());
+        continue;
+      }
       void *whole = read_as(f, i, &t, t.dtype);
       read_boxes(f, i, &t, whole);
       free(whole);
