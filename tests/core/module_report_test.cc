@@ -1,4 +1,4 @@
-// The sharded tree report (seed 000) on the seed's own toy model.
+// The sharded tree report (as PyTorch FSDP prints it) on its docstring's toy model.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -52,7 +52,7 @@ tpdp_module *Unit(tpdp_module *parent, const char *name) {
   return u;
 }
 
-// CompositeModel of seed 000: l1, u1, u2, l2; root, u1, u2 managed.
+// CompositeModel of PyTorch FSDP's tree report: l1, u1, u2, l2; root, u1, u2 managed.
 tpdp_module *CompositeModel(bool mark) {
   tpdp_module *root = Make("CompositeModel");
   Linear(root, "l1");
@@ -75,7 +75,7 @@ std::vector<std::string> Lines(const std::string &s) {
   return out;
 }
 
-// Seed 000's docstring, typed in by hand.
+// PyTorch FSDP's tree report's docstring, typed in by hand.
 const char *kSeedTree =
     "[CompositeModel] FULLY SHARDED\n"
     "    l1[Linear]\n"

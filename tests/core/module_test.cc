@@ -362,7 +362,7 @@ TEST(Traversal, ParamToFqnsWithAndWithoutDedup) {
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
-// Seed 001's _get_param_to_fqns iterates named_parameters(recurse=False),
+// PyTorch FSDP's _get_param_to_fqns iterates named_parameters(recurse=False),
 // which yields a parameter object once per module even when the module
 // registers it under two names. Tree:
 //   Root: emb (E), tied_again (E)    -- E twice in one module
@@ -574,7 +574,7 @@ TEST(Management, MarkAllButIgnoredWithSetting) {
   tpdp_module_get_submodule(root, "b", &b);
   tpdp_module *ignored[] = {a, b};
   ASSERT_TPDP_OK(tpdp_module_mark_managed(root, ignored, 2, 1));
-  // Only the listed modules are skipped, not their subtrees (seed 002).
+  // Only the listed modules are skipped, not their subtrees (PyTorch FSDP's dynamo utils).
   EXPECT_TRUE(tpdp_module_is_managed(root));
   EXPECT_FALSE(tpdp_module_is_managed(a));
   EXPECT_TRUE(tpdp_module_is_managed(x));

@@ -1,6 +1,6 @@
 /* `tpdp partition`: split a model into pipeline stages
  * (tools/planning/partition.h): the optimal min-max split of the leaves, or
- * seed 003's greedy split of the calls. */
+ * PyTorch's fx shard_model's greedy split of the calls. */
 #include <cjson/cJSON.h>
 #include <limits.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /* `tpdp plan`: show how a model will be sharded by TP and DP
- * (tools/planning/plan.h): the sharded tree report (seed 000), the unit ->
+ * (tools/planning/plan.h): the sharded tree report (PyTorch FSDP's tree report), the unit ->
  * parameter map, placements and local shapes, bytes per rank and the DP
  * buckets. */
 #include <cjson/cJSON.h>
@@ -94,7 +94,7 @@ static void ranks_str(const planning_plan *plan, int64_t t, char *buf,
              (long long)rank_with_tp(plan, t, 4));
 }
 
-/* Python repr of a str (single quotes), as seed 000's dict prints. */
+/* Python repr of a str (single quotes), as PyTorch FSDP's tree report's dict prints. */
 static void print_pystr(const char *s) {
   putchar('\'');
   for (; *s; s++) {

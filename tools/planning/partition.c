@@ -391,7 +391,7 @@ tpdp_status planning_partition_edges_load(const planning_model_desc *model,
   return planning_error_in(path, st);
 }
 
-/* ------------------------------------------------ greedy (seed 003) */
+/* ------------------------------------------------ greedy (PyTorch's fx shard_model) */
 
 void planning_partition_greedy_free(planning_partition_greedy_result *r) {
   if (r == NULL) return;

@@ -1,11 +1,11 @@
 /*
- * The stage partitioners behind `tpdp partition` (after seed 003), two
+ * The stage partitioners behind `tpdp partition` (after PyTorch's fx shard_model), two
  * methods (docs/model-format.md compares them):
  *  - optimal (planning_partition_solve): split a model's leaf modules, in
  *    pre-order, into K consecutive non-empty stages that minimise the
  *    largest stage's parameter count, subject to skip connections that may
  *    not jump over a whole stage;
- *  - greedy (planning_partition_greedy): seed 003's _split_nodes, step for
+ *  - greedy (planning_partition_greedy): PyTorch's fx shard_model's _split_nodes, step for
  *    step, over the model's calls.
  *
  * Not part of libtpdp: the CLI's planning library (//tools/planning).
@@ -109,7 +109,7 @@ typedef struct {
   int64_t *stage_params; /* nstages: the sum of the stage's counts */
 } planning_partition_greedy_result;
 
-/* Seed 003's greedy split (_split_nodes), step for step, with the model's
+/* PyTorch's fx shard_model's greedy split (_split_nodes), step for step, with the model's
  * calls as the traced graph's nodes. The model input comes first, in stage
  * 0; each call's inputs are the preceding call and the sources of the
  * edges into it. Walking the calls in order:

@@ -74,7 +74,7 @@ typedef struct planning_plan {
   int *module_unit;
   int *module_style;
   /* The mirror of the model as a core module tree with the units set, and
-   * its sharded tree report (seed 000: text and unit -> FQN map). */
+   * its sharded tree report (PyTorch FSDP's tree report: text and unit -> FQN map). */
   tpdp_module *tree;
   tpdp_tree_report *report;
   /* Distinct parameters in registration order (pre-order). */

@@ -2,7 +2,7 @@
 # `tpdp partition` end to end: exact --json output on hand-worked cases
 # (worked in tests/tools/partition_test.cc and docs/model-format.md), exit
 # statuses, and the messages of impossible requests.
-# The greedy method's expected stages are worked by hand from seed 003 in
+# The greedy method's expected stages are worked by hand from PyTorch's fx shard_model in
 # tests/tools/planning/partition_test.cc (same models, same K).
 # usage: partition_cli_test.sh TPDP SEED000_MODEL TIED_MODEL EDGES_U1_L2
 #        REPEATED_CALL_MODEL
@@ -48,7 +48,7 @@ expect_out 0 '{"stages":[{"modules":["emb"],"params":41},{"modules":["blocks.0.f
 expect_out 0 '{"stages":[{"modules":["l1","u1.l1","u1.seq.0","u1.seq.1","u1.seq.2","u1.l2","u2.l1","u2.seq.0","u2.seq.1","u2.seq.2","u2.l2","l2"],"params":576}],"max_stage_params":576}' \
   --model "$seed" --stages 1 --json
 
-# Greedy (seed 003): K = 4 gives 3 stages (threshold 576 // 4 = 144, a cut
+# Greedy (PyTorch's fx shard_model): K = 4 gives 3 stages (threshold 576 // 4 = 144, a cut
 # after the call that goes above it; u1.seq.2 opens stage 1).
 expect_out 0 '{"method":"greedy","threshold":144,"stages":[{"modules":["l1","u1.l1","u1.seq.0","u1.seq.1"],"nodes":["l1","u1_l1","u1_seq_0","u1_seq_1"],"params":216},{"modules":["u1.seq.2","u1.l2","u2.l1","u2.seq.0","u2.seq.1"],"nodes":["u1_seq_2","u1_l2","u2_l1","u2_seq_0","u2_seq_1"],"params":216},{"modules":["u2.seq.2","u2.l2","l2"],"nodes":["u2_seq_2","u2_l2","l2"],"params":144}],"max_stage_params":216}' \
   --model "$seed" --stages 4 --method greedy --json

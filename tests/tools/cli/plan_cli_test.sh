@@ -1,6 +1,6 @@
 #!/bin/bash
 # `tpdp plan` end to end. Expected texts are written out by hand: the tree
-# and the unit -> FQN dict are seed 000's docstring (pytorch
+# and the unit -> FQN dict are PyTorch FSDP's tree report's docstring (pytorch
 # torch/distributed/fsdp/_debug_utils.py), the TP local shapes, bytes and
 # buckets are worked out in the comments below.
 # usage: plan_cli_test.sh TPDP SEED000_MODEL UNITS_PLAN TP_PLAN
@@ -24,7 +24,7 @@ expect_err() {
   grep -qF -- "$needle" "$tmp/err" || fail "tpdp plan $*: stderr lacks '$needle': $(cat "$tmp/err")"
 }
 
-# --- seed 000: units "", "u1", "u2", no TP --------------------------------
+# --- PyTorch FSDP's tree report: units "", "u1", "u2", no TP --------------------------------
 "$tpdp" plan --model "$seed" --plan "$units_plan" >"$tmp/seed.txt" 2>"$tmp/err" \
   || fail "seed plan failed: $(cat "$tmp/err")"
 
@@ -48,7 +48,7 @@ cat >"$tmp/want_tree" <<'TREE'
     l2[Linear]
 TREE
 section "$tmp/seed.txt" 'sharded module tree:' >"$tmp/got_tree"
-diff "$tmp/want_tree" "$tmp/got_tree" >"$tmp/diff" || fail "tree text differs from seed 000:
+diff "$tmp/want_tree" "$tmp/got_tree" >"$tmp/diff" || fail "tree text differs from PyTorch FSDP's tree report:
 $(cat "$tmp/diff")"
 
 cat >"$tmp/want_map" <<'MAP'
@@ -58,7 +58,7 @@ cat >"$tmp/want_map" <<'MAP'
 }
 MAP
 section "$tmp/seed.txt" 'managed parameters per unit:' >"$tmp/got_map"
-diff "$tmp/want_map" "$tmp/got_map" >"$tmp/diff" || fail "unit map differs from seed 000:
+diff "$tmp/want_map" "$tmp/got_map" >"$tmp/diff" || fail "unit map differs from PyTorch FSDP's tree report:
 $(cat "$tmp/diff")"
 
 # 16 params, 4*(64+8)*... = 576 elements of f32 = 2304 bytes, one bucket.

@@ -28,7 +28,7 @@ TEST(ModelJson, Seed000Tree) {
   Desc m;
   ASSERT_MODEL_LOADED("composite_model.json", &m.d);
   const planning_model_desc *d = m.d;
-  // Seed 000's tree, line by line: FQN[class] in pre-order.
+  // PyTorch FSDP's tree report's tree, line by line: FQN[class] in pre-order.
   std::vector<std::string> want = {
       "[CompositeModel]", "l1[Linear]",         "u1[UnitModule]",
       "u1.l1[Linear]",    "u1.seq[Sequential]", "u1.seq.0[ReLU]",

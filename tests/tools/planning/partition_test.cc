@@ -1,7 +1,7 @@
 // The stage partitioners (tools/planning/partition.h). Optimal: against an
 // independent brute force over every placement of the cut points, on random
-// small cases, plus hand-worked cases on seed 000's toy model and the error
-// messages. Greedy: seed 003's _split_nodes worked by hand on the fixtures,
+// small cases, plus hand-worked cases on PyTorch FSDP's tree report's toy model and the error
+// messages. Greedy: PyTorch's fx shard_model's _split_nodes worked by hand on the fixtures,
 // one test per way it differs from the optimal method.
 #include "tools/planning/partition.h"
 
@@ -219,7 +219,7 @@ struct Loaded : tpdp_test::Desc {
   ~Loaded() { planning_partition_edges_free(e, ne); }
 };
 
-// Seed 000's leaves carry 72 0 72 params in the pattern
+// PyTorch FSDP's tree report's leaves carry 72 0 72 params in the pattern
 // l1 72, u1.l1 72, u1.seq.0 0, u1.seq.1 72, u1.seq.2 0, u1.l2 72,
 // u2.l1 72, u2.seq.0 0, u2.seq.1 72, u2.seq.2 0, u2.l2 72, l2 72.
 TEST(Partition, Seed000HandWorked) {
@@ -323,7 +323,7 @@ TEST(Partition, EdgesParseErrors) {
       TPDP_ERR_IO, "/nonexistent/E.json");
 }
 
-// ------------------------------------------------------ greedy (seed 003)
+// ------------------------------------------------------ greedy (PyTorch's fx shard_model)
 
 struct Greedy {
   planning_partition_greedy_result r = {};
@@ -358,7 +358,7 @@ std::vector<int> Optimal(const Loaded &m, int k, int64_t *mx) {
 }
 
 // Difference 1, stage count and cut rule: 003 cuts right after the call that
-// takes the running count above total // K. Seed 000, K = 4: total 576,
+// takes the running count above total // K. PyTorch FSDP's tree report, K = 4: total 576,
 // threshold 576 // 4 = 144. Running counts: l1 72, u1.l1 144 (not > 144),
 // u1.seq.0 144, u1.seq.1 216 > 144: cut. Then u1.seq.2 0, u1.l2 72, u2.l1
 // 144, u2.seq.0 144, u2.seq.1 216: cut. Then u2.seq.2 0, u2.l2 72, l2 144:

@@ -1,4 +1,4 @@
-// Sharding plans (tools/planning/plan.h): the seed 000 tree report and unit
+// Sharding plans (tools/planning/plan.h): PyTorch FSDP's tree report and unit
 // map, placements and local shapes from the style rules, bytes per tp rank
 // (shared parameters once), the reducer's reversed bucket list, and errors
 // naming the thing at fault. Expected values are worked by hand from the
@@ -47,7 +47,7 @@ TEST(Plan, Seed000TreeAndMap) {
   ASSERT_PLANNING_OK(planning_plan_compute(
       m.d, R"({"mesh": {"dp": 2}, "units": ["", "u1", "u2"]})", nullptr, 0,
       &p.p));
-  // Seed 000's docstring, written out independently.
+  // PyTorch FSDP's tree report's docstring, written out independently.
   const char *want =
       "[CompositeModel] FULLY SHARDED\n"
       "    l1[Linear]\n"
