@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Shared build settings and macros for tpdp."""
 
 # Library code: C11, all warnings are errors.

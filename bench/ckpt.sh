@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Sharded checkpoint save/load against plain I/O on 4 CPU ranks: a 1 GiB
 # model (16 f32 tensors of [4096, 4096], Shard(0) over tp=4: 256 MiB per
 # rank) saved with tpdp_checkpoint_save and loaded with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* bench/ckpt.sh: tpdp_checkpoint_save / _load of a model sharded over 4
  * ranks (mesh tp=4, every tensor Shard(0)) against writing and reading the
  * same bytes with plain write()/read() of one file per rank, in the same

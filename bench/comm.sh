@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Times allreduce, allgather and reduce_scatter through tpdp_comm against
 # the raw MPI calls on the same buffers, 1 KiB to 256 MiB, on 2 ranks.
 # Prints a table and, last, "comm: ratio <min over sizes >= 1 MiB of

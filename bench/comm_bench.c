@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* comm_bench: tpdp collectives (blocking form, MPI backend) against the raw
  * MPI calls they wrap, on the same buffers in the same run.
  *

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # train_gpt2 at GPT-2 124M's shape (L=12, C=768, H=12, V=50257, batch 4,
 # seq 64), random init: one rank with the machine's cores, then dp=2 and
 # tp=2 (2 ranks, the cores shared). Each run's summary is printed; the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * The GEMM floor of a train_gpt2 step, for bench/gpt2.sh: the matmuls of
  * one GPT-2 training step on one rank (forward and backward of every

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # bench/gpt2_gpu.sh: GPT-2 at the 124M shape (L12 C768 H12 V50257, 1024
 # positions), B=4 T=1024, random initialisation, on one GPU:
 # `train_gpt2 --device cuda` with TF32 tensor-core matmuls (--tf32, what

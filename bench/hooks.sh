@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Steady-state cost of the TP+DP forward hooks (tp/hooks.c): a tree of 1,000
 # DTensor parameters over 50 nested modules; one step = reconstruct (pre-
 # forward hook) + localize (forward hook). Prints the seed-004-style baseline

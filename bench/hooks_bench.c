@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* bench/hooks.sh: steady-state cost of the TP+DP forward hooks (tp/hooks.c).
  *
  * A tree of 1,000 DTensor parameters over 50 nested modules (10 blocks, each

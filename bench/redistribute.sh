@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # tpdp_redistribute against raw MPI collectives on 4 CPU ranks, 64 MiB f32:
 # prints per-case timings and the ratio raw/tpdp (1.0 = no overhead) for
 # S(0)->R (allgather), P->S(0) (reduce_scatter) and S(1)->R (packs), and

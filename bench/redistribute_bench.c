@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Redistribute throughput against raw MPI collectives, same buffers, same
  * run. Global tensor: --mib MiB of f32 as [rows, 4096] (default 64 MiB).
  * For each case, rounds alternate raw MPI and tpdp_redistribute; each timing

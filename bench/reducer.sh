@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The DP reducer on 2 MPI ranks: 25M f32 parameters in 100 tensors of 250k,
 # bucket cap 25 MiB (first bucket 1 MiB), 100 MB of gradients per step.
 #  (a) raw:  blocking MPI_Allreduce over the same buckets' bytes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* bench/reducer.sh's MPI part: 100 f32 tensors of 250k elements (25M
  * parameters, 100 MB of gradients) over the world communicator.
  *

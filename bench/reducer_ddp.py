@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """PyTorch DDP baseline for bench/reducer.sh (Debian's python3-torch, CPU, gloo).
 
 Two processes (torch.multiprocessing, env:// rendezvous on 127.0.0.1). The

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Overhead of tpdp itself in the TP+DP training example: hooks (reconstruct
 # + localize around every forward) and reducer bookkeeping (its time in
 # prepare, mark_ready and finalize minus collectives and passes over

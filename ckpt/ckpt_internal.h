@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Internal to ckpt/: the state dict's layout, the parsed index, the
  * safetensors reader's handle, file I/O, collectives over an optional
  * communicator, and the box copy that moves bytes from a slice in a file

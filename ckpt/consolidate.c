@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* One unsharded safetensors file from a sharded checkpoint: every global
  * tensor under its saved name, assembled from its verified slices, one
  * tensor in memory at a time; the saver's consolidation metadata may give

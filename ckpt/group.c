@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The few collectives of save and load over an optional host-memory
  * communicator (NULL: this process alone), and the agreement that makes a
  * failure on any rank the same failure, with the same message, on all. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* index.json: its format and checked parser, the opened checkpoint's
  * accessors, and reading or verifying single slices and whole tensors. */
 #include <cjson/cJSON.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* File I/O of checkpoints: full writes and positioned reads, fsync of files
  * and directories, atomic small files, host staging of tensor views, and
  * the crash test hook. Every error names the path and the failed call. */

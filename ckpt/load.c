@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Collective load into the destination layout of a state dict: match the
  * entries with the index, intersect each rank's local box with the saved
  * slices, decide who verifies which slice, then read and convert. */

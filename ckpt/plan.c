@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* What save and load share before they move bytes: each rank's box of each
  * entry, the table of every rank's boxes, and the check that every rank
  * holds the same entries. */

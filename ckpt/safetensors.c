@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The safetensors format: a checked reader (every length, offset, shape and
  * name in a header is validated before a byte of data is read), the header
  * writer, and the box copy that moves a slice's bytes from a file into a

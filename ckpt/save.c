@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Collective save: one writer per distinct slice, spread over the ranks;
  * each writer's file under a temporary name, fsync'ed and renamed to a name
  * of the new generation; index.json last, whose rename commits. */

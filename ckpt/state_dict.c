@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The state dict (FQN -> local tensor + spec, plus string metadata), its
  * construction from a module tree, and the options' size check. */
 #include <stdlib.h>

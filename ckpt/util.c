@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Small helpers of ckpt/: safetensors dtype names, element conversion
  * between floating dtypes, overflow-checked shape arithmetic, sorted name
  * lookup, and JSON integers. */

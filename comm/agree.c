@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Agreement across the ranks of a communicator, so that a failure on some
  * ranks fails every rank alike rather than leaving the others waiting:
  * tpdp_comm_agree (every rank returns the status and the message of the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal to comm/: the communicator backend interface. A backend (MPI,
  * NCCL, ...) is one file that fills a tpdp_comm_ops table; comm.c

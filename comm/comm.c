@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Backend-neutral communicator front end: argument checks done once for
  * every backend, then dispatch through the backend's ops table; the life
  * cycle of tpdp_init / tpdp_finalize and the objects that must not outlive

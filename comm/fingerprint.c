@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Collective mismatch detection (TPDP_DEBUG_COLLECTIVES=1), as PyTorch's
  * TORCH_DISTRIBUTED_DEBUG=DETAIL.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Host-local ranks over any host-memory communicator: every rank shares
  * its host name (allgather) and counts the lower ranks with the same one.
  * This is what MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) gives, done

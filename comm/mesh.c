@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* N-D device mesh: row-major rank layout, named dims, one
  * sub-communicator per dim. */
 #include <ctype.h>

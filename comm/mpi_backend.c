@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The MPI backend: tpdp_comm over host memory with Open MPI.
  *
  * Asynchronous calls use MPI's non-blocking collectives; calls the front end

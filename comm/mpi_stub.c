@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The MPI backend's entry points for a build without MPI (scripts/gpu-check
  * on a GPU machine that has no MPI): tpdp_init then fails with
  * TPDP_ERR_UNSUPPORTED, while single-rank NCCL communicators

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The NCCL backend: tpdp_comm over CUDA device memory (--config=cuda).
  *
  * Each communicator owns a non-blocking CUDA stream; collectives are queued

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The NCCL entry points in a build without --config=cuda: they exist so
  * that callers link everywhere, and say why they cannot work. */
 #include <stddef.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal: what the layers above comm/ (tp/, dp/, ckpt/, topo/) may call
  * besides the API of tpdp/comm.h. Cross-rank agreement on records, objects

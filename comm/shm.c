@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Shared memory among the ranks of a host-memory communicator that all run
  * on one host, and the allreduce that works in it (see comm/services.h).
  *

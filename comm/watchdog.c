@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The watchdog of bounded waits (see comm/watchdog.h): a registry of the
  * live communicators' watch records, the thread that checks them, and the
  * message that names who has not arrived. */

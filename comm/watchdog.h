@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal to comm/: bounded waits (TPDP_TIMEOUT_S) for the MPI backend,
  * and the waits tpdp performs itself. Not installed.

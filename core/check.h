@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal to the library (core/, comm/, topo/, tp/, dp/, ckpt/): the error
  * convention and the CHECK macros. Not installed.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Logging with a "[rank r]" prefix; level from TPDP_DEBUG. */
 #include <stdarg.h>
 #include <stdatomic.h>

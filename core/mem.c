@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Host or device memory for tp/ and dp/ (see core/mem.h). Each function
  * tests the device once and takes the host or the CUDA branch. */
 #include "core/mem.h"

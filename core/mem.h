@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal: host or device memory for the layers above core (tp/, dp/):
  * allocation, zero fill, copies and frees of memory that may live on a GPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Module tree: modules, parameters, buffers, traversal, training states,
  * management marks, forward hook registry, extensions. */
 #include <stdatomic.h>

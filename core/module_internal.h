@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal to core/module*.c: the module tree's structs. Not installed, not
  * used by tp/ (which goes through tpdp/module.h).

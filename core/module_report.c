@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Module tree: FQN cleaning, the parameter -> FQNs map, the sharded tree
  * report, and the small containers they use. */
 #include <stdio.h>

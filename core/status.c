@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Status strings, the thread-local last error (the mechanism of
  * core/check.h), allocation helpers. */
 #include <stdarg.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Tensor views: shape helpers, narrow, copy, DLPack interop, f16/bf16. */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Tensor views in CUDA device memory (built with --config=cuda only).
  *
  * Contiguous copies are one cudaMemcpy; strided ones go through the N-D

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal (built with --config=cuda only): tensor views in CUDA device
  * memory. core/tensor.c's tpdp_tensor_copy calls core_cuda_tensor_copy when

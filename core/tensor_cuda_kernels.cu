@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Device kernels behind core/tensor_cuda.c: an N-D strided copy and a
 // strided zero fill. Compiled by nvcc through the genrule in core/BUILD
 // (sm_80, sm_90 and PTX for later GPUs) and called through the plain C

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal: small helpers shared by the library and by tools/ (one copy of
  * each): string duplication, a monotonic clock, integer environment

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Bucket assignment with the semantics of PyTorch DDP's
  * compute_bucket_assignment_by_size (reimplemented from its documented
  * behaviour; see tpdp/reducer.h for the rules). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The passes over bucket data and the metadata staging (see buffers.h):
  * host implementations, and under TPDP_WITH_CUDA the device ones (the
  * kernels of dp/buffers_kernels.cu on the communicator's stream). Each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal: the reducer's passes over bucket data (averaging, and the casts
  * of the bf16/f16 compression hooks) and the staging of its small host

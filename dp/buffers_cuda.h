@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal (built with --config=cuda only): the kernel launchers behind the
  * device path of dp/buffers.c, compiled by nvcc from dp/buffers_kernels.cu.

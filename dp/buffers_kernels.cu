@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Device kernels of the reducer's bucket memory (dp/buffers.c, CUDA path):
 // divide in place and cast-with-divide between the float dtypes, for the
 // averaging and the bf16/f16 compression hooks. Compiled by nvcc through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The DDP-style gradient reducer (see tpdp/reducer.h): creation, destruction,
  * options and accessors. The iteration path is reducer_step.c, the
  * communication thread reducer_thread.c, the create-time checks

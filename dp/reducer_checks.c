@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The reducer's create-time checks (see reducer_internal.h): the options'
  * size and values, the parameters on this rank, and what every rank must
  * agree on before any rank goes on (so that one rank's bad input fails

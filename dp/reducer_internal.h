@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internal to dp/: the reducer's state, shared by its files. Not installed.
  *

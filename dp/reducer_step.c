@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The reducer's per-iteration path (see tpdp/reducer.h): prepare (with the
  * one-time rebuild of the buckets in gradient-ready order), mark_ready,
  * the in-order launch of ready buckets, progress of the non-blocking

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The reducer's communication thread (see dp_comm_thread in
  * reducer_internal.h). The caller's thread hands buckets over in order
  * (dp_thread_hand) and waits for them at finalize (dp_thread_wait); the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* mesh_demo: build a device mesh over the MPI world (2x2 (dp, tp) by
  * default), run each collective on each mesh dim, check every result, and
  * report timing.

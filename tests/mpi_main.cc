@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // main() for multi-rank GoogleTest binaries: initialises tpdp (and MPI)
 // before the tests and finalises after. Every rank runs every test; each
 // rank's result decides mpirun's exit status.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs a GoogleTest binary on N MPI ranks: mpirun_test.sh N BINARY [ARGS...]
 # Rank 0 alone writes Bazel's XML result file; mpirun fails the test if any
 # rank fails. Works as root and with more ranks than cores.

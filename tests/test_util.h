@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Helpers shared by tpdp's GoogleTest suites.
 #ifndef TPDP_TESTS_TEST_UTIL_H
 #define TPDP_TESTS_TEST_UTIL_H

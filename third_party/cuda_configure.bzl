@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """cuda_configure: the CUDA toolkit + NCCL as the @cuda repository.
 
 The toolkit root is $TPDP_CUDA_HOME, or /usr/local/cuda when unset. The

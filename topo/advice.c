@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Mesh placement advice: do the TP groups of a row-major mesh stay inside
  * one host / PCIe switch / NUMA node, and which dim order makes them. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Topology discovery, GPU affinity and rank binding with hwloc. */
 #include "tpdp/topo.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Internal: the tpdp_topo handle, shared by topo.c and advice.c. */
 #ifndef TPDP_TOPO_INTERNAL_H
 #define TPDP_TOPO_INTERNAL_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* TP+DP composition (PyTorch's TP-inside-DDP): localize DTensor parameters
  * for DP and reconstruct them around forward with hooks on the transformed
  * module, keeping the training states of PyTorch FSDP live.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Transformer layouts (tpdp/dtensor.h): the two-phase machinery that turns
  * a module's parameters into DTensors whose global shape is a row-major
  * view of the full tensor, and linear modules in either orientation.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Internal to tp/: the state the transformer layouts (tp/layout.c,
  * tp/head_shard.c, tp/vocab_parallel.c) attach to each module they
  * parallelize, and the two-phase prepare / commit they share. Not

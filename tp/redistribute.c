@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Redistribution of a DTensor between two specs on one mesh.
  *
  * Plan: a mesh dim is "dirty" if its placement changes, or if it shards a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* tpdp_redistribute's checks that go beyond one rank's arguments.
  *
  * Agreement: every rank of the mesh must pass the same global shape, dtype,

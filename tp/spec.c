@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Placements, the sharding spec (local shapes and offsets by the
  * torch.chunk rule), DTensor flatten/unflatten. The spec's JSON form is in
  * tp/spec_json.c. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The spec's JSON form (the text checkpoints carry): writing it with
  * core/util.h's string builder and JSON escaping, parsing it with cJSON. */
 #include <cjson/cJSON.h>

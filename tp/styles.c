@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Parallel styles: tpdp_parallelize turns the parameters of the modules a
  * plan names into DTensors over the mesh's TP dim, and the functional
  * collectives move activations in and out of the styles' regions. */

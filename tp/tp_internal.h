@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Internal to tp/: the spec's layout and the torch.chunk rule. Memory
  * (host or device) goes through core/mem.h. Not installed. */
 #ifndef TPDP_TP_INTERNAL_H

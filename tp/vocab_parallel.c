@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Vocabulary-parallel embedding and cross-entropy (Megatron), see
  * tpdp/dtensor.h: the embedding weight [V, D] is sharded on V over TP; a
  * lookup is masked by shard and allreduced; the loss over vocab-sharded

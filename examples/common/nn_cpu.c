@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/common/nn_cpu.h: kernels for the example models. */
 #include "examples/common/nn_cpu.h"
 

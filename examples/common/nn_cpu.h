@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * CPU kernels for the example models, row-major f32: linear layers in both
  * orientations (OpenBLAS sgemm), LayerNorm, tanh-GELU and AdamW with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // GPU kernels and device helpers of the example models (see nn_cuda.h).
 // Each kernel mirrors its nn_cpu.c counterpart's arithmetic where that
 // matters for --check (accumulation types, the order of sums over rows).

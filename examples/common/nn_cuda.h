@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * GPU kernels and device helpers for the example models (built with
  * --config=cuda only), the device counterparts of nn_cpu.h: LayerNorm,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Checked CUDA and cuBLAS calls for the examples' .cu files: a failure
 // records the call and CUDA's (cuBLAS's) message with nn_cuda_fail and
 // returns 1 from the enclosing function.

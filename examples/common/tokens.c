@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/common/tokens.h: llm.c token files. */
 #include "examples/common/tokens.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * llm.c's token files and its data loader's batch positions.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/common/trainer_util.h: what the example trainers share. */
 #include "examples/common/trainer_util.h"
 

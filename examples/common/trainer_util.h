@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * What the example trainers (examples/train_mlp, examples/train_gpt2)
  * share beyond the model math: numeric flags that reject what is not a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/common/tree.h: module paths created on demand. */
 #include "examples/common/tree.h"
 

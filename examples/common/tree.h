@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Module trees of the example programs: modules created on demand from
  * dotted paths, as a framework mirrors its model in tpdp's tree.

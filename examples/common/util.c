@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/common/util.h: error buffer, clock, boxes as runs. */
 #include "examples/common/util.h"
 

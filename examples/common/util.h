@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Small helpers shared by the example programs (examples/common): an error
  * message buffer that loaders fill where the fault is found, a monotonic

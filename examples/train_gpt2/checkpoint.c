@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/train_gpt2: --save / --save-every / --load (see train.h). */
 #include <cjson/cJSON.h>
 #include <stdio.h>

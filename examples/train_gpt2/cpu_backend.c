@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/train_gpt2 --device cpu: the model of gpt2.c (OpenBLAS) and
  * AdamW on the host; the TP collectives are tp/'s functions over the host
  * mesh (see train.h). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * examples/train_gpt2 --device cuda (built with --config=cuda only). One
  * GPU per rank:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* GPT-2 for one TP rank: parameter table, deterministic initialisation,
  * forward and backward (see gpt2.h). */
 #include "examples/train_gpt2/gpt2.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * GPT-2 (as Hugging Face's GPT2LMHeadModel and llm.c define it) for one
  * rank of a tensor-parallel group, on the CPU. With tp = 1 it is the plain

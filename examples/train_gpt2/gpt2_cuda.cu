@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // GPT-2 for one TP rank on a GPU: gpt2.c's forward and backward with the
 // same buffers and the same order of operations, on cuBLAS and the kernels
 // of nn_cuda.h (see gpt2_cuda.h).

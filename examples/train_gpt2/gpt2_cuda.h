@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * GPT-2 for one TP rank on a GPU (built with --config=cuda only): the model
  * of gpt2.h, operation by operation, with cuBLAS for the matmuls (strict

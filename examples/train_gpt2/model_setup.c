@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/train_gpt2: the module tree with Hugging Face's GPT2LMHeadModel
  * names, the safetensors file checked against the model, and the TP
  * layouts from tp/ with each rank reading only its slices (see train.h). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* examples/train_gpt2: flags, their checks, and Hugging Face's
  * config.json (see train.h). */
 #include <cjson/cJSON.h>

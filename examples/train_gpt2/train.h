@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internals of examples/train_gpt2, shared by its files:
  *

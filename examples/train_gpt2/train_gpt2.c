@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * examples/train_gpt2: trains GPT-2 with tensor parallelism inside data
  * parallelism, through tpdp, on Hugging Face weights (or GPT-2's random

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The residual MLP of examples/train_mlp: kernels, forward and backward for
  * one TP rank, AdamW, deterministic init and synthetic data. */
 #include "examples/train_mlp/mlp.h"

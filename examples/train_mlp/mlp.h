@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * The residual MLP classifier of examples/train_mlp, written for one
  * tensor-parallel rank. With tp_size == 1 it is the plain single-process

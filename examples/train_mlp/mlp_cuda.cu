@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The residual MLP of examples/train_mlp on a GPU: cuBLAS sgemm (strict
 // FP32) plus small kernels, mirroring mlp.c operation by operation (same
 // accumulation types: double where mlp.c uses double). See mlp_cuda.h.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * The residual MLP of examples/train_mlp on a GPU (built with --config=cuda
  * only): the same model step as mlp.c for one TP rank, with cuBLAS sgemm in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Internals of examples/train_mlp shared by train_mlp.c (options, module
  * tree, the training loop and --check, and the CPU backend) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * train_mlp --device cuda (built with --config=cuda only). One GPU per rank:
  *  - an NCCL communicator over the MPI world (tpdp_comm_create_nccl; its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * examples/train_mlp: trains a residual MLP classifier with tensor
  * parallelism inside data parallelism, through tpdp:

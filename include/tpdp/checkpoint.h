@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp checkpoint (ckpt/): sharded checkpoints in the safetensors format,
  * saved and loaded collectively, resharded on load.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp comm: backend-neutral communicators, asynchronous work handles, and
  * the N-D device mesh.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp core: status codes and the last-error contract, logging, tensor views.
  *

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp dtensor (tp/): the DTensor contract: placements, the sharding spec
  * (local shapes and offsets, JSON), DTensor flatten / unflatten and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp module tree (core/): modules, parameters, buffers, FQNs, pre-order
  * traversal, training states, managed units, forward hook registry and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp reducer: DDP-style gradient bucketing and asynchronous reduction over
  * the data-parallel (DP) communicator (dp/).

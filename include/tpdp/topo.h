@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp topo: the machine's topology through hwloc: packages, NUMA nodes,
  * cores and NVIDIA GPUs, GPU <-> core affinity, binding each rank to the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp tp (tp/): tensor parallelism on the module tree, built on the
  * DTensor contract of tpdp/dtensor.h (which this header includes): the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* tpdp: tensor parallelism + data parallelism for training frameworks.
  * Umbrella header: includes every public module header. */
 #ifndef TPDP_TPDP_H

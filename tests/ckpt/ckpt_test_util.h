@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Helpers of the checkpoint tests: a model of named tensors laid out on a
 // mesh over some communicator, filled with a known function of each
 // element's global position (so any rank can check any element after a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tpdp_checkpoint_consolidate (ckpt/consolidate.c): a checkpoint saved on 2
 // ranks becomes one safetensors file whose header (checked as text, not
 // through the reader) lists every global tensor under its saved name, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A helper process of save_crash_test.sh: saves or checks a small sharded
 // checkpoint whose values depend on VALUE, so that a check tells which
 // checkpoint a directory holds.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The index parser (ckpt/index.c) on hand-written index.json files: a valid
 // one opened and listed, then each inconsistency refused with a message
 // naming the index and the tensor.

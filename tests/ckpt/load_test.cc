@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Round trips of sharded checkpoints on 4 MPI ranks: saved on 1, 2, 3 or 4
 // ranks (sub-communicators of the world) with one mesh and dtype, loaded on
 // 1, 2, 3 or 4 ranks with another mesh, other placements and another

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tpdp_safetensors_read_box: boxes of tensors seen in row-major views, read
 // from a file this test writes byte by byte (its own header, its own f16
 // and bf16 encodings), so that every expected value comes from the test's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The safetensors reader (ckpt/safetensors.c) on hand-crafted files: a
 // valid file read and converted, then every malformed header refused with
 // a message naming the file and the tensor, never a crash or a read

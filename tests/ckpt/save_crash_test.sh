@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A save SIGKILLed at any point leaves the previous checkpoint of the
 # directory loading and verifying. crash_helper saves checkpoint 1 on 2
 # ranks; then saves of checkpoint 2 are killed (TPDP_CKPT_TEST_KILL, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Safetensors files written byte by byte for the reader's tests (the
 // header text and data bytes as the test gives them, nothing from tpdp).
 #ifndef TPDP_TESTS_CKPT_ST_CRAFT_H

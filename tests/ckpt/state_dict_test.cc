@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The state dict (ckpt/state_dict.c) on one process: entries and their
 // checks, building from a module tree (cleaned FQNs, shared parameters
 // once, buffers, prefix), metadata, the options struct's layout and size

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tpdp_comm_agree on 2, 3 and 4 ranks: every rank returns the status of the
 // lowest-ranked failing rank, and its message followed by "(rank R of
 // NAME)", whichever ranks fail; nothing when none does. The expected

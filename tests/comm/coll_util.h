@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Helpers for the collective tests: typed host buffers whose values are
 // written and read through encoders written here (independent of tpdp's
 // own f16/bf16 helpers), and the input pattern every test uses.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Every collective on the world communicator and on every dim of device
 // meshes, for every dtype, in place and out of place, blocking and async,
 // checked element by element against values computed here on the host.

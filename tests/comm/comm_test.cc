@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Communicator split, the device mesh over the world (coordinates, groups,
 // sub-communicator membership), and bad input to every collective. Bad
 // input is the same on every rank, so each rank fails locally and nobody is

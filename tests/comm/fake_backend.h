@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A scripted communicator backend for the error paths of comm/: it fills a
 // tpdp_comm_ops table (comm/backend.h) whose split, destroy and work
 // callbacks fail when told to, so that the front end's and the mesh's

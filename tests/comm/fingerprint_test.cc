@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Collective mismatch detection (comm/fingerprint.c), on 2 and 4 ranks: a
 // communicator made with TPDP_DEBUG_COLLECTIVES=1 fails every rank of a
 // collective whose ranks disagree (op, dtype, counts the backends cannot

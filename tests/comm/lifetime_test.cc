@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The life cycle of communicators (comm/comm.c), on 2 ranks: tpdp_finalize
 // refuses to run while an object that uses the communicators is alive (the
 // reducer registers itself through comm_live_add), naming it; after

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Mesh creation agrees across ranks (comm/mesh.c), on 2 and 4 ranks: ranks
 // passing different meshes all fail with TPDP_ERR_MESH_MISMATCH naming each
 // rank's mesh, instead of one rank failing while the others wait in a

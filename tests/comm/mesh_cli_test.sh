@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `tpdp mesh` (no MPI launch) and the 4-rank mesh demo.
 # Usage: mesh_cli_test.sh TPDP_BIN MESH_DEMO_BIN
 set -u

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // comm/mesh.c over a scripted backend (fake_backend.h): what the mesh does
 // when its sub-communicators fail to split or to be destroyed. The layout,
 // the sub-communicators over MPI and bad input are in comm_test.cc and

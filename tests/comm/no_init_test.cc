@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Single process, no tpdp_init: the world is refused, NULL communicators are
 // reported, and layout-only meshes (no communicator) work in full; mesh
 // specs that do not parse name what is wrong.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The shared-memory segment of a host-memory communicator and its
 // allreduce (comm/shm.c): made on every rank or on none, results against
 // sums worked out here from each rank's formula, calls that differ across

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // f16 / bf16 conversions checked against bit patterns worked out by hand
 // from the IEEE 754 binary16 and bfloat16 layouts.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Use of a destroyed module (core/module.c): refused with
 // TPDP_ERR_INVALID_ARGUMENT naming the argument, as far as a magic field
 // cleared on destroy goes (the freed memory is read on purpose, so the

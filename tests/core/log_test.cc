@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Logging: the "[rank r]" prefix, level filtering, and the level read from
 // TPDP_DEBUG. The environment is read once per process, so the TPDP_DEBUG
 // cases run in fresh processes (GoogleTest's threadsafe death-test style

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // core/mem.h on the host (the CUDA path is exercised by the GPU checks):
 // zeroed allocation, strided copies and zero fills against values worked
 // by hand, the first failure kept by core_mem_free_keep, the reused

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The sharded tree report (as PyTorch FSDP prints it) on its docstring's toy model.
 #include <gtest/gtest.h>
 

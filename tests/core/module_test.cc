@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Module tree (core/module.c): structure and ownership, names, cycles,
 // traversal, FQN maps, cleaning, root modules, states, management, hooks.
 #include "tpdp/module.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Status strings and the thread-local last-error contract.
 #include <cstring>
 #include <set>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tensor views: init, numel/nbytes, contiguity, narrow, strided copy, and
 // DLPack interop. Expected values are worked out by hand in each test.
 #include <cstring>

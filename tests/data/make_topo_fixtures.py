@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Writes the synthetic hwloc v2 XML topologies used by tests/topo/.
 
 Run from the repository root: python3 tests/data/make_topo_fixtures.py

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The README and docs as a map that cannot rot.
 
 For README.md, DEVELOPERS.md, docs/*.md and every examples/**/README.md:

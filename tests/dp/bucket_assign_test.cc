@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tpdp_bucket_assign against hand-worked cases (DDP's
 // compute_bucket_assignment_by_size rules).
 #include <cstdlib>

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `tpdp buckets` CLI contract: exact JSON, table, exit codes.
 set -u
 bin="$1"

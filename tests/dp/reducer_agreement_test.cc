@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What every rank of a reducer must agree on at tpdp_reducer_create beyond
 // the parameter shapes (reducer_test.cc): the options that change what is
 // communicated or computed, and the parameters' values (a reducer averages

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The reducer's create-time checks (dp/reducer_checks.c) beyond the
 // parameter lists of reducer_test.cc: the versioned options (size and
 // version, an older smaller struct), non-finite divide factors.

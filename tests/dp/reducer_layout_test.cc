@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Pins the layout of the versioned tpdp_reducer_options (include/tpdp/
 // reducer.h): a field moving breaks programs built against an older header,
 // so a change here must be deliberate (append fields, bump the version).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The reducer's lifetime: tpdp_reducer_destroy points the caller's
 // params[i].grad back at the caller's own buffers (holding the last
 // gradients), so nothing points into freed buckets and a reducer can be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Fixture of the reducer tests: six small f32 parameters ("Model") whose
 // gradients follow a formula of (rank, parameter, element, step), the mean
 // that formula gives over ranks and steps, and options with hand-worked

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The reducer's iteration path (dp/reducer_step.c) beyond the averages of
 // reducer_test.cc: the module's training states (PyTorch FSDP's IDLE /
 // FORWARD_BACKWARD), failures of memory inside prepare, mark_ready and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Multi-rank reducer tests: averaged gradients equal the mean computed here
 // from a formula of (rank, parameter, element, micro-step), in every mode;
 // bucket layouts checked against hand-worked assignments; every bad input;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // dp/reducer_thread.c: the caller's wait for the communication thread is
 // bounded by TPDP_TIMEOUT_S. A scripted backend (one process, no MPI)
 // whose allreduce blocks until released stands for a peer that never

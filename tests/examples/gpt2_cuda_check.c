@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * The GPU GPT-2 (examples/train_gpt2/gpt2_cuda.cu, examples/common/
  * nn_cuda.cu) against the CPU one (gpt2.c) and against arithmetic written

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* gpt2_cuda_check in a build without --config=cuda: nothing to check. */
 #include <stdio.h>
 

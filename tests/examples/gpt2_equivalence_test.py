@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Equivalence of train_gpt2's TP+DP training with one process: for each
 (dp, tp) mesh on 1 to 4 ranks, with and without sequence parallelism,
 train_gpt2 --check trains 10 steps distributed and the same model in one

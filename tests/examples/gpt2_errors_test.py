@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """train_gpt2's bad-input errors: each is one clear message naming the file
 and tensor (or flag), printed once, with exit status 1, on 1 rank and, for
 a selection, on 2 ranks (tp=2: the ranks agree, rank 0 prints what rank 1

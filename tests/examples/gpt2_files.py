@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Files train_gpt2 reads, written with Python's standard library only
 (tests/examples' GPT-2 tests share this): safetensors (with our own
 writer: the `safetensors` package is not needed), Hugging Face's

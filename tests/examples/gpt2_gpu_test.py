@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """train_gpt2 --device cuda on the lent GPU machine (scripts/gpu-check runs
 it; CI has no GPU). One rank (NCCL refuses two ranks on one GPU):
 

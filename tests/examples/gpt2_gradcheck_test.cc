@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // examples/train_gpt2/gpt2.c on one rank (tp = 1): every parameter's
 // gradient from gpt2_backward against central finite differences of the
 // loss, the loss against a direct evaluation, and the order in which

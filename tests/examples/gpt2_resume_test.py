@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Checkpoints of train_gpt2 (--save, --save-every, --load) and their
 consolidation into a Hugging Face GPT-2 file.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """train_gpt2 against PyTorch: a small GPT-2 (Hugging Face's definition,
 written here in torch) is built from the same safetensors file that
 train_gpt2 loads, trained with torch.optim.AdamW on the same llm.c token

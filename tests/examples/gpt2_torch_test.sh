@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs gpt2_torch_test.py with a Python that has PyTorch (Debian's
 # python3-torch lives in /usr/bin/python3, which may not be first on PATH);
 # without one the test reports its cases skipped, with the reason.

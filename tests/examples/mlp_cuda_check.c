@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Plain C runner of the CUDA-vs-CPU model checks (mlp_cuda_checks.c) for
  * scripts/gpu-check: no GoogleTest needed. Prints one line per check.
  * Exit: 0 all passed, 1 a failure, 77 no GPU (the reason is printed). */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The CUDA model (examples/train_mlp/mlp_cuda.cu) against the CPU model
  * (mlp.c) on the same parameters and batch: loss, every parameter
  * gradient, and AdamW. Tolerance: 1e-4 relative to each gradient tensor's

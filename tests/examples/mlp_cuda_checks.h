@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The CUDA model of examples/train_mlp (mlp_cuda.cu) against the CPU model
  * (mlp.c): one forward + backward on the same parameters and batch, and
  * AdamW steps. Shared by the GoogleTest mlp_cuda_test.cc (Bazel,

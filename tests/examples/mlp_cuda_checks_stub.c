@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* mlp_cuda_checks for a build without --config=cuda: no GPU model to
  * check; the runner reports why and skips. */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The example's CUDA model (examples/train_mlp/mlp_cuda.cu) against its CPU
 // model (mlp.c): one GoogleTest per check of mlp_cuda_checks.c (forward +
 // backward on the same parameters and batch, AdamW). Skips with the reason

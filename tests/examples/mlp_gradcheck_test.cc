@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The example model's backward against central finite differences of its
 // own loss, and the TP split of the model against the unsplit one: two
 // "ranks" each holding part of fc1's rows / fc2's columns produce partial

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // examples/common/nn_cpu.c against double-precision formulas: nn_expf's
 // accuracy, GELU and its derivative, LayerNorm forward/backward, AdamW's
 // two first steps worked by hand (torch.optim.AdamW's order of

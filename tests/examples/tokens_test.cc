@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // examples/common/tokens.c: llm.c token files (header checks) and the
 // loader's positions (advance by B*T, wrap when B*T+1 would pass the end),
 // against hand-worked positions.

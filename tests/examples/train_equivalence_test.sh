@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Equivalence of TP+DP training with one process: for each (dp, tp) mesh,
 # train_mlp --check trains 10 steps distributed and the same model in one
 # process on rank 0, and fails if the losses or the gathered parameters

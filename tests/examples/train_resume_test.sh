@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Resume equivalence of train_mlp: an uninterrupted 10-step run on dp=2,tp=2
 # against a run saved after step 5 (--steps 6 --save-every 3 --save DIR)
 # and resumed with --load DIR --steps 10 on dp=1,tp=4, on dp=4,tp=1 and on

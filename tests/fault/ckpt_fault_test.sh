@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # A rank SIGKILLed in the middle of a checkpoint save (fault_helper's
 # FAULT=kill:RANK:0:DELAY_MS, a thread of the helper, not the library's
 # TPDP_CKPT_TEST_KILL hook): the job ends at once with a non-zero exit and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The program of the fault tests (fault_test.sh, ckpt_fault_test.sh): a
 // small training-like loop whose fault is injected here, by the FAULT
 // environment variable, never by the library.

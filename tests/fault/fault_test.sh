@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The fault tests: runs fault_helper on NP ranks with FAULT set, under an
 # outer time limit, and checks that the job ended (a hang fails the test,
 # not CI), with a non-zero exit, printing every expected pattern (grep -E),

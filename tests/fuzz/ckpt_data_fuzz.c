@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: the data file of a checkpoint (ckpt/): the fixed
  * checkpoint's valid index.json (ckpt_fuzz_util.h) with its one data file
  * replaced by the input, then the accessors, slice verification,

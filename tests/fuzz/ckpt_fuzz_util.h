@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Shared by the checkpoint fuzz targets: a small checkpoint saved by the
  * library itself into a scratch directory (its index.json and its one data
  * file are the seeds of tests/fuzz/corpus/ckpt_*_fuzz/), and everything a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: the checkpoint index reader of ckpt/ (index.json of a
  * directory holds the input; tpdp_checkpoint_open, then the accessors,
  * slice verification, whole-tensor reads, a load and a consolidation). The

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: the option parsers every `tpdp` subcommand shares
  * (tools/cli/cli.h): integers, integer lists, bucket limits, shapes and
  * meshes, each given the input as its text. Their messages go to

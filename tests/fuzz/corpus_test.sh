@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs each fuzz target (arguments: their paths) once on every file of its
 # corpus folder, tests/fuzz/corpus/<target>/. Fails on a crash or a
 # sanitizer report (under --config=asan).

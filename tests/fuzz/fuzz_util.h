@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Shared by the libFuzzer targets: the input as a NUL-terminated string or
  * as a file, a scratch directory, and a check that stops the run. */
 #ifndef TPDP_TESTS_FUZZ_UTIL_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: the model description reader of the planning tools
  * (planning_model_desc_parse, tools/planning/model_json.h), then the stage
  * partitioners on what it accepts. A description that parses must be

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Without --config=fuzz (no libFuzzer), a fuzz target still links with
  * this main: it runs the target once on each file named on the command
  * line, which replays a corpus or a crash. */

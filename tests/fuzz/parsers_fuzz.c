@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: the library's text parsers - placement lists, mesh
  * specs (parse and a layout-only mesh), dtype, style and placement names.
  * Whatever the input, each call returns a status: no crash, no leak, no

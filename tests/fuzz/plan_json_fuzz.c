@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: sharding plans (planning_plan_compute, tools/planning/
  * plan.h). The input is a plan JSON text for a fixed model, or "MODEL\0PLAN"
  * to fuzz both (the model through planning_model_desc_parse). A plan that

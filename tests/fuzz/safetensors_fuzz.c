@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: the safetensors reader of ckpt/ (tpdp_safetensors_open
  * on a file holding the input, tools' view of it, and reading each tensor
  * of at most 1 MiB). What opens must be consistent: names found again,

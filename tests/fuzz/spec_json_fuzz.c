@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: tpdp_spec_from_json on a layout-only 2x3 mesh. A text
  * that parses must print back (tpdp_spec_to_json) to a spec equal to it. */
 #include <stdio.h>

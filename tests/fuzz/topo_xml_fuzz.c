@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* libFuzzer target: the hwloc XML path of `tpdp topo --xml FILE`
  * (tpdp_topo_load on a file holding the input, then everything tpdp reads
  * out of the topology). */

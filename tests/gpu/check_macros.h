@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Failure macros of the plain C GPU checks (nccl_checks.c,
  * nccl_multi_checks.c, device_checks.c). A check function has parameters
  * `char *msg, size_t len` and an `out:` label that frees what it holds:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Device-memory paths of tp/ and dp/ at world size 1 on an NCCL
  * communicator (see nccl_checks.h): redistribute and full_tensor on CUDA
  * tensors over a 1-rank "tp" mesh, and the reducer over CUDA parameters

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Plain C runner of the NCCL backend checks (tests/gpu/nccl_checks.c) for
  * scripts/gpu-check: no GoogleTest needed. Prints one line per check and
  * "gpu-check: N passed, M failed". Exit: 0 all passed, 1 a failure, 77 no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* NCCL backend checks at world size 1 (see nccl_checks.h). Expected values
  * at one rank: every reduction of x over one rank is x (AVG divides by 1),
  * allgather/reduce_scatter/broadcast/alltoall return the input. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* NCCL backend checks at world size 1, shared by the GoogleTest suite
  * (nccl_test.cc, Bazel --config=cuda) and the plain C program nccl_check.c
  * (scripts/gpu-check, no GoogleTest there). Needs a GPU. */

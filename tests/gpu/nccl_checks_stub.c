@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* nccl_checks for a build without --config=cuda: no checks, no GPU. */
 #include <stdio.h>
 

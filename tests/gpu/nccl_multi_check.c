@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Plain C MPI runner of the multi-rank NCCL checks
  * (tests/gpu/nccl_multi_checks.c) for scripts/gpu-check: no GoogleTest.
  * Run it as `mpirun -np <GPUs> nccl_multi_check`. Rank 0 prints one line

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Multi-rank NCCL backend checks (see nccl_multi_checks.h).
  *
  * Expected values are computed on the host. Rank p's input element j is

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Multi-rank NCCL backend checks (one GPU per rank), shared by the
  * GoogleTest suite nccl_multi_test.cc (Bazel, tpdp_mpi_test at np 2 and 4,
  * --config=cuda) and the plain C MPI program nccl_multi_check.c

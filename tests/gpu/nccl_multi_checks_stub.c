@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* nccl_multi_checks for a build without --config=cuda: no checks; every
  * rank is told the same reason, with no collective needed. */
 #include <stdio.h>

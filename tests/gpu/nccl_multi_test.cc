@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Multi-rank NCCL backend tests (tpdp_mpi_test, np 2 and 4): one
 // GoogleTest per check of tests/gpu/nccl_multi_checks.c, over an NCCL
 // communicator made from the MPI world (tpdp_comm_create_nccl(world, -1)):

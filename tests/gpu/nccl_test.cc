@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // NCCL backend tests at world size 1: one GoogleTest per check of
 // tests/gpu/nccl_checks.c (every collective x dtype x op, in place, async
 // test/wait, wait_stream, order_after, split, device tensor copies, the

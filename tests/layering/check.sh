@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The layering check: breaking DESIGN.md's layering must be a build error.
 # tests/layering/<layer>/ is a probe package with the rights of that layer
 # (tpdp.bzl's tpdp_layer_visibility grants each probe what its layer gets;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The probes of one layer's package under tests/layering/ (check.sh)."""
 
 def layering_probes(allowed = [], refused = {}):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* A framework backend's use of an installed libtpdp, built outside Bazel
  * (tests/lib/install_test.sh):
  *   cc consumer.c $(pkg-config --cflags --libs tpdp)

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # libtpdp.so's interface: it exports exactly the functions the public
 # headers declare with TPDP_API (nothing internal leaks past
 # -fvisibility=hidden, nothing declared is missing), its SONAME is

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # scripts/install-lib into a temporary prefix, then a framework's view of
 # it, outside Bazel: the consumer (consumer.c) built with README's command
 #   cc consumer.c $(pkg-config --cflags --libs tpdp)

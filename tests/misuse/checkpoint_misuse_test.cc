@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/checkpoint.h (single process, comm NULL = this
 // process alone): each case asserts the status and that the message names
 // the tensor FQN, the file or the option at fault with expected and actual

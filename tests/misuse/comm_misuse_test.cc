@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/comm.h on 2 ranks: each case asserts the status and
 // that the message names the communicator, the rank, the buffer at fault
 // and the expected and actual values. Every case fails the same way on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/core.h: each case asserts the status and that the
 // message names the function, the argument at fault and the values.
 // Cases:

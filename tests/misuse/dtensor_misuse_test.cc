@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/dtensor.h on 2 ranks (a mesh "tp=2" over the
 // world): each case asserts the status and that the message names the
 // placement, mesh dim, parameter FQN or rank at fault with the expected and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A mesh made from a spec string ("dp=1,tp=2") over a communicator (NULL:
 // layout-only) and destroyed with the case: the misuse cases of dtensor.h
 // and tp.h build theirs with it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/module.h: each case asserts the status and that the
 // message names the module ("fqn[Class]"), the name or index at fault and
 // the expected and actual values.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/reducer.h on 2 ranks: each case asserts the status
 // and that the message names the parameter (index and FQN), the option or
 // the call order at fault, with the expected and actual values. Every case

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/topo.h (single process, on the hwloc XML fixtures
 // of tests/data): each case asserts the status and that the message names
 // the file, the index or the mesh at fault with the allowed range.

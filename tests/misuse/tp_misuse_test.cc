@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Misuse of include/tpdp/tp.h on 2 ranks (a mesh "dp=1,tp=2" over the
 // world, or a layout-only one): each case asserts the status and that the
 // message names the style, plan pattern, mesh dim, module or parameter FQN

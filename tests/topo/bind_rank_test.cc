@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tpdp_topo_bind_rank on real MPI ranks of this machine: each rank gets its
 // share of the host's cores (worked out here from the core count and the
 // rank's local index), and TPDP_BIND=0 binds nothing.

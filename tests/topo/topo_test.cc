@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Topology, binding and placement advice on the synthetic hwloc XML
 // fixtures of tests/data (layouts in tests/data/make_topo_fixtures.py).
 // Every expectation below is worked out by hand from those layouts.

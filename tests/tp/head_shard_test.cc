@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Attention sharded by whole heads (tp/head_shard.c): each rank's q|k|v and
 // output-projection shards against the full tensors, and causal multi-head
 // attention computed from the shards (local heads, rowwise output, one

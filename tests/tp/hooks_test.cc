@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // TP+DP forward hooks (tp/hooks.c, seeds 001 and 004) on a nested tree with
 // DTensor parameters at every level, over a layout-only 2x4 (dp, tp) mesh
 // whose self rank is mesh rank 0 (coords (0, 0)). Every parameter has its

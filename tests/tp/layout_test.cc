@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Linear modules in either orientation (tp/layout.c): local shards against
 // the full tensors, a colwise -> rowwise pair against dense host math, the
 // fill-callback source, and the errors (each naming the culprit and leaving

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Helpers for the transformer-layout tests (tp/layout.c, tp/head_shard.c,
 // tp/vocab_parallel.c): where this rank sits on a mesh, the meshes each
 // world size runs, and a comparison that names the element.

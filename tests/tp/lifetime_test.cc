@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Lifetimes of meshes and specs (comm/mesh.c, tp/spec.c): a spec holds its
 // mesh, which refuses to be destroyed while specs (or reducers) built on it
 // live, naming how many; a destroyed mesh or spec is refused (a best-effort

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tpdp_redistribute's cross-rank and memory checks (tp/redistribute_check.c)
 // on 2 and 4 ranks, a 1-D mesh over all of them: ranks passing different
 // global shapes, dtypes or placements all fail, naming each rank's

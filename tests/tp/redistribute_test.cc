@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Multi-rank (np 4) tests of redistribute on 2x2 and 4x1 meshes. Each rank
 // builds the global tensor by a formula, makes its source local tensor by
 // direct indexing (with a chunk rule written here, independently of tp/),

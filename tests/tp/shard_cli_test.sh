@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `tpdp shard` contract: exact --json text, table header, exit 2 + message.
 set -u
 bin="$1"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The spec's JSON form (tp/spec_json.c): the exact text, round trips
 // through the parser, and the parser's errors, each naming the field or
 // the mismatch. Single process, layout-only meshes; expected texts are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Unit tests of placements, the spec (torch.chunk local shapes/offsets),
 // flatten/unflatten (tp/spec.c; the JSON form is in spec_json_test.cc).
 // Single process, layout-only meshes. Expected shapes and offsets are

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Helpers shared by the spec tests (spec_test.cc, spec_json_test.cc):
 // layout-only meshes and specs that free themselves.
 #ifndef TPDP_TESTS_TP_SPEC_TEST_UTIL_H

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Single-process tests of tpdp/dtensor.h: FQN pattern matching and style names.
 #include <string>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // tpdp_parallelize's bad input on a real mesh (2 ranks, tp=2): every error
 // names the culprit and leaves the tree unchanged.
 #include <string>

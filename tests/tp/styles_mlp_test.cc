@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Each parallel style's forward and backward against a dense computation on
 // the host, on 2 ranks (tp=2) and 4 ranks (dp=2,tp=2 / tp=2,dp=2 / tp=4),
 // with sizes that do not divide by tp. Expected values come from dense

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Helpers for the parallel-style tests: a tiny module tree built from full
 // tensors the test owns, and torch.chunk arithmetic computed independently
 // of tp/.

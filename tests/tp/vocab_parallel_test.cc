@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Vocabulary-parallel embedding and cross-entropy (tp/vocab_parallel.c)
 // against dense host math: lookup, its backward into a tied weight's
 // gradient, and the loss with its gradient on vocab-sharded logits. V = 11

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Helpers shared by the `tpdp` subcommands (cli.h). */
 #include "tools/cli/cli.h"
 

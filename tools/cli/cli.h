@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Helpers shared by the `tpdp` subcommands: help and usage errors, option
  * values, integers read with overflow checks, bucket limits, meshes under
  * the size limit every subcommand applies. The functions that can fail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* `tpdp buckets`: print the DDP bucket assignment of a list of tensors,
  * exactly as tpdp_bucket_assign returns it (tensors in the given order). */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* `tpdp ckpt`: inspect a sharded checkpoint (tensors, global shapes,
  * placements, slices, bytes, checksums) or consolidate it into one
  * safetensors file. One process, no MPI needed. */

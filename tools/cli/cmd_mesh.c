@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* `tpdp mesh`: show a device mesh layout without launching MPI: every
  * rank's coordinates and, per dim, the groups of ranks that form its
  * sub-communicators. */

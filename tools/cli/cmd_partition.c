@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* `tpdp partition`: split a model into pipeline stages
  * (tools/planning/partition.h): the optimal min-max split of the leaves, or
  * PyTorch's fx shard_model's greedy split of the calls. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* `tpdp plan`: show how a model will be sharded by TP and DP
  * (tools/planning/plan.h): the sharded tree report (PyTorch FSDP's tree report), the unit ->
  * parameter map, placements and local shapes, bytes per rank and the DP

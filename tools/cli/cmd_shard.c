@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* `tpdp shard`: each mesh rank's local shape and global offset for a
  * global shape, a mesh and placements (layout-only mesh: no MPI needed). */
 #include <stdio.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* tpdp topo [--xml FILE] [--mesh dp=..,tp=..] [--local-ranks N]: the
  * machine tree, GPU affinity table, per-rank bindings and mesh advice. */
 #include <stdio.h>

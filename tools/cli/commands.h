@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Subcommands of the `tpdp` CLI. Each lives in its own cmd_*.c file, which
  * defines its cli_command cli_cmd_NAME; tpdp.c lists them. Shared helpers:
  * cli.h. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* `tpdp`: the user-facing command. Dispatches to subcommands. */
 #include <stdio.h>
 #include <string.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* The planning library's last error (error.h). */
 #include "tools/planning/error.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Errors of the planning library (//tools/planning:planning: model JSON,
  * plans, the stage partitioner). The library is a user of libtpdp, not a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* JSON helpers of the planning library (json.h). */
 #include "tools/planning/json.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * JSON helpers of the planning library, over cJSON: parsing with the
  * position of a syntax error, and integers read with range checks. Both

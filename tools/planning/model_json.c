@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Model descriptions in JSON -> a plain C tree (see model_json.h and
  * docs/model-format.md). */
 #include "tools/planning/model_json.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Model descriptions in JSON (docs/model-format.md), parsed into a plain C
  * tree for the planning tools (`tpdp plan`, `tpdp partition`).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Stage partitioner: see partition.h for the problem and the guarantees. */
 #include "tools/planning/partition.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * The stage partitioners behind `tpdp partition` (after PyTorch's fx shard_model), two
  * methods (docs/model-format.md compares them):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Sharding plans for `tpdp plan` (see plan.h and docs/model-format.md). */
 #include "tools/planning/plan.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * Sharding plans for `tpdp plan` (docs/model-format.md, "tpdp plan"): how a
  * model description (tools/planning/model_json.h) will be sharded over a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Layering probe: what tp/ may do, reach comm/ through its services. */
 #include "comm/services.h"
 

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `tpdp ckpt` end to end: a checkpoint saved on 2 ranks (crash_helper: w
 # [32768, 16] f32 sharded S0 over tp=2, b [5] plain) is inspected as text
 # and JSON, verified, consolidated (the file is then parsed here with

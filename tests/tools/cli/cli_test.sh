@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The helpers every `tpdp` subcommand shares (tools/cli/cli.c): integers read
 # as integers with overflow checks ("too large (max N)", never a double's
 # "4.61169e+18" or a wrapped int), the 2^20-rank mesh limit of `tpdp mesh`

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `tpdp partition` end to end: exact --json output on hand-worked cases
 # (worked in tests/tools/partition_test.cc and docs/model-format.md), exit
 # statuses, and the messages of impossible requests.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # `tpdp plan` end to end. Expected texts are written out by hand: the tree
 # and the unit -> FQN dict are PyTorch FSDP's tree report's docstring (pytorch
 # torch/distributed/fsdp/_debug_utils.py), the TP local shapes, bytes and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The planning library's last error (tools/planning/error.h): named after
 // the outermost planning function running, thread-local, separate from
 // libtpdp's, wrapping libtpdp's message and the message without its prefix.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // JSON helpers of the planning library (tools/planning/json.h): the
 // position of a syntax error, and integers read with their exact range.
 #include "tools/planning/json.h"

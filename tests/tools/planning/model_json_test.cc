@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Model descriptions (tools/planning/model_json.h): the tree, FQNs, leaf
 // list and parameter counts (shared parameters once), calls, and every parse
 // error naming the JSON path at fault. Expected values are worked by hand

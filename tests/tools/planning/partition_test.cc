@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The stage partitioners (tools/planning/partition.h). Optimal: against an
 // independent brute force over every placement of the cut points, on random
 // small cases, plus hand-worked cases on PyTorch FSDP's tree report's toy model and the error

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Sharding plans (tools/planning/plan.h): PyTorch FSDP's tree report and unit
 // map, placements and local shapes from the style rules, bytes per tp rank
 // (shared parameters once), the reducer's reversed bucket list, and errors

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Assertions on the planning library's own last error
 // (tools/planning/error.h), as tests/test_util.h's on libtpdp's, and what
 // the model tests share: loading a fixture, an owned description, its
