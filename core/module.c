@@ -141,6 +141,8 @@ static void free_subtree(tpdp_module *m) {
   free(m->buffers);
   free(m->pre_hooks.items);
   free(m->post_hooks.items);
+  free(m->backward_pre_hooks.items);
+  free(m->backward_post_hooks.items);
   free(m->unit_kind);
   free(m->unit_suffix);
   free(m->class_name);
@@ -796,6 +798,22 @@ tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
   return register_hook(m, m ? &m->post_hooks : NULL, fn, ctx, out);
 }
 
+tpdp_status tpdp_module_register_backward_pre_hook(tpdp_module *m,
+                                                   tpdp_forward_hook_fn fn,
+                                                   void *ctx,
+                                                   tpdp_hook_handle *out) {
+  TPDP_API_ENTRY;
+  return register_hook(m, m ? &m->backward_pre_hooks : NULL, fn, ctx, out);
+}
+
+tpdp_status tpdp_module_register_backward_hook(tpdp_module *m,
+                                               tpdp_forward_hook_fn fn,
+                                               void *ctx,
+                                               tpdp_hook_handle *out) {
+  TPDP_API_ENTRY;
+  return register_hook(m, m ? &m->backward_post_hooks : NULL, fn, ctx, out);
+}
+
 static void compact(tpdp_hook_list *l) {
   int k = 0;
   for (int i = 0; i < l->n; i++)
@@ -809,8 +827,9 @@ tpdp_status tpdp_hook_remove(tpdp_hook_handle h) {
   if (m == NULL)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER, "hook handle has no module");
   CHECK(core_module_check(m, "h.module"));
-  tpdp_hook_list *lists[2] = {&m->pre_hooks, &m->post_hooks};
-  for (int k = 0; k < 2; k++) {
+  tpdp_hook_list *lists[4] = {&m->pre_hooks, &m->post_hooks,
+                              &m->backward_pre_hooks, &m->backward_post_hooks};
+  for (int k = 0; k < 4; k++) {
     tpdp_hook_list *l = lists[k];
     for (int i = 0; i < l->n; i++) {
       if (l->items[i].id != h.id || !l->items[i].live) continue;
@@ -837,6 +856,10 @@ int tpdp_module_num_hooks(const tpdp_module *m) {
   int n = 0;
   for (int i = 0; i < m->pre_hooks.n; i++) n += m->pre_hooks.items[i].live;
   for (int i = 0; i < m->post_hooks.n; i++) n += m->post_hooks.items[i].live;
+  for (int i = 0; i < m->backward_pre_hooks.n; i++)
+    n += m->backward_pre_hooks.items[i].live;
+  for (int i = 0; i < m->backward_post_hooks.n; i++)
+    n += m->backward_post_hooks.items[i].live;
   return n;
 }
 
@@ -853,6 +876,8 @@ static tpdp_status run_hooks(tpdp_module *m, tpdp_hook_list *l) {
   if (--m->running == 0 && m->needs_compact) {
     compact(&m->pre_hooks);
     compact(&m->post_hooks);
+    compact(&m->backward_pre_hooks);
+    compact(&m->backward_post_hooks);
     m->needs_compact = 0;
   }
   return st;
@@ -873,6 +898,18 @@ tpdp_status tpdp_module_forward_end(tpdp_module *m) {
   tpdp_status st = run_hooks(m, &m->post_hooks);
   if (m->forward_depth > 0) m->forward_depth--;
   return st;
+}
+
+tpdp_status tpdp_module_backward_begin(tpdp_module *m) {
+  TPDP_API_ENTRY;
+  CHECK(core_module_check(m, "m"));
+  return run_hooks(m, &m->backward_pre_hooks);
+}
+
+tpdp_status tpdp_module_backward_end(tpdp_module *m) {
+  TPDP_API_ENTRY;
+  CHECK(core_module_check(m, "m"));
+  return run_hooks(m, &m->backward_post_hooks);
 }
 
 int tpdp_module_in_forward(const tpdp_module *m) {

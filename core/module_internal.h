@@ -77,6 +77,7 @@ struct tpdp_module {
   char *unit_suffix;
   /* hooks */
   tpdp_hook_list pre_hooks, post_hooks;
+  tpdp_hook_list backward_pre_hooks, backward_post_hooks;
   uint64_t next_hook_id;
   int running;       /* nesting depth of hook runs */
   int forward_depth; /* forwards begun and not ended (in_forward) */

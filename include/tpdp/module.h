@@ -366,7 +366,7 @@ TPDP_API tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
  * this module never issued; both name the module. */
 TPDP_API tpdp_status tpdp_hook_remove(tpdp_hook_handle h);
 TPDP_API int tpdp_module_num_hooks(
-    const tpdp_module *m); /* pre + forward, live */
+    const tpdp_module *m); /* forward and backward ones, live */
 
 /* Run m's pre-hooks / forward hooks in order (the framework calls these
  * around m's forward). Allocation-free.
@@ -383,6 +383,23 @@ TPDP_API tpdp_status tpdp_module_forward_end(tpdp_module *m);
  * included); 0 otherwise and for NULL. Only m's own calls count: a child
  * is not in forward because its parent is. */
 TPDP_API int tpdp_module_in_forward(const tpdp_module *m);
+
+/* Backward hooks. A C framework runs backward itself, so it calls
+ * tpdp_module_backward_begin(m) before m's backward (m's pre-backward
+ * hooks run: a fully sharded unit gathers its parameters there and sets
+ * up its gradients) and tpdp_module_backward_end(m) after it (post-backward
+ * hooks: the unit reduce-scatters its gradients) - what PyTorch's autograd
+ * hooks do for FSDP. Same rules as the forward hooks: registration order,
+ * removal with tpdp_hook_remove (also during a run), the first failing
+ * hook's status returned. Allocation-free. */
+TPDP_API tpdp_status tpdp_module_register_backward_pre_hook(
+    tpdp_module *m, tpdp_forward_hook_fn fn, void *ctx, tpdp_hook_handle *out);
+TPDP_API tpdp_status tpdp_module_register_backward_hook(tpdp_module *m,
+                                                        tpdp_forward_hook_fn fn,
+                                                        void *ctx,
+                                                        tpdp_hook_handle *out);
+TPDP_API tpdp_status tpdp_module_backward_begin(tpdp_module *m);
+TPDP_API tpdp_status tpdp_module_backward_end(tpdp_module *m);
 
 /* ----------------------------------------------------------- extensions */
 

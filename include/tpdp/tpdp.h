@@ -8,6 +8,7 @@
 #include "tpdp/comm.h"       /* communicators, device mesh (comm/) */
 #include "tpdp/core.h"       /* status, logging, tensor views (core/) */
 #include "tpdp/dtensor.h"    /* DTensor specs, redistribute (tp/) */
+#include "tpdp/fsdp.h"       /* fully sharded units, ZeRO 1-3 (dp/) */
 #include "tpdp/module.h"     /* module tree, reports (core/) */
 #include "tpdp/reducer.h"    /* DDP-style gradient reducer (dp/) */
 #include "tpdp/topo.h"       /* topology, binding (topo/) */

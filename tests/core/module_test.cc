@@ -657,6 +657,46 @@ TEST(Hooks, RunInRegistrationOrderAndRemove) {
   ASSERT_TPDP_OK(tpdp_module_destroy(m));
 }
 
+TEST(Hooks, BackwardHooksRunAroundBackwardAndAreRemovable) {
+  tpdp_module *m = Make("Block");
+  Log log;
+  HookCtx fwd{&log, "fwd", TPDP_SUCCESS, 0, 0};
+  HookCtx bpre{&log, "bpre", TPDP_SUCCESS, 0, 0};
+  HookCtx bpost{&log, "bpost", TPDP_SUCCESS, 0, 0};
+  HookCtx bad{&log, "bad", TPDP_ERR_STATE, 0, 0};
+  tpdp_hook_handle hf, hb1, hb2, hbad;
+  ASSERT_TPDP_OK(tpdp_module_register_forward_hook(m, Hook, &fwd, &hf));
+  ASSERT_TPDP_OK(tpdp_module_register_backward_pre_hook(m, Hook, &bpre, &hb1));
+  ASSERT_TPDP_OK(tpdp_module_register_backward_hook(m, Hook, &bpost, &hb2));
+  EXPECT_EQ(tpdp_module_num_hooks(m), 3);
+  // Backward hooks run only from backward_begin/end, forward ones only from
+  // forward_begin/end.
+  ASSERT_TPDP_OK(tpdp_module_backward_begin(m));
+  ASSERT_TPDP_OK(tpdp_module_backward_end(m));
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"bpre@Block", "bpost@Block"}));
+  EXPECT_EQ(tpdp_module_in_forward(m), 0);
+  log.calls.clear();
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m));
+  ASSERT_TPDP_OK(tpdp_module_forward_end(m));
+  EXPECT_EQ(log.calls, std::vector<std::string>{"fwd@Block"});
+  // A failing pre-backward hook stops the run with its status.
+  ASSERT_TPDP_OK(tpdp_module_register_backward_pre_hook(m, Hook, &bad, &hbad));
+  log.calls.clear();
+  EXPECT_EQ(tpdp_module_backward_begin(m), TPDP_ERR_STATE);
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"bpre@Block", "bad@Block"}));
+  ASSERT_TPDP_OK(tpdp_hook_remove(hbad));
+  ASSERT_TPDP_OK(tpdp_hook_remove(hb1));
+  EXPECT_TPDP_ERROR(tpdp_hook_remove(hb1), TPDP_ERR_ALREADY, "[Block]",
+                    "already removed");
+  log.calls.clear();
+  ASSERT_TPDP_OK(tpdp_module_backward_begin(m));
+  ASSERT_TPDP_OK(tpdp_module_backward_end(m));
+  EXPECT_EQ(log.calls, std::vector<std::string>{"bpost@Block"});
+  EXPECT_EQ(tpdp_module_num_hooks(m), 2);
+  EXPECT_EQ(tpdp_module_backward_begin(nullptr), TPDP_ERR_NULL_POINTER);
+  ASSERT_TPDP_OK(tpdp_module_destroy(m));
+}
+
 TEST(Hooks, ErrorStopsTheRunAndPropagates) {
   tpdp_module *root = Make("Net");
   tpdp_module *c = AddChild(root, "c", "Child");

@@ -1,0 +1,827 @@
+// SPDX-License-Identifier: BSD-3-Clause
+/* Fully sharded units (tpdp/fsdp.h): dim-0 chunk sharding of a module's
+ * local parameters over a dp communicator, one flat all-gather and one flat
+ * reduce-scatter per unit and step, driven by the module's forward and
+ * backward hooks. CPU (MPI) memory only. */
+#include "tpdp/fsdp.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/services.h"
+#include "core/check.h"
+
+#define FSDP_EXT_KEY "tpdp.fsdp"
+#define FSDP_MAGIC 0x46534450u /* "FSDP" */
+
+typedef struct {
+  tpdp_param *param; /* retained */
+  char *fqn;         /* relative to the unit's module */
+  int ndim;
+  int64_t shape[TPDP_MAX_DIMS]; /* the full local shape */
+  int64_t row_elems;            /* elements of one dim-0 row */
+  int64_t chunk;                /* c = ceil(d0 / N) */
+  int64_t shard_off;            /* in a rank's flat shard (elements) */
+  int64_t full_off;             /* in the full buffer (elements) */
+  tpdp_tensor original;         /* the caller's view, until creation ends */
+} fsdp_param;
+
+typedef enum { GATHER_NONE, GATHER_IN_FLIGHT, GATHER_DONE } gather_state;
+
+typedef struct fsdp_group fsdp_group;
+
+struct tpdp_fsdp_unit {
+  unsigned magic;
+  tpdp_module *module;
+  tpdp_comm *comm;
+  int rank, nranks;
+  int level, reshard_option;
+  char label[256];
+  fsdp_param *p;
+  int np;
+  int64_t shard_elems; /* S: one rank's padded flat shard */
+  int64_t full_elems;  /* the unpadded full tensors, back to back */
+  float *shard, *shard_grad;
+  float *full;      /* parameters when gathered */
+  float *full_grad; /* gradients during backward (and accumulation) */
+  float *gather_buf, *rs_send;
+  tpdp_work *gather_work, *rs_work;
+  gather_state gather;
+  tpdp_handle_state state;
+  int grads_pending; /* full_grad holds values not yet reduced */
+  int forwarded;     /* ran forward in this step */
+  tpdp_fsdp_unit *parent;
+  fsdp_group *group;
+};
+
+struct fsdp_group {
+  int refs;
+  tpdp_fsdp_unit **units; /* members, creation order */
+  int nunits, cap_units;
+  tpdp_fsdp_unit **order; /* this step's forward order */
+  int norder, cap_order;
+  int sync;
+  tpdp_fsdp_stats cur, last;
+  int64_t transient; /* bytes alive beyond the persistent ones */
+};
+
+tpdp_fully_shard_options tpdp_fully_shard_options_default(void) {
+  tpdp_fully_shard_options o;
+  memset(&o, 0, sizeof o);
+  o.size = sizeof o;
+  o.version = TPDP_FULLY_SHARD_OPTIONS_VERSION;
+  o.zero_level = 3;
+  o.reshard_after_forward = -1;
+  return o;
+}
+
+static tpdp_status check_unit(const tpdp_fsdp_unit *u, const char *arg) {
+  return core_check_handle(u, u ? u->magic : 0, FSDP_MAGIC, arg,
+                           "fully sharded unit", "its module was destroyed");
+}
+
+static int64_t rows_of(const fsdp_param *q, int r) {
+  int64_t lo = (int64_t)r * q->chunk, n = q->shape[0] - lo;
+  return n < 0 ? 0 : (n > q->chunk ? q->chunk : n);
+}
+
+static int reshards_after_forward(const tpdp_fsdp_unit *u) {
+  if (u->reshard_option >= 0) return u->reshard_option;
+  return u->level == 3 && u->parent != NULL;
+}
+
+/* ------------------------------------------------------ memory accounting */
+
+static void transient_add(tpdp_fsdp_unit *u, int64_t bytes) {
+  fsdp_group *g = u->group;
+  g->transient += bytes;
+  if (g->transient > g->cur.peak_transient_bytes)
+    g->cur.peak_transient_bytes = g->transient;
+}
+
+/* Level 1 keeps the full parameters and gradients, level 2 the full
+ * parameters: persistent there, transient at level 3. */
+static int full_is_persistent(const tpdp_fsdp_unit *u) { return u->level <= 2; }
+static int grad_is_persistent(const tpdp_fsdp_unit *u) { return u->level == 1; }
+
+static tpdp_status alloc_floats(tpdp_fsdp_unit *u, int64_t n, int transient,
+                                float **out) {
+  *out = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+  if (*out == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
+                    "unit %s on rank %d: %lld bytes for its buffers", u->label,
+                    u->rank, (long long)(n * 4));
+  if (transient) transient_add(u, n * 4);
+  return TPDP_SUCCESS;
+}
+
+static void free_floats(tpdp_fsdp_unit *u, float **p, int64_t n,
+                        int transient) {
+  if (*p == NULL) return;
+  free(*p);
+  *p = NULL;
+  if (transient) u->group->transient -= n * 4;
+}
+
+/* ------------------------------------------------------------- views */
+
+static tpdp_status view(const fsdp_param *q, float *base, int64_t rows,
+                        tpdp_tensor *out) {
+  int64_t shape[TPDP_MAX_DIMS];
+  memcpy(shape, q->shape, sizeof shape);
+  shape[0] = rows;
+  return tpdp_tensor_init(out, base, TPDP_F32,
+                          (tpdp_device){TPDP_DEVICE_CPU, 0}, q->ndim, shape);
+}
+
+static tpdp_status point_at_full(tpdp_fsdp_unit *u) {
+  for (int i = 0; i < u->np; i++) {
+    tpdp_tensor t;
+    CHECK(view(&u->p[i], u->full + u->p[i].full_off, u->p[i].shape[0], &t));
+    CHECK(tpdp_param_set_tensor(u->p[i].param, &t));
+  }
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status point_at_shard(tpdp_fsdp_unit *u) {
+  for (int i = 0; i < u->np; i++) {
+    tpdp_tensor t;
+    CHECK(view(&u->p[i], u->shard + u->p[i].shard_off,
+               rows_of(&u->p[i], u->rank), &t));
+    CHECK(tpdp_param_set_tensor(u->p[i].param, &t));
+  }
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status set_grads(tpdp_fsdp_unit *u, float *base, int full) {
+  for (int i = 0; i < u->np; i++) {
+    const fsdp_param *q = &u->p[i];
+    tpdp_tensor t;
+    if (full)
+      CHECK(view(q, base + q->full_off, q->shape[0], &t));
+    else
+      CHECK(view(q, base + q->shard_off, rows_of(q, u->rank), &t));
+    CHECK(tpdp_param_set_grad(q->param, &t));
+  }
+  return TPDP_SUCCESS;
+}
+
+/* -------------------------------------------------------- collectives */
+
+static tpdp_status gather_start(tpdp_fsdp_unit *u) {
+  if (u->gather != GATHER_NONE) return TPDP_SUCCESS;
+  if (u->full == NULL)
+    CHECK(alloc_floats(u, u->full_elems, !full_is_persistent(u), &u->full));
+  CHECK(alloc_floats(u, u->shard_elems * u->nranks, 1, &u->gather_buf));
+  tpdp_tensor send = tpdp_tensor_1d(u->shard, TPDP_F32, u->shard_elems);
+  tpdp_tensor recv =
+      tpdp_tensor_1d(u->gather_buf, TPDP_F32, u->shard_elems * u->nranks);
+  CHECK(tpdp_allgather_async(u->comm, &send, &recv, &u->gather_work));
+  u->gather = GATHER_IN_FLIGHT;
+  u->group->cur.allgathers++;
+  u->group->cur.bytes_allgathered += u->shard_elems * u->nranks * 4;
+  return TPDP_SUCCESS;
+}
+
+/* Wait for the all-gather (starting it if needed) and copy each rank's rows
+ * out of the padded flat layout into the full tensors. */
+static tpdp_status gather_finish(tpdp_fsdp_unit *u) {
+  if (u->gather == GATHER_DONE) return TPDP_SUCCESS;
+  CHECK(gather_start(u));
+  tpdp_work *w = u->gather_work;
+  u->gather_work = NULL;
+  CHECK(tpdp_work_wait(w));
+  for (int r = 0; r < u->nranks; r++)
+    for (int i = 0; i < u->np; i++) {
+      const fsdp_param *q = &u->p[i];
+      memcpy(u->full + q->full_off + r * q->chunk * q->row_elems,
+             u->gather_buf + r * u->shard_elems + q->shard_off,
+             (size_t)(rows_of(q, r) * q->row_elems) * sizeof(float));
+    }
+  free_floats(u, &u->gather_buf, u->shard_elems * u->nranks, 1);
+  u->gather = GATHER_DONE;
+  return point_at_full(u);
+}
+
+static tpdp_status reshard(tpdp_fsdp_unit *u) {
+  CHECK(point_at_shard(u));
+  if (!full_is_persistent(u)) free_floats(u, &u->full, u->full_elems, 1);
+  u->gather = GATHER_NONE;
+  return TPDP_SUCCESS;
+}
+
+/* Pack the full gradients rank by rank (padding zero) and start the
+ * reduce-scatter (AVG) into the gradient shard. */
+static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
+  int64_t n = u->shard_elems * u->nranks;
+  CHECK(alloc_floats(u, n, 1, &u->rs_send));
+  for (int r = 0; r < u->nranks; r++)
+    for (int i = 0; i < u->np; i++) {
+      const fsdp_param *q = &u->p[i];
+      memcpy(u->rs_send + r * u->shard_elems + q->shard_off,
+             u->full_grad + q->full_off + r * q->chunk * q->row_elems,
+             (size_t)(rows_of(q, r) * q->row_elems) * sizeof(float));
+    }
+  if (!grad_is_persistent(u)) free_floats(u, &u->full_grad, u->full_elems, 1);
+  u->grads_pending = 0;
+  tpdp_tensor send = tpdp_tensor_1d(u->rs_send, TPDP_F32, n);
+  tpdp_tensor recv = tpdp_tensor_1d(u->shard_grad, TPDP_F32, u->shard_elems);
+  CHECK(tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
+                                  &u->rs_work));
+  u->group->cur.reduce_scatters++;
+  u->group->cur.bytes_reduce_scattered += n * 4;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status reduce_finish(tpdp_fsdp_unit *u) {
+  if (u->rs_work == NULL) return TPDP_SUCCESS;
+  tpdp_work *w = u->rs_work;
+  u->rs_work = NULL;
+  tpdp_status st = tpdp_work_wait(w);
+  free_floats(u, &u->rs_send, u->shard_elems * u->nranks, 1);
+  return st;
+}
+
+/* ------------------------------------------------------------- states */
+
+static tpdp_status expect_state(const tpdp_fsdp_unit *u,
+                                const tpdp_handle_state *allowed, int n,
+                                const char *call) {
+  for (int i = 0; i < n; i++)
+    if (u->state == allowed[i]) return TPDP_SUCCESS;
+  char want[128] = "";
+  for (int i = 0; i < n; i++) {
+    strncat(want, i ? " or " : "", sizeof want - strlen(want) - 1);
+    strncat(want, tpdp_handle_state_name(allowed[i]),
+            sizeof want - strlen(want) - 1);
+  }
+  return TPDP_ERR(TPDP_ERR_STATE,
+                  "fully sharded unit %s on rank %d: %s expects state %s, "
+                  "the unit is in %s",
+                  u->label, u->rank, call, want,
+                  tpdp_handle_state_name(u->state));
+}
+
+/* ------------------------------------------------------------- hooks */
+
+static tpdp_status on_forward_begin(tpdp_module *m, void *ctx) {
+  (void)m;
+  tpdp_fsdp_unit *u = ctx;
+  /* BACKWARD_POST: the next micro-batch of an accumulation. */
+  static const tpdp_handle_state ok[] = {TPDP_HANDLE_IDLE, TPDP_HANDLE_FORWARD,
+                                         TPDP_HANDLE_BACKWARD_POST};
+  CHECK(expect_state(u, ok, 3,
+                     "forward (a second forward during backward, "
+                     "e.g. activation recomputation, is not "
+                     "supported)"));
+  if (u->rs_work != NULL)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "fully sharded unit %s on rank %d: forward after a synced "
+                    "backward; call tpdp_fsdp_finalize first",
+                    u->label, u->rank);
+  CHECK(gather_finish(u));
+  if (!u->forwarded) {
+    fsdp_group *g = u->group;
+    CHECK(core_grow((void **)&g->order, &g->cap_order, g->norder + 1,
+                    sizeof *g->order));
+    g->order[g->norder++] = u;
+    u->forwarded = 1;
+  }
+  u->state = TPDP_HANDLE_FORWARD;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status on_forward_end(tpdp_module *m, void *ctx) {
+  (void)m;
+  tpdp_fsdp_unit *u = ctx;
+  if (reshards_after_forward(u)) CHECK(reshard(u));
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status on_backward_begin(tpdp_module *m, void *ctx) {
+  (void)m;
+  tpdp_fsdp_unit *u = ctx;
+  static const tpdp_handle_state ok[] = {TPDP_HANDLE_FORWARD};
+  CHECK(expect_state(u, ok, 1, "backward (backward runs after forward)"));
+  CHECK(gather_finish(u));
+  /* Prefetch the unit that ran before this one in forward: its backward
+   * comes next. */
+  fsdp_group *g = u->group;
+  for (int i = 1; i < g->norder; i++)
+    if (g->order[i] == u) {
+      CHECK(gather_start(g->order[i - 1]));
+      break;
+    }
+  if (u->full_grad == NULL)
+    CHECK(
+        alloc_floats(u, u->full_elems, !grad_is_persistent(u), &u->full_grad));
+  else if (!u->grads_pending)
+    memset(u->full_grad, 0, (size_t)u->full_elems * sizeof(float));
+  u->grads_pending = 1;
+  CHECK(set_grads(u, u->full_grad, 1));
+  u->state = TPDP_HANDLE_BACKWARD_PRE;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status on_backward_end(tpdp_module *m, void *ctx) {
+  (void)m;
+  tpdp_fsdp_unit *u = ctx;
+  static const tpdp_handle_state ok[] = {TPDP_HANDLE_BACKWARD_PRE};
+  CHECK(expect_state(u, ok, 1, "the end of backward"));
+  u->state = TPDP_HANDLE_BACKWARD_POST;
+  if (u->group->sync && u->level >= 2) CHECK(reduce_start(u));
+  if (u->level == 3) CHECK(reshard(u));
+  return TPDP_SUCCESS;
+}
+
+/* ------------------------------------------------------------ creation */
+
+typedef struct {
+  tpdp_fsdp_unit *u;
+  tpdp_status local;
+} collect_ctx;
+
+static int inside_nested_unit(const tpdp_module *m, const tpdp_module *top) {
+  for (const tpdp_module *a = m; a && a != top; a = tpdp_module_parent(a))
+    if (tpdp_fsdp_unit_of(a) != NULL) return 1;
+  return 0;
+}
+
+static tpdp_status collect(tpdp_module *m, const char *prefix, int level,
+                           void *vctx) {
+  (void)level;
+  collect_ctx *c = vctx;
+  tpdp_fsdp_unit *u = c->u;
+  if (inside_nested_unit(m, u->module)) return TPDP_SUCCESS;
+  for (int k = 0; k < tpdp_module_num_params(m); k++) {
+    const char *name;
+    tpdp_param *p = tpdp_module_param(m, k, &name);
+    int seen = 0;
+    for (int i = 0; i < u->np && !seen; i++) seen = u->p[i].param == p;
+    if (seen) continue;
+    int cap = u->np; /* grown one at a time: creation only */
+    CHECK(core_grow((void **)&u->p, &cap, u->np + 1, sizeof *u->p));
+    fsdp_param *q = &u->p[u->np++];
+    memset(q, 0, sizeof *q);
+    size_t len = strlen(prefix) + strlen(name) + 1;
+    q->fqn = malloc(len);
+    if (q->fqn == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "FQN");
+    snprintf(q->fqn, len, "%s%s", prefix, name);
+    tpdp_param_retain(p);
+    q->param = p;
+    const tpdp_tensor *t = tpdp_param_tensor(p);
+    if (c->local != TPDP_SUCCESS) continue;
+    if (t->dtype != TPDP_F32)
+      c->local = TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                          "fully_shard of %s on rank %d: parameter '%s' is %s; "
+                          "only f32 parameters can be sharded",
+                          u->label, u->rank, q->fqn, tpdp_dtype_name(t->dtype));
+    else if (t->device.type != TPDP_DEVICE_CPU || t->ndim < 1 ||
+             !tpdp_tensor_is_contiguous(t))
+      c->local = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                          "fully_shard of %s on rank %d: parameter '%s' must "
+                          "be a contiguous CPU tensor of at least one "
+                          "dimension (CUDA units are not built yet)",
+                          u->label, u->rank, q->fqn);
+    q->original = *t;
+    q->ndim = t->ndim;
+    memcpy(q->shape, t->shape, sizeof q->shape);
+  }
+  return TPDP_SUCCESS;
+}
+
+/* What the ranks must agree on at creation. */
+typedef struct {
+  int32_t status;
+  int32_t level;
+  int32_t nparams;
+  int32_t pad;
+  uint64_t shapes; /* FNV-1a over every parameter's ndim and shape */
+} fsdp_agree_rec;
+
+static int rec_same(const void *a, const void *b) {
+  const fsdp_agree_rec *x = a, *y = b;
+  /* A rank whose own check failed is reported as such, not as different. */
+  if (x->status != TPDP_SUCCESS || y->status != TPDP_SUCCESS) return 1;
+  return x->level == y->level && x->nparams == y->nparams &&
+         x->shapes == y->shapes;
+}
+
+static void rec_describe(core_strbuf *b, const void *rec) {
+  const fsdp_agree_rec *r = rec;
+  core_sb_printf(b, "zero level %d, %d parameters, shapes hash %016llx",
+                 r->level, r->nparams, (unsigned long long)r->shapes);
+}
+
+static CORE_THREAD_LOCAL const tpdp_fsdp_unit
+    *agree_unit; /* for rec_mismatch's message */
+
+static tpdp_status rec_mismatch(const tpdp_comm *comm, const void *a,
+                                const void *b, const char *ranks) {
+  (void)a;
+  (void)b;
+  return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                  "fully_shard of %s on rank %d: the ranks of '%s' disagree "
+                  "on the unit: %s",
+                  agree_unit ? agree_unit->label : "?", tpdp_comm_rank(comm),
+                  tpdp_comm_name(comm), ranks);
+}
+
+static uint64_t fnv(uint64_t h, int64_t v) {
+  for (int i = 0; i < 8; i++) {
+    h ^= (uint64_t)((v >> (8 * i)) & 0xff);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+static void unit_free(void *vu) {
+  tpdp_fsdp_unit *u = vu;
+  if (u == NULL) return;
+  if (u->gather_work) tpdp_work_wait(u->gather_work);
+  if (u->rs_work) tpdp_work_wait(u->rs_work);
+  fsdp_group *g = u->group;
+  if (g) {
+    int k = 0;
+    for (int i = 0; i < g->nunits; i++) {
+      if (g->units[i] == u) continue;
+      if (g->units[i]->parent == u) g->units[i]->parent = NULL;
+      g->units[k++] = g->units[i];
+    }
+    g->nunits = k;
+    k = 0;
+    for (int i = 0; i < g->norder; i++)
+      if (g->order[i] != u) g->order[k++] = g->order[i];
+    g->norder = k;
+    if (--g->refs == 0) {
+      free(g->units);
+      free(g->order);
+      free(g);
+    }
+  }
+  for (int i = 0; i < u->np; i++) {
+    free(u->p[i].fqn);
+    tpdp_param_release(u->p[i].param);
+  }
+  free(u->p);
+  free(u->shard);
+  free(u->shard_grad);
+  free(u->full);
+  free(u->full_grad);
+  free(u->gather_buf);
+  free(u->rs_send);
+  u->magic = 0;
+  free(u);
+}
+
+/* Move every unit of `from` into `to`. */
+static tpdp_status merge_group(fsdp_group *to, fsdp_group *from) {
+  if (from == to) return TPDP_SUCCESS;
+  CHECK(core_grow((void **)&to->units, &to->cap_units,
+                  to->nunits + from->nunits, sizeof *to->units));
+  for (int i = 0; i < from->nunits; i++) {
+    to->units[to->nunits++] = from->units[i];
+    from->units[i]->group = to;
+    to->refs++;
+  }
+  to->transient += from->transient;
+  free(from->units);
+  free(from->order);
+  free(from);
+  return TPDP_SUCCESS;
+}
+
+typedef struct {
+  tpdp_fsdp_unit *u;
+  tpdp_status st;
+} adopt_ctx;
+
+static tpdp_status adopt(tpdp_module *m, const char *prefix, int level,
+                         void *vctx) {
+  (void)prefix;
+  (void)level;
+  adopt_ctx *c = vctx;
+  tpdp_fsdp_unit *v = tpdp_fsdp_unit_of(m);
+  if (v == NULL || v == c->u) return TPDP_SUCCESS;
+  if (v->parent == NULL) v->parent = c->u;
+  return merge_group(c->u->group, v->group);
+}
+
+static tpdp_status check_options(const tpdp_fully_shard_options *o) {
+  if (o->size != sizeof *o || o->version != TPDP_FULLY_SHARD_OPTIONS_VERSION)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "tpdp_fully_shard_options: size %zu version %u, this "
+                    "library expects size %zu version %d (use "
+                    "tpdp_fully_shard_options_default())",
+                    o->size, o->version, sizeof *o,
+                    TPDP_FULLY_SHARD_OPTIONS_VERSION);
+  if (o->zero_level < 1 || o->zero_level > 3)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "zero_level is %d; expected 1, 2 or 3 (level 0 is the "
+                    "DDP reducer, tpdp/reducer.h)",
+                    o->zero_level);
+  if (o->reshard_after_forward < -1 || o->reshard_after_forward > 1)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "reshard_after_forward is %d; expected -1, 0 or 1",
+                    o->reshard_after_forward);
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status register_hooks(tpdp_fsdp_unit *u) {
+  tpdp_hook_handle h;
+  CHECK(tpdp_module_register_forward_pre_hook(u->module, on_forward_begin, u,
+                                              &h));
+  CHECK(tpdp_module_register_forward_hook(u->module, on_forward_end, u, &h));
+  CHECK(tpdp_module_register_backward_pre_hook(u->module, on_backward_begin, u,
+                                               &h));
+  CHECK(tpdp_module_register_backward_hook(u->module, on_backward_end, u, &h));
+  return TPDP_SUCCESS;
+}
+
+/* Lay out the shard, copy this rank's rows in and point the parameters at
+ * them. */
+static tpdp_status build_shard(tpdp_fsdp_unit *u) {
+  int64_t soff = 0, foff = 0;
+  for (int i = 0; i < u->np; i++) {
+    fsdp_param *q = &u->p[i];
+    q->row_elems = 1;
+    for (int d = 1; d < q->ndim; d++) q->row_elems *= q->shape[d];
+    q->chunk = (q->shape[0] + u->nranks - 1) / u->nranks;
+    q->shard_off = soff;
+    q->full_off = foff;
+    soff += q->chunk * q->row_elems;
+    foff += q->shape[0] * q->row_elems;
+  }
+  u->shard_elems = soff;
+  u->full_elems = foff;
+  CHECK(alloc_floats(u, soff, 0, &u->shard));
+  CHECK(alloc_floats(u, soff, 0, &u->shard_grad));
+  for (int i = 0; i < u->np; i++) {
+    const fsdp_param *q = &u->p[i];
+    const float *src = tpdp_param_tensor(q->param)->data;
+    memcpy(u->shard + q->shard_off, src + u->rank * q->chunk * q->row_elems,
+           (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
+  }
+  return point_at_shard(u);
+}
+
+tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
+                             const tpdp_fully_shard_options *options,
+                             tpdp_fsdp_unit **out) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(out);
+  *out = NULL;
+  CHECK_PTR(module);
+  CHECK_PTR(dp);
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  if (options) o = *options;
+  tpdp_status local = check_options(&o);
+
+  tpdp_fsdp_unit *u = calloc(1, sizeof *u);
+  fsdp_group *g = calloc(1, sizeof *g);
+  if (u == NULL || g == NULL) {
+    free(u);
+    free(g);
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "fully sharded unit");
+  }
+  u->magic = FSDP_MAGIC;
+  u->module = module;
+  u->comm = dp;
+  u->rank = tpdp_comm_rank(dp);
+  u->nranks = tpdp_comm_size(dp);
+  u->level = o.zero_level;
+  u->reshard_option = o.reshard_after_forward;
+  u->state = TPDP_HANDLE_IDLE;
+  u->group = g;
+  g->refs = 1;
+  g->sync = 1;
+  tpdp_module_label(module, u->label, sizeof u->label);
+  tpdp_status st =
+      core_grow((void **)&g->units, &g->cap_units, 1, sizeof *g->units);
+  if (st != TPDP_SUCCESS) goto fail;
+  g->units[g->nunits++] = u;
+
+  if (local == TPDP_SUCCESS && tpdp_module_unit_kind(module) != NULL)
+    local = TPDP_ERR(TPDP_ERR_ALREADY,
+                     "fully_shard of %s on rank %d: the module is a %s unit "
+                     "already",
+                     u->label, u->rank, tpdp_module_unit_kind(module));
+  collect_ctx cc = {u, local};
+  st = tpdp_module_apply(module, collect, &cc);
+  if (st != TPDP_SUCCESS) goto fail;
+  local = cc.local;
+  if (local == TPDP_SUCCESS && u->np == 0)
+    local = TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                     "fully_shard of %s on rank %d: the module has no "
+                     "parameter outside nested units",
+                     u->label, u->rank);
+
+  fsdp_agree_rec rec = {0};
+  rec.status = local;
+  rec.level = o.zero_level;
+  rec.nparams = u->np;
+  rec.shapes = 1469598103934665603ull;
+  for (int i = 0; i < u->np; i++) {
+    rec.shapes = fnv(rec.shapes, u->p[i].ndim);
+    for (int d = 0; d < u->p[i].ndim; d++)
+      rec.shapes = fnv(rec.shapes, u->p[i].shape[d]);
+  }
+  static const comm_agree_kind kind = {sizeof(fsdp_agree_rec), rec_same,
+                                       rec_describe, rec_mismatch};
+  agree_unit = u;
+  st = comm_agree(dp, &kind, &rec, local);
+  agree_unit = NULL;
+  if (st != TPDP_SUCCESS) goto fail;
+
+  st = build_shard(u);
+  if (st != TPDP_SUCCESS) goto fail;
+  st = tpdp_module_set_unit(module, "FSDP", " FULLY SHARDED");
+  if (st != TPDP_SUCCESS) goto restore;
+  /* From here the module owns the unit (freed with it). */
+  st = tpdp_module_set_ext(module, FSDP_EXT_KEY, u, unit_free);
+  if (st != TPDP_SUCCESS) {
+    tpdp_module_clear_unit(module);
+    goto restore;
+  }
+  adopt_ctx ac = {u, TPDP_SUCCESS};
+  CHECK(tpdp_module_apply(module, adopt, &ac));
+  CHECK(register_hooks(u));
+  *out = u;
+  return TPDP_SUCCESS;
+restore: /* the parameters view the caller's memory again */
+  for (int i = 0; i < u->np; i++)
+    tpdp_param_set_tensor(u->p[i].param, &u->p[i].original);
+fail:
+  unit_free(u);
+  return st;
+}
+
+/* ------------------------------------------------------------- accessors */
+
+tpdp_fsdp_unit *tpdp_fsdp_unit_of(const tpdp_module *module) {
+  return module ? tpdp_module_get_ext(module, FSDP_EXT_KEY) : NULL;
+}
+
+tpdp_module *tpdp_fsdp_unit_module(const tpdp_fsdp_unit *u) {
+  return u && u->magic == FSDP_MAGIC ? u->module : NULL;
+}
+
+tpdp_handle_state tpdp_fsdp_unit_state(const tpdp_fsdp_unit *u) {
+  return u && u->magic == FSDP_MAGIC ? u->state : TPDP_HANDLE_IDLE;
+}
+
+int tpdp_fsdp_num_params(const tpdp_fsdp_unit *u) {
+  return u && u->magic == FSDP_MAGIC ? u->np : 0;
+}
+
+tpdp_param *tpdp_fsdp_param(const tpdp_fsdp_unit *u, int i, const char **fqn) {
+  if (u == NULL || u->magic != FSDP_MAGIC || i < 0 || i >= u->np) return NULL;
+  if (fqn) *fqn = u->p[i].fqn;
+  return u->p[i].param;
+}
+
+tpdp_status tpdp_fsdp_param_rows(const tpdp_fsdp_unit *u, int i, int64_t *row0,
+                                 int64_t *rows) {
+  TPDP_API_ENTRY;
+  CHECK(check_unit(u, "unit"));
+  CHECK_PTR(row0);
+  CHECK_PTR(rows);
+  if (i < 0 || i >= u->np)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "unit %s has %d parameters; index %d is out of range",
+                    u->label, u->np, i);
+  *rows = rows_of(&u->p[i], u->rank);
+  *row0 = *rows ? (int64_t)u->rank * u->p[i].chunk : u->p[i].shape[0];
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status check_root(const tpdp_fsdp_unit *u) {
+  CHECK(check_unit(u, "root"));
+  if (u->parent != NULL)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "unit %s is nested in unit %s; call it on the root unit",
+                    u->label, u->parent->label);
+  return TPDP_SUCCESS;
+}
+
+/* -------------------------------------------------------------- step */
+
+tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root) {
+  TPDP_API_ENTRY;
+  CHECK(check_root(root));
+  fsdp_group *g = root->group;
+  if (!g->sync)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "%s: gradient sync is off "
+                    "(accumulating); turn it on for the last micro-batch "
+                    "first",
+                    root->label);
+  for (int i = 0; i < g->nunits; i++) {
+    tpdp_fsdp_unit *u = g->units[i];
+    if (u->state == TPDP_HANDLE_BACKWARD_PRE ||
+        (u->state == TPDP_HANDLE_FORWARD && u->forwarded))
+      return TPDP_ERR(TPDP_ERR_STATE,
+                      "fully sharded unit %s on rank %d "
+                      "is in state %s; expected BACKWARD_POST (its backward "
+                      "has not finished)",
+                      u->label, u->rank, tpdp_handle_state_name(u->state));
+    if (u->state == TPDP_HANDLE_SUMMON_FULL_PARAMS)
+      return TPDP_ERR(TPDP_ERR_STATE,
+                      "unit %s on rank %d is in state "
+                      "SUMMON_FULL_PARAMS; call tpdp_fsdp_summon_end first",
+                      u->label, u->rank);
+  }
+  /* Level 1 reduces here; so does a unit unused in this step (zero
+   * gradients), so that every rank makes the same collectives. */
+  for (int i = 0; i < g->nunits; i++) {
+    tpdp_fsdp_unit *u = g->units[i];
+    if (u->rs_work != NULL) continue;
+    if (u->full_grad == NULL)
+      CHECK(alloc_floats(u, u->full_elems, !grad_is_persistent(u),
+                         &u->full_grad));
+    else if (!u->grads_pending)
+      memset(u->full_grad, 0, (size_t)u->full_elems * sizeof(float));
+    CHECK(reduce_start(u));
+  }
+  core_first_error f;
+  core_first_error_init(&f);
+  for (int i = 0; i < g->nunits; i++) {
+    tpdp_fsdp_unit *u = g->units[i];
+    core_first_error_add(&f, reduce_finish(u));
+    if (u->gather_work) { /* a prefetch nobody used */
+      core_first_error_add(&f, gather_finish(u));
+    }
+    core_first_error_add(&f, reshard(u));
+    core_first_error_add(&f, set_grads(u, u->shard_grad, 0));
+    u->state = TPDP_HANDLE_IDLE;
+    u->forwarded = 0;
+  }
+  g->norder = 0;
+  g->last = g->cur;
+  memset(&g->cur, 0, sizeof g->cur);
+  return f.status;
+}
+
+tpdp_status tpdp_fsdp_set_requires_gradient_sync(tpdp_fsdp_unit *root,
+                                                 int sync) {
+  TPDP_API_ENTRY;
+  CHECK(check_root(root));
+  root->group->sync = sync != 0;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_fsdp_summon_full_params(tpdp_fsdp_unit *root) {
+  TPDP_API_ENTRY;
+  CHECK(check_root(root));
+  fsdp_group *g = root->group;
+  static const tpdp_handle_state ok[] = {TPDP_HANDLE_IDLE};
+  for (int i = 0; i < g->nunits; i++)
+    CHECK(expect_state(g->units[i], ok, 1, "summon_full_params"));
+  for (int i = 0; i < g->nunits; i++) {
+    CHECK(gather_finish(g->units[i]));
+    g->units[i]->state = TPDP_HANDLE_SUMMON_FULL_PARAMS;
+  }
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_fsdp_summon_end(tpdp_fsdp_unit *root, int writeback) {
+  TPDP_API_ENTRY;
+  CHECK(check_root(root));
+  fsdp_group *g = root->group;
+  static const tpdp_handle_state ok[] = {TPDP_HANDLE_SUMMON_FULL_PARAMS};
+  for (int i = 0; i < g->nunits; i++)
+    CHECK(expect_state(g->units[i], ok, 1, "summon_end"));
+  for (int i = 0; i < g->nunits; i++) {
+    tpdp_fsdp_unit *u = g->units[i];
+    if (writeback)
+      for (int k = 0; k < u->np; k++) {
+        const fsdp_param *q = &u->p[k];
+        memcpy(u->shard + q->shard_off,
+               u->full + q->full_off + u->rank * q->chunk * q->row_elems,
+               (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
+      }
+    CHECK(reshard(u));
+    u->state = TPDP_HANDLE_IDLE;
+  }
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_fsdp_get_stats(const tpdp_fsdp_unit *root,
+                                tpdp_fsdp_stats *out) {
+  TPDP_API_ENTRY;
+  CHECK(check_root(root));
+  CHECK_PTR(out);
+  const fsdp_group *g = root->group;
+  *out = g->last;
+  int64_t persistent = 0;
+  for (int i = 0; i < g->nunits; i++) {
+    const tpdp_fsdp_unit *u = g->units[i];
+    persistent += 2 * u->shard_elems * 4;
+    if (full_is_persistent(u)) persistent += u->full_elems * 4;
+    if (grad_is_persistent(u)) persistent += u->full_elems * 4;
+  }
+  out->persistent_bytes = persistent;
+  return TPDP_SUCCESS;
+}

@@ -1,0 +1,386 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Fully sharded units (dp/fsdp.c) on 1-4 ranks, driven as a C framework
+// drives them (forward_begin/end and backward_begin/end around each
+// module, finalize, an SGD step on the shards). Everything expected is
+// computed here: each rank's rows by the chunk rule, the gathered values
+// from a reference model updated in double precision, the gradient as the
+// mean over ranks of a formula, the collective counts and persistent bytes
+// from the ZeRO formulas and the shapes.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace {
+
+// Net{emb [5,3]; blocks.0: Block{w [7,3], b [2]}; blocks.1: Block{...}}.
+// 7 and 5 rows divide by none of 2, 3, 4; b has fewer rows than 3 or 4
+// ranks, so some ranks hold none of it.
+struct ParamSpec {
+  const char *module;  // "" = root
+  const char *name;
+  std::vector<int64_t> shape;
+};
+const std::vector<ParamSpec> kSpecs = {
+    {"", "emb", {5, 3}},    {"blocks.0", "w", {7, 3}},
+    {"blocks.0", "b", {2}}, {"blocks.1", "w", {7, 3}},
+    {"blocks.1", "b", {2}},
+};
+constexpr double kLr = 0.1;
+
+int64_t Numel(const ParamSpec &s) {
+  int64_t n = 1;
+  for (int64_t d : s.shape) n *= d;
+  return n;
+}
+int64_t RowElems(const ParamSpec &s) { return Numel(s) / s.shape[0]; }
+int64_t Chunk(const ParamSpec &s, int n) { return (s.shape[0] + n - 1) / n; }
+int64_t Rows(const ParamSpec &s, int r, int n) {
+  int64_t c = Chunk(s, n), left = s.shape[0] - r * c;
+  return left < 0 ? 0 : std::min(left, c);
+}
+float Init(int p, int64_t e) { return 0.01f * (float)(p * 100 + e); }
+// The gradient each rank adds in micro-batch `mb` of step `step`.
+float Grad(int step, int mb, int rank, int p, int64_t e) {
+  return 0.5f * (float)(rank + 1) + 0.25f * (float)p + 0.01f * (float)e +
+         (float)step + 0.125f * (float)mb;
+}
+
+struct Model {
+  tpdp_module *root = nullptr, *blocks[2] = {nullptr, nullptr};
+  std::vector<std::vector<float>> data;  // the caller's original memory
+  std::vector<tpdp_param *> params;
+  std::vector<std::vector<double>> ref;  // the reference (full) values
+
+  explicit Model(int extra_rows = 0) {
+    EXPECT_TPDP_OK(tpdp_module_create("Net", &root));
+    tpdp_module *seq = nullptr;
+    EXPECT_TPDP_OK(tpdp_module_create("ModuleList", &seq));
+    EXPECT_TPDP_OK(tpdp_module_add_child(root, "blocks", seq));
+    for (int b = 0; b < 2; b++) {
+      EXPECT_TPDP_OK(tpdp_module_create("Block", &blocks[b]));
+      EXPECT_TPDP_OK(
+          tpdp_module_add_child(seq, std::to_string(b).c_str(), blocks[b]));
+    }
+    data.resize(kSpecs.size());
+    ref.resize(kSpecs.size());
+    for (size_t p = 0; p < kSpecs.size(); p++) {
+      std::vector<int64_t> shape = kSpecs[p].shape;
+      if (p == 1) shape[0] += extra_rows;
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      data[p].resize(n);
+      ref[p].resize(n);
+      for (int64_t e = 0; e < n; e++) ref[p][e] = data[p][e] = Init((int)p, e);
+      tpdp_tensor t;
+      EXPECT_TPDP_OK(tpdp_tensor_init(&t, data[p].data(), TPDP_F32,
+                                      tpdp_device{TPDP_DEVICE_CPU, 0},
+                                      (int)shape.size(), shape.data()));
+      tpdp_param *q = nullptr;
+      EXPECT_TPDP_OK(tpdp_param_create(&t, &q));
+      tpdp_module *m = root;
+      if (kSpecs[p].module[0])
+        EXPECT_TPDP_OK(tpdp_module_get_submodule(root, kSpecs[p].module, &m));
+      EXPECT_TPDP_OK(tpdp_module_add_param(m, kSpecs[p].name, q));
+      params.push_back(q);
+    }
+  }
+  ~Model() {
+    for (tpdp_param *q : params) tpdp_param_release(q);
+    EXPECT_TPDP_OK(tpdp_module_destroy(root));
+  }
+};
+
+struct Units {
+  tpdp_fsdp_unit *block[2] = {nullptr, nullptr}, *root = nullptr;
+};
+
+Units Shard(Model &m, int level) {
+  Units u;
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  o.zero_level = level;
+  for (int b = 0; b < 2; b++)
+    EXPECT_TPDP_OK(
+        tpdp_fully_shard(m.blocks[b], tpdp_test::World(), &o, &u.block[b]));
+  EXPECT_TPDP_OK(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u.root));
+  return u;
+}
+
+// Every element of parameter p's current view equals the reference's rows
+// [row0, row0 + rows).
+void ExpectValues(const Model &m, int p, int64_t row0, int64_t rows,
+                  const char *when) {
+  const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+  ASSERT_EQ(t->shape[0], rows) << kSpecs[p].name << " " << when;
+  int64_t re = RowElems(kSpecs[p]);
+  const float *x = static_cast<const float *>(t->data);
+  for (int64_t k = 0; k < rows * re; k++)
+    ASSERT_NEAR(x[k], m.ref[p][row0 * re + k], 1e-5)
+        << "param " << p << " element " << row0 * re + k << " " << when;
+}
+
+void ExpectFull(const Model &m, int p, const char *when) {
+  ExpectValues(m, p, 0, kSpecs[p].shape[0], when);
+}
+
+void ExpectShard(const Model &m, int p, const char *when) {
+  int rank = tpdp_test::WorldRank(), n = tpdp_test::WorldSize();
+  int64_t rows = Rows(kSpecs[p], rank, n);
+  ExpectValues(m, p, rows ? rank * Chunk(kSpecs[p], n) : 0, rows, when);
+}
+
+// Add micro-batch mb's gradient into parameter p's (full) gradient view.
+void AddGrad(const Model &m, int p, int step, int mb) {
+  const tpdp_tensor *g = tpdp_param_grad(m.params[p]);
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(tpdp_tensor_numel(g), Numel(kSpecs[p])) << "full gradient";
+  float *x = static_cast<float *>(g->data);
+  for (int64_t e = 0; e < Numel(kSpecs[p]); e++)
+    x[e] += Grad(step, mb, tpdp_test::WorldRank(), p, e);
+}
+
+// One training step as a framework runs it, with `micro` micro-batches
+// (sync off for all but the last); block 1 skipped when `skip_block1`.
+void Step(Model &m, Units &u, int step, int micro = 1,
+          bool skip_block1 = false) {
+  for (int mb = 0; mb < micro; mb++) {
+    ASSERT_TPDP_OK(
+        tpdp_fsdp_set_requires_gradient_sync(u.root, mb == micro - 1));
+    ASSERT_TPDP_OK(tpdp_module_forward_begin(m.root));
+    ExpectFull(m, 0, "root forward");
+    for (int b = 0; b < 2; b++) {
+      if (b == 1 && skip_block1) continue;
+      ASSERT_TPDP_OK(tpdp_module_forward_begin(m.blocks[b]));
+      ExpectFull(m, 1 + 2 * b, "block forward");
+      ExpectFull(m, 2 + 2 * b, "block forward");
+      ASSERT_TPDP_OK(tpdp_module_forward_end(m.blocks[b]));
+    }
+    ASSERT_TPDP_OK(tpdp_module_forward_end(m.root));
+    ASSERT_TPDP_OK(tpdp_module_backward_begin(m.root));
+    AddGrad(m, 0, step, mb);
+    for (int b = 1; b >= 0; b--) {
+      if (b == 1 && skip_block1) continue;
+      ASSERT_TPDP_OK(tpdp_module_backward_begin(m.blocks[b]));
+      ExpectFull(m, 1 + 2 * b, "block backward");
+      AddGrad(m, 1 + 2 * b, step, mb);
+      AddGrad(m, 2 + 2 * b, step, mb);
+      ASSERT_TPDP_OK(tpdp_module_backward_end(m.blocks[b]));
+    }
+    ASSERT_TPDP_OK(tpdp_module_backward_end(m.root));
+  }
+  ASSERT_TPDP_OK(tpdp_fsdp_finalize(u.root));
+  // Each rank's gradient: the mean over ranks of the micro-batches' sum,
+  // on its rows; then SGD on the shard, and the same on the reference.
+  int rank = tpdp_test::WorldRank(), n = tpdp_test::WorldSize();
+  for (size_t p = 0; p < kSpecs.size(); p++) {
+    bool unused = skip_block1 && (p == 3 || p == 4);
+    const ParamSpec &s = kSpecs[p];
+    int64_t re = RowElems(s), rows = Rows(s, rank, n);
+    int64_t e0 = rank * Chunk(s, n) * re;
+    const tpdp_tensor *g = tpdp_param_grad(m.params[p]);
+    const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+    ASSERT_EQ(g->shape[0], rows);
+    ASSERT_EQ(t->shape[0], rows);
+    float *gx = static_cast<float *>(g->data);
+    float *tx = static_cast<float *>(t->data);
+    for (int64_t k = 0; k < rows * re; k++) {
+      double mean = 0;
+      for (int r = 0; r < n && !unused; r++)
+        for (int mb = 0; mb < micro; mb++)
+          mean += Grad(step, mb, r, (int)p, e0 + k);
+      mean /= n;
+      ASSERT_NEAR(gx[k], mean, 1e-5 * (1 + std::fabs(mean)))
+          << "param " << p << " element " << e0 + k << " step " << step;
+      tx[k] -= (float)kLr * gx[k];
+    }
+    for (int64_t e = 0; e < Numel(s); e++) {
+      double mean = 0;
+      for (int r = 0; r < n && !unused; r++)
+        for (int mb = 0; mb < micro; mb++) mean += Grad(step, mb, r, (int)p, e);
+      m.ref[p][e] -= kLr * (mean / n);
+    }
+  }
+}
+
+class Levels : public ::testing::TestWithParam<int> {};
+
+TEST_P(Levels, ShardsByTheChunkRuleAndTrainsLikeOneProcess) {
+  int level = GetParam();
+  int rank = tpdp_test::WorldRank(), n = tpdp_test::WorldSize();
+  Model m;
+  Units u = Shard(m, level);
+  ASSERT_NE(u.root, nullptr);
+  // Each parameter views its rows, unpadded; the caller's copy is unused.
+  for (size_t p = 0; p < kSpecs.size(); p++) {
+    ExpectShard(m, (int)p, "after fully_shard");
+    int64_t row0 = -1, rows = -1;
+    tpdp_fsdp_unit *owner = p == 0 ? u.root : u.block[(p - 1) / 2];
+    ASSERT_TPDP_OK(tpdp_fsdp_param_rows(owner, p == 0 ? 0 : (int)(p - 1) % 2,
+                                        &row0, &rows));
+    EXPECT_EQ(rows, Rows(kSpecs[p], rank, n));
+    if (rows) EXPECT_EQ(row0, rank * Chunk(kSpecs[p], n));
+    std::fill(m.data[p].begin(), m.data[p].end(), -1.0f);
+  }
+  EXPECT_EQ(tpdp_fsdp_num_params(u.root), 1);
+  const char *fqn = nullptr;
+  EXPECT_EQ(tpdp_fsdp_param(u.block[1], 1, &fqn), m.params[4]);
+  EXPECT_STREQ(fqn, "b");
+  for (int step = 0; step < 3; step++) {
+    Step(m, u, step);
+    for (size_t p = 0; p < kSpecs.size(); p++)
+      ExpectShard(m, (int)p, "after the optimizer step");
+  }
+  // Collectives per step (the last): all-gathers U = 3 in forward, plus
+  // U - 1 = 2 in backward at level 3 (the root stays gathered);
+  // reduce-scatters U. Bytes: each unit's padded shard S times n.
+  tpdp_fsdp_stats st;
+  ASSERT_TPDP_OK(tpdp_fsdp_get_stats(u.root, &st));
+  EXPECT_EQ(st.allgathers, level == 3 ? 5 : 3);
+  EXPECT_EQ(st.reduce_scatters, 3);
+  int64_t s_root = Chunk(kSpecs[0], n) * RowElems(kSpecs[0]);
+  int64_t s_block = Chunk(kSpecs[1], n) * RowElems(kSpecs[1]) +
+                    Chunk(kSpecs[2], n) * RowElems(kSpecs[2]);
+  int64_t full_root = Numel(kSpecs[0]);
+  int64_t full_block = Numel(kSpecs[1]) + Numel(kSpecs[2]);
+  EXPECT_EQ(st.bytes_reduce_scattered, 4 * n * (s_root + 2 * s_block));
+  EXPECT_EQ(st.bytes_allgathered,
+            4 * n * (level == 3 ? s_root + 4 * s_block : s_root + 2 * s_block));
+  // Persistent bytes: parameter and gradient shards; level <= 2 keeps the
+  // full parameters, level 1 the full gradients too.
+  int64_t shards = s_root + 2 * s_block, full = full_root + 2 * full_block;
+  int64_t want =
+      4 * (2 * shards + (level <= 2 ? full : 0) + (level == 1 ? full : 0));
+  EXPECT_EQ(st.persistent_bytes, want);
+  EXPECT_GT(st.peak_transient_bytes, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Zero, Levels, ::testing::Values(1, 2, 3));
+
+TEST(Fsdp, AccumulatesMicroBatchesWithoutSyncAndHandlesAnUnusedUnit) {
+  for (int level = 1; level <= 3; level++) {
+    Model m;
+    Units u = Shard(m, level);
+    Step(m, u, 0, 3);
+    Step(m, u, 1, 1, /*skip_block1=*/true);
+    Step(m, u, 2, 2);
+    for (size_t p = 0; p < kSpecs.size(); p++) ExpectShard(m, (int)p, "end");
+  }
+}
+
+TEST(Fsdp, SummonFullParamsGathersAndWritesBack) {
+  Model m;
+  Units u = Shard(m, 3);
+  ASSERT_TPDP_OK(tpdp_fsdp_summon_full_params(u.root));
+  EXPECT_EQ(tpdp_fsdp_unit_state(u.block[0]), TPDP_HANDLE_SUMMON_FULL_PARAMS);
+  for (size_t p = 0; p < kSpecs.size(); p++) ExpectFull(m, (int)p, "summon");
+  // Every rank writes the same change to the full view; writeback keeps it.
+  float *w = static_cast<float *>(tpdp_param_tensor(m.params[1])->data);
+  for (int64_t e = 0; e < Numel(kSpecs[1]); e++) {
+    w[e] += 1.0f;
+    m.ref[1][e] += 1.0;
+  }
+  ASSERT_TPDP_OK(tpdp_fsdp_summon_end(u.root, 1));
+  EXPECT_EQ(tpdp_fsdp_unit_state(u.block[0]), TPDP_HANDLE_IDLE);
+  for (size_t p = 0; p < kSpecs.size(); p++) ExpectShard(m, (int)p, "after");
+  Step(m, u, 0);
+}
+
+TEST(Fsdp, TreeReportMarksExactlyTheUnits) {
+  Model m;
+  Units u = Shard(m, 2);
+  tpdp_tree_report *r = nullptr;
+  ASSERT_TPDP_OK(tpdp_tree_report_create(m.root, nullptr, 0, &r));
+  std::string text = tpdp_tree_report_text(r);
+  EXPECT_NE(text.find("[Net] FULLY SHARDED\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("blocks.0[Block] FULLY SHARDED\n"), std::string::npos);
+  EXPECT_NE(text.find("blocks.1[Block] FULLY SHARDED\n"), std::string::npos);
+  EXPECT_NE(text.find("blocks[ModuleList]\n"), std::string::npos) << text;
+  EXPECT_STREQ(tpdp_tree_report_json(r),
+               "{\"[Net]\":[\"emb\"],\"blocks.0[Block]\":[\"blocks.0.w\","
+               "\"blocks.0.b\"],\"blocks.1[Block]\":[\"blocks.1.w\","
+               "\"blocks.1.b\"]}");
+  tpdp_tree_report_destroy(r);
+}
+
+TEST(Fsdp, OutOfOrderCallsAreStateErrorsNamingTheUnit) {
+  Model m;
+  Units u = Shard(m, 3);
+  EXPECT_TPDP_ERROR(tpdp_module_backward_begin(m.blocks[0]), TPDP_ERR_STATE,
+                    "blocks.0[Block]", "expects state FORWARD",
+                    "the unit is in IDLE");
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m.root));
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m.blocks[0]));
+  ASSERT_TPDP_OK(tpdp_module_forward_end(m.blocks[0]));
+  ASSERT_TPDP_OK(tpdp_module_forward_end(m.root));
+  ASSERT_TPDP_OK(tpdp_module_backward_begin(m.root));
+  ASSERT_TPDP_OK(tpdp_module_backward_begin(m.blocks[0]));
+  EXPECT_TPDP_ERROR(tpdp_module_forward_begin(m.blocks[0]), TPDP_ERR_STATE,
+                    "blocks.0[Block]", "BACKWARD_PRE",
+                    "activation recomputation");
+  EXPECT_TPDP_ERROR(tpdp_fsdp_finalize(u.root), TPDP_ERR_STATE, "unit [Net]",
+                    "BACKWARD_PRE", "not finished");
+  EXPECT_TPDP_ERROR(tpdp_fsdp_finalize(u.block[0]), TPDP_ERR_INVALID_ARGUMENT,
+                    "blocks.0[Block]", "nested in unit [Net]");
+  ASSERT_TPDP_OK(tpdp_module_backward_end(m.blocks[0]));
+  ASSERT_TPDP_OK(tpdp_module_backward_end(m.root));
+  ASSERT_TPDP_OK(tpdp_fsdp_finalize(u.root));
+  EXPECT_EQ(tpdp_fsdp_unit_state(u.root), TPDP_HANDLE_IDLE);
+}
+
+TEST(Fsdp, BadInputFailsOnEveryRankAndChangesNothing) {
+  int rank = tpdp_test::WorldRank();
+  {
+    Model m;
+    tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+    o.zero_level = 0;
+    tpdp_fsdp_unit *u = nullptr;
+    EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
+                      TPDP_ERR_INVALID_ARGUMENT, "zero_level is 0");
+    EXPECT_EQ(u, nullptr);
+    o = tpdp_fully_shard_options_default();
+    o.size = 8;
+    EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
+                      TPDP_ERR_INVALID_ARGUMENT, "size 8");
+    // Only rank 1 passes a bad level: every rank fails, naming rank 1.
+    o = tpdp_fully_shard_options_default();
+    if (rank == 1) o.zero_level = 7;
+    if (tpdp_test::WorldSize() > 1)
+      EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
+                        TPDP_ERR_INVALID_ARGUMENT, "rank 1", "zero_level is 7");
+    EXPECT_EQ(tpdp_module_unit_kind(m.root), nullptr);
+    ExpectFull(m, 0, "after failures");
+    EXPECT_EQ(tpdp_param_tensor(m.params[0])->data, m.data[0].data());
+  }
+  if (tpdp_test::WorldSize() > 1) {
+    // Rank 0's w has one row more: a shape mismatch on every rank.
+    Model m(rank == 0 ? 1 : 0);
+    tpdp_fsdp_unit *u = nullptr;
+    EXPECT_TPDP_ERROR(
+        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u),
+        TPDP_ERR_SHAPE_MISMATCH, "blocks.0[Block]", "disagree", "rank 0");
+    EXPECT_EQ(tpdp_param_tensor(m.params[1])->data, m.data[1].data());
+  }
+  {
+    // An f64 parameter is named by its FQN; a unit cannot be made twice.
+    Model m;
+    std::vector<double> d(4, 1.0);
+    tpdp_tensor t = tpdp_tensor_1d(d.data(), TPDP_F64, 4);
+    tpdp_param *q = nullptr;
+    ASSERT_TPDP_OK(tpdp_param_create(&t, &q));
+    ASSERT_TPDP_OK(tpdp_module_add_param(m.blocks[1], "scale", q));
+    tpdp_param_release(q);
+    tpdp_fsdp_unit *u = nullptr;
+    EXPECT_TPDP_ERROR(
+        tpdp_fully_shard(m.blocks[1], tpdp_test::World(), nullptr, &u),
+        TPDP_ERR_DTYPE_MISMATCH, "'scale'", "f64");
+    ASSERT_TPDP_OK(
+        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u));
+    EXPECT_TPDP_ERROR(
+        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u),
+        TPDP_ERR_ALREADY, "blocks.0[Block]", "FSDP unit already");
+  }
+}
+
+}  // namespace
