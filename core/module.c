@@ -332,6 +332,7 @@ tpdp_status tpdp_param_create(const tpdp_tensor *tensor, tpdp_param **out) {
   p->tensor = *tensor;
   p->form = TPDP_PARAM_PLAIN;
   p->state = TPDP_HANDLE_IDLE;
+  p->total_rows = -1;
   *out = p;
   return TPDP_SUCCESS;
 }
@@ -357,6 +358,34 @@ tpdp_status tpdp_param_set_tensor(tpdp_param *p, const tpdp_tensor *t) {
   CHECK(check_tensor(t));
   p->tensor = *t;
   return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_param_set_row_shard(tpdp_param *p, int64_t row0,
+                                     int64_t total_rows) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(p);
+  if (total_rows >= 0 && (p->tensor.ndim < 1 || row0 < 0 ||
+                          row0 + p->tensor.shape[0] > total_rows))
+    return TPDP_ERR(
+        TPDP_ERR_SHAPE_MISMATCH,
+        "rows [%lld, %lld) of a %lld-row local tensor: the "
+        "parameter's view has %lld rows%s",
+        (long long)row0,
+        (long long)(row0 + (p->tensor.ndim ? p->tensor.shape[0] : 0)),
+        (long long)total_rows,
+        (long long)(p->tensor.ndim ? p->tensor.shape[0] : 0),
+        p->tensor.ndim ? "" : " (it is a scalar)");
+  p->row0 = total_rows >= 0 ? row0 : 0;
+  p->total_rows = total_rows >= 0 ? total_rows : -1;
+  return TPDP_SUCCESS;
+}
+
+int tpdp_param_row_shard(const tpdp_param *p, int64_t *row0,
+                         int64_t *total_rows) {
+  if (p == NULL || p->total_rows < 0) return 0;
+  if (row0) *row0 = p->row0;
+  if (total_rows) *total_rows = p->total_rows;
+  return 1;
 }
 
 const tpdp_tensor *tpdp_param_grad(const tpdp_param *p) {

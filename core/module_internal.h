@@ -20,6 +20,8 @@ struct tpdp_param {
   const struct tpdp_spec *spec;
   tpdp_param_form form;
   tpdp_handle_state state;
+  int64_t row0, total_rows; /* dim-0 shard of the local tensor; total -1:
+                               none (tpdp_param_set_row_shard) */
 };
 
 typedef struct {

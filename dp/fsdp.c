@@ -141,16 +141,20 @@ static tpdp_status point_at_full(tpdp_fsdp_unit *u) {
     tpdp_tensor t;
     CHECK(view(&u->p[i], u->full + u->p[i].full_off, u->p[i].shape[0], &t));
     CHECK(tpdp_param_set_tensor(u->p[i].param, &t));
+    CHECK(tpdp_param_set_row_shard(u->p[i].param, 0, -1));
   }
   return TPDP_SUCCESS;
 }
 
 static tpdp_status point_at_shard(tpdp_fsdp_unit *u) {
   for (int i = 0; i < u->np; i++) {
+    const fsdp_param *q = &u->p[i];
+    int64_t rows = rows_of(q, u->rank);
     tpdp_tensor t;
-    CHECK(view(&u->p[i], u->shard + u->p[i].shard_off,
-               rows_of(&u->p[i], u->rank), &t));
-    CHECK(tpdp_param_set_tensor(u->p[i].param, &t));
+    CHECK(view(q, u->shard + q->shard_off, rows, &t));
+    CHECK(tpdp_param_set_tensor(q->param, &t));
+    CHECK(tpdp_param_set_row_shard(q->param, rows ? u->rank * q->chunk : 0,
+                                   q->shape[0]));
   }
   return TPDP_SUCCESS;
 }
@@ -651,8 +655,10 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   *out = u;
   return TPDP_SUCCESS;
 restore: /* the parameters view the caller's memory again */
-  for (int i = 0; i < u->np; i++)
+  for (int i = 0; i < u->np; i++) {
     tpdp_param_set_tensor(u->p[i].param, &u->p[i].original);
+    tpdp_param_set_row_shard(u->p[i].param, 0, -1);
+  }
 fail:
   unit_free(u);
   return st;

@@ -198,6 +198,18 @@ static const tpdp_handle_state reconstruct_ok[2] = {TPDP_HANDLE_IDLE,
                                                     TPDP_HANDLE_BACKWARD_PRE};
 static const tpdp_handle_state localize_ok[1] = {TPDP_HANDLE_FORWARD};
 
+/* The parameter's local tensor as its spec describes it: a view holding
+ * only some rows of it (dp/'s fully sharded units, tpdp_param_set_row_shard)
+ * is checked by the whole's shape, written into *tmp (its data pointer is
+ * not for reading); otherwise the view itself, without a copy. */
+static const tpdp_tensor *whole_local(const tpdp_param *p, tpdp_tensor *tmp) {
+  int64_t total = 0;
+  if (!tpdp_param_row_shard(p, NULL, &total)) return tpdp_param_tensor(p);
+  *tmp = *tpdp_param_tensor(p);
+  tmp->shape[0] = total;
+  return tmp;
+}
+
 /* Pre-forward: local tensors -> DTensors, each validated by unflatten
  * against its spec (shape, dtype, device for this rank); module state
  * FORWARD_BACKWARD, handle states FORWARD. */
@@ -217,8 +229,9 @@ static tpdp_status reconstruct_hook(tpdp_module *m, void *ctx) {
     if (hs != TPDP_HANDLE_IDLE && hs != TPDP_HANDLE_BACKWARD_PRE)
       return tpdp_param_check_state(p, reconstruct_ok, 2, t->fqns[i]);
     tpdp_dtensor dt; /* dt.local is the stored view itself: not kept */
+    tpdp_tensor tmp;
     tpdp_status st =
-        tpdp_dtensor_unflatten(tpdp_param_tensor(p), specs[i], &dt);
+        tpdp_dtensor_unflatten(whole_local(p, &tmp), specs[i], &dt);
     if (st != TPDP_SUCCESS)
       return TPDP_ERR(st, "pre-forward reconstruct of parameter '%s': %s",
                       t->fqns[i], core_error_detail());
@@ -249,7 +262,8 @@ static tpdp_status localize_hook(tpdp_module *m, void *ctx) {
 static tpdp_status validate_all(const dp_transform *t) {
   for (int i = 0; i < t->n; i++) {
     tpdp_dtensor dt;
-    tpdp_status st = tpdp_dtensor_unflatten(tpdp_param_tensor(t->params[i]),
+    tpdp_tensor tmp;
+    tpdp_status st = tpdp_dtensor_unflatten(whole_local(t->params[i], &tmp),
                                             t->specs[i], &dt);
     if (st != TPDP_SUCCESS)
       return TPDP_ERR(st, "parameter '%s': %s", t->fqns[i],

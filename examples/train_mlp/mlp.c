@@ -389,6 +389,17 @@ void mlp_model_free(mlp_model *m) {
     }                                       \
   } while (0)
 
+/* The block callback, its time not counted as compute. */
+#define BLOCK_EVENT(event, layer)                            \
+  do {                                                       \
+    if (m->block_fn) {                                       \
+      double t0_ = mlp_now();                                \
+      int rc_ = m->block_fn((event), (layer), m->block_ctx); \
+      paused += mlp_now() - t0_;                             \
+      if (rc_ != 0) return rc_;                              \
+    }                                                        \
+  } while (0)
+
 int mlp_forward(mlp_model *m, const float *x, const int *labels,
                 float loss_scale, mlp_allreduce_fn allreduce, void *ar_ctx,
                 double *loss_sum, mlp_timers *t) {
@@ -406,6 +417,7 @@ int mlp_forward(mlp_model *m, const float *x, const int *labels,
     const float *hin = m->h + l * BH;
     float *hout = m->h + (l + 1) * BH;
     float *y = m->y + l * BH, *a = m->a + l * BF, *g = m->g + l * BF;
+    BLOCK_EVENT(MLP_BLOCK_FORWARD_BEGIN, l);
     layernorm_fwd(hin, P[mlp_block_param(l, BLK_LN_G)],
                   P[mlp_block_param(l, BLK_LN_B)], y, m->mean + l * B,
                   m->rstd + l * B, B, H);
@@ -421,6 +433,7 @@ int mlp_forward(mlp_model *m, const float *x, const int *labels,
       for (int k = 0; k < H; k++)
         hout[(int64_t)b * H + k] =
             hin[(int64_t)b * H + k] + m->tmp[(int64_t)b * H + k] + b2[k];
+    BLOCK_EVENT(MLP_BLOCK_FORWARD_END, l);
   }
   linear_fwd(m->h + L * BH, P[head], P[head + 1], m->logits, B, H, C);
   *loss_sum = softmax_ce(m->logits, labels, B, C, loss_scale);
@@ -445,6 +458,7 @@ int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
   for (int l = L - 1; l >= 0; l--) {
     const float *hin = m->h + l * BH;
     float *y = m->y + l * BH, *a = m->a + l * BF, *g = m->g + l * BF;
+    BLOCK_EVENT(MLP_BLOCK_BACKWARD_BEGIN, l);
     /* z = allreduce(g W2^T) + b2; dz = dh (residual), replicated */
     linear_bwd_params(g, m->dh, G[mlp_block_param(l, BLK_FC2_W)],
                       G[mlp_block_param(l, BLK_FC2_B)], B, F, H);
@@ -468,6 +482,7 @@ int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
                   G[mlp_block_param(l, BLK_LN_B)], B, H);
     GRAD_READY(mlp_block_param(l, BLK_LN_G));
     GRAD_READY(mlp_block_param(l, BLK_LN_B));
+    BLOCK_EVENT(MLP_BLOCK_BACKWARD_END, l);
   }
   linear_bwd_params(m->x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H);
   GRAD_READY(MLP_IN_W);

@@ -59,6 +59,18 @@ enum { MLP_TP_ROWWISE_OUT = 0, MLP_TP_COLWISE_IN_GRAD = 1 };
 typedef int (*mlp_allreduce_fn)(int kind, int layer, float *data, int64_t n,
                                 void *ctx);
 
+/* Called at the start and end of block `layer`'s forward and backward
+ * (a framework's module hooks: fully sharded units gather the block's
+ * parameters and reduce its gradients there, and the callee may re-point
+ * param[]/grad[] at other memory). Returns 0, or nonzero to stop. */
+enum {
+  MLP_BLOCK_FORWARD_BEGIN = 0,
+  MLP_BLOCK_FORWARD_END = 1,
+  MLP_BLOCK_BACKWARD_BEGIN = 2,
+  MLP_BLOCK_BACKWARD_END = 3
+};
+typedef int (*mlp_block_fn)(int event, int layer, void *ctx);
+
 /* One TP rank's view of the model: pointers to local parameter and gradient
  * storage (owned by the caller), the local slice [f_off, f_off + f_local)
  * of F, and activation buffers (owned here). */
@@ -73,6 +85,8 @@ typedef struct {
   float *y, *mean, *rstd, *a, *g, *tmp, *logits, *dh, *dy, *da;
   const int *labels;
   float loss_scale;
+  mlp_block_fn block_fn; /* NULL: none (set after mlp_model_init) */
+  void *block_ctx;
 } mlp_model;
 
 /* Local parameter shape of parameter i on a TP rank holding f_local rows of

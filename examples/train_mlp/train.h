@@ -30,6 +30,7 @@ typedef struct {
   int save_every;       /* --save-every: also every N steps (0: never) */
   const char *load_dir; /* --load: resume from this checkpoint */
   unsigned given;       /* OPT_* bits of the model flags given */
+  int zero;             /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
 } options;
 
 /* Model flags a checkpoint carries: given with --load, they must agree. */
@@ -98,8 +99,9 @@ typedef struct {
   float **param, **grad;
   void *grad_stream; /* the stream producing gradients (cuda) or NULL */
   dp_ctx dp;
-  char model_note[96]; /* appended to the "model (mesh ...)" header */
-  void *dev;           /* the backend's own state */
+  tpdp_fsdp_unit *fsdp; /* --zero >= 1: the root unit (tpdp/fsdp.h) */
+  char model_note[96];  /* appended to the "model (mesh ...)" header */
+  void *dev;            /* the backend's own state */
 } trainer;
 
 /* What differs with --device. Every function returns 0, or nonzero after

@@ -48,6 +48,12 @@ static void usage(FILE *out) {
       "  --seed N        seed of weights and data (default 1)\n"
       "  --device cpu|cuda  (cuda needs a --config=cuda build; default cpu)\n"
       "  --bucket-mib M  DP bucket cap in MiB (default 25)\n"
+      "  --zero N        0: DDP-style reducer (default); 1, 2, 3: fully\n"
+      "                  sharded units over dp (tpdp/fsdp.h: each block a\n"
+      "                  unit, the root the rest), ZeRO level N: 1 shards\n"
+      "                  the optimizer state, 2 also the gradients, 3 also\n"
+      "                  the parameters between uses (cpu; no --save/--load\n"
+      "                  yet)\n"
       "  --check         also train in one process on rank 0 and compare;\n"
       "                  exit 1 if loss or parameters differ by > 1e-4\n"
       "  --quiet         print only the summary lines\n"
@@ -64,7 +70,7 @@ static void usage(FILE *out) {
 
 static int parse_options(int argc, char **argv, options *o) {
   *o = (options){1, 1,     2,    67, 32, 16,   10, 64,   40, 3e-3,
-                 1, "cpu", 25.0, 0,  0,  NULL, 0,  NULL, 0};
+                 1, "cpu", 25.0, 0,  0,  NULL, 0,  NULL, 0,  0};
   const ex_flag flags[] = {
       {"dp", EX_FLAG_INT, &o->dp, 0},
       {"tp", EX_FLAG_INT, &o->tp, 0},
@@ -84,6 +90,7 @@ static int parse_options(int argc, char **argv, options *o) {
       {"save", EX_FLAG_STRING, &o->save_dir, 0},
       {"save-every", EX_FLAG_INT, &o->save_every, 0},
       {"load", EX_FLAG_STRING, &o->load_dir, 0},
+      {"zero", EX_FLAG_INT, &o->zero, 0},
   };
   int rc =
       ex_parse_flags(argc, argv, "train_mlp", flags,
@@ -108,6 +115,16 @@ static int parse_options(int argc, char **argv, options *o) {
     bad = "--device must be cpu or cuda";
   else if (o->save_every < 0 || (o->save_every > 0 && o->save_dir == NULL))
     bad = "--save-every N needs N >= 1 and --save DIR";
+  else if (o->zero < 0 || o->zero > 3)
+    bad = "--zero must be 0, 1, 2 or 3";
+  else if (o->zero > 0 && strcmp(o->device, "cpu") != 0)
+    bad =
+        "--zero 1-3 runs on --device cpu only (fully sharded units on CUDA "
+        "are not built yet)";
+  else if (o->zero > 0 && (o->save_dir || o->load_dir))
+    bad =
+        "--zero 1-3 cannot --save or --load yet (sharded AdamW state in "
+        "checkpoints is not built yet); use --zero 0";
   if (bad) {
     fprintf(stderr, "train_mlp: %s\n", bad);
     return 2;
@@ -285,6 +302,43 @@ static int cpu_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
   return t->dev ? 0 : 1;
 }
 
+/* The tree's current views into the model's pointers: fully sharded units
+ * re-point parameters and gradients as they gather and reshard. */
+static void refresh_views(trainer *t) {
+  for (int i = 0; i < t->tree.nparams; i++) {
+    t->param[i] = tpdp_param_tensor(t->tree.params[i])->data;
+    const tpdp_tensor *g = tpdp_param_grad(t->tree.params[i]);
+    if (g) t->grad[i] = g->data;
+  }
+}
+
+/* --zero: the block's module hooks around its forward and backward. */
+static int cpu_block_event(int event, int layer, void *vt) {
+  trainer *t = vt;
+  char path[32];
+  snprintf(path, sizeof path, "layers.%d", layer);
+  tpdp_module *block = NULL;
+  TRY(tpdp_module_get_submodule(t->tree.root, path, &block));
+  switch (event) {
+    case MLP_BLOCK_FORWARD_BEGIN:
+      TRY(tpdp_module_forward_begin(block));
+      break;
+    case MLP_BLOCK_FORWARD_END:
+      TRY(tpdp_module_forward_end(block));
+      break;
+    case MLP_BLOCK_BACKWARD_BEGIN:
+      TRY(tpdp_module_backward_begin(block));
+      break;
+    default:
+      TRY(tpdp_module_backward_end(block));
+      break;
+  }
+  refresh_views(t);
+  return 0;
+fail:
+  return 1;
+}
+
 static int cpu_setup(trainer *t) {
   cpu_state *c = t->dev;
   if (t->o.layers > 256) {
@@ -306,6 +360,7 @@ static int cpu_setup(trainer *t) {
     t->rparams[i].param = *tpdp_param_tensor(t->tree.params[i]);
     t->rparams[i].grad = *tpdp_param_grad(t->tree.params[i]);
     t->param[i] = t->rparams[i].param.data;
+    if (t->o.zero > 0) continue; /* sized as the shards, at the first step */
     int64_t numel = tpdp_tensor_numel(&t->rparams[i].param);
     c->m1[i] = calloc((size_t)numel + 1, sizeof(float));
     c->m2[i] = calloc((size_t)numel + 1, sizeof(float));
@@ -314,6 +369,10 @@ static int cpu_setup(trainer *t) {
   if (mlp_model_init(&c->model, &t->s, t->f_local, t->batch_local, t->param,
                      t->grad) != 0)
     goto fail;
+  if (t->o.zero > 0) {
+    c->model.block_fn = cpu_block_event;
+    c->model.block_ctx = t;
+  }
   return 0;
 fail:
   return 1;
@@ -332,7 +391,9 @@ fail:
 
 static int cpu_backward(trainer *t) {
   cpu_state *c = t->dev;
-  if (mlp_backward(&c->model, tp_allreduce, &c->tp, train_grad_ready, &t->dp,
+  /* --zero: the units reduce at the end of each block's backward. */
+  mlp_grad_ready_fn ready = t->o.zero > 0 ? NULL : train_grad_ready;
+  if (mlp_backward(&c->model, tp_allreduce, &c->tp, ready, &t->dp,
                    &c->timers) != 0) {
     TRY(c->tp.status);
     TRY(t->dp.status);
@@ -344,9 +405,17 @@ fail:
 
 static int cpu_optimizer_step(trainer *t, int step) {
   cpu_state *c = t->dev;
-  for (int i = 0; i < t->tree.nparams; i++)
-    adamw_update(t->param[i], t->grad[i], c->m1[i], c->m2[i],
-                 tpdp_tensor_numel(&t->rparams[i].param), (float)t->o.lr, step);
+  for (int i = 0; i < t->tree.nparams; i++) {
+    /* The parameter as the tree holds it now: under --zero its shard. */
+    int64_t n = tpdp_tensor_numel(tpdp_param_tensor(t->tree.params[i]));
+    if (c->m1[i] == NULL) {
+      c->m1[i] = calloc((size_t)n + 1, sizeof(float));
+      c->m2[i] = calloc((size_t)n + 1, sizeof(float));
+      if (!c->m1[i] || !c->m2[i]) return 1;
+    }
+    adamw_update(t->param[i], t->grad[i], c->m1[i], c->m2[i], n, (float)t->o.lr,
+                 step);
+  }
   return 0;
 }
 
@@ -572,6 +641,40 @@ fail:
 
 static int wait_dp(trainer *t) { return t->b->wait_dp ? t->b->wait_dp(t) : 0; }
 
+/* --zero: each block a fully sharded unit over dp, then the root (the
+ * input projection and the head); the shards replace the parameters. */
+static int shard_units(trainer *t) {
+  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
+  fo.zero_level = t->o.zero;
+  for (int l = 0; l < t->o.layers; l++) {
+    char path[32];
+    snprintf(path, sizeof path, "layers.%d", l);
+    tpdp_module *block = NULL;
+    tpdp_fsdp_unit *unit = NULL;
+    TRY(tpdp_module_get_submodule(t->tree.root, path, &block));
+    TRY(tpdp_fully_shard(block, t->dp_comm, &fo, &unit));
+  }
+  TRY(tpdp_fully_shard(t->tree.root, t->dp_comm, &fo, &t->fsdp));
+  refresh_views(t);
+  return 0;
+fail:
+  return 1;
+}
+
+/* The units' accounting, on every rank (one line each). */
+static void print_fsdp_stats(const trainer *t) {
+  tpdp_fsdp_stats fs;
+  if (tpdp_fsdp_get_stats(t->fsdp, &fs) != TPDP_SUCCESS) return;
+  printf(
+      "[rank %d] fsdp: zero %d, persistent %.3f MiB, peak transient %.3f "
+      "MiB; per step %lld all-gathers (%.3f MiB), %lld reduce-scatters "
+      "(%.3f MiB)\n",
+      t->rank, t->o.zero, fs.persistent_bytes / 1048576.0,
+      fs.peak_transient_bytes / 1048576.0, (long long)fs.allgathers,
+      fs.bytes_allgathered / 1048576.0, (long long)fs.reduce_scatters,
+      fs.bytes_reduce_scattered / 1048576.0);
+}
+
 /* Elements of parameter i's full (unsharded) tensor. */
 static int64_t full_numel(const mlp_shape *s, int i) {
   int ndim;
@@ -675,6 +778,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
   /* Before the reducer, which broadcasts the parameters from dp rank 0. */
   if (o->load_dir && load_checkpoint(t, world, start) != 0) goto fail;
 
+  if (o->zero > 0 && shard_units(t) != 0) goto fail;
   tpdp_reducer_options ropts = TPDP_REDUCER_OPTIONS_INIT;
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)
@@ -683,7 +787,9 @@ static int train(const options *opt, const train_backend *b, int *argc,
   /* Training states as FSDP's: prepare moves the root to FORWARD_BACKWARD,
    * finalize back to IDLE; marks inside its forward are refused. */
   ropts.module = t->tree.root;
-  TRY(tpdp_reducer_create(t->dp_comm, t->rparams, np, &ropts, &t->dp.reducer));
+  if (o->zero == 0)
+    TRY(tpdp_reducer_create(t->dp_comm, t->rparams, np, &ropts,
+                            &t->dp.reducer));
   /* The reducer broadcast the parameters from dp rank 0. */
   if (wait_dp(t) != 0) goto fail;
 
@@ -702,6 +808,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
     tm.data += mlp_now() - h0;
     h0 = mlp_now();
     TRY(tpdp_module_forward_begin(t->tree.root));
+    if (o->zero > 0) refresh_views(t);
     tm.hooks += mlp_now() - h0;
     double loss_sum = 0;
     h0 = mlp_now();
@@ -713,22 +820,37 @@ static int train(const options *opt, const train_backend *b, int *argc,
     TRY(tpdp_module_forward_end(t->tree.root));
     tm.hooks += mlp_now() - h0;
     h0 = mlp_now();
-    TRY(tpdp_reducer_prepare(t->dp.reducer));
-    t->dp.seconds += mlp_now() - h0;
-    /* Gradients live in the reducer's buckets; they move once, when
-     * prepare rebuilds the buckets after the first step. */
-    if (wait_dp(t) != 0) goto fail;
-    for (int i = 0; i < np; i++) {
-      tpdp_tensor gv;
-      TRY(tpdp_reducer_grad_view(t->dp.reducer, i, &gv));
-      t->grad[i] = gv.data;
-      if (b->tree_holds_model) TRY(tpdp_param_set_grad(t->tree.params[i], &gv));
+    if (o->zero == 0) {
+      TRY(tpdp_reducer_prepare(t->dp.reducer));
+      t->dp.seconds += mlp_now() - h0;
+      /* Gradients live in the reducer's buckets; they move once, when
+       * prepare rebuilds the buckets after the first step. */
+      if (wait_dp(t) != 0) goto fail;
+      for (int i = 0; i < np; i++) {
+        tpdp_tensor gv;
+        TRY(tpdp_reducer_grad_view(t->dp.reducer, i, &gv));
+        t->grad[i] = gv.data;
+        if (b->tree_holds_model)
+          TRY(tpdp_param_set_grad(t->tree.params[i], &gv));
+      }
     }
+    /* The root's backward hooks (each block's run inside the model). */
+    h0 = mlp_now();
+    TRY(tpdp_module_backward_begin(t->tree.root));
+    if (o->zero > 0) refresh_views(t);
+    tm.hooks += mlp_now() - h0;
     h0 = mlp_now();
     if (b->backward(t) != 0) goto fail;
     tm.model += mlp_now() - h0;
     h0 = mlp_now();
-    TRY(tpdp_reducer_finalize(t->dp.reducer));
+    TRY(tpdp_module_backward_end(t->tree.root));
+    if (o->zero > 0) {
+      /* The units' reduce-scatters done, the tree views the shards. */
+      TRY(tpdp_fsdp_finalize(t->fsdp));
+      refresh_views(t);
+    } else {
+      TRY(tpdp_reducer_finalize(t->dp.reducer));
+    }
     /* The optimizer reads the averaged gradients. */
     if (wait_dp(t) != 0) goto fail;
     tm.finalize += mlp_now() - h0;
@@ -752,7 +874,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
   /* Step time: the loop without drawing the synthetic data. */
   double elapsed = mlp_now() - t_start - tm.data;
   tpdp_reducer_stats rs;
-  TRY(tpdp_reducer_get_stats(t->dp.reducer, &rs));
+  memset(&rs, 0, sizeof rs);
+  if (o->zero == 0) TRY(tpdp_reducer_get_stats(t->dp.reducer, &rs));
   if (t->rank == 0) {
     /* tpdp's own cost: the forward hooks plus the reducer's bookkeeping
      * (its time minus collectives and passes over gradient data). */
@@ -768,9 +891,14 @@ static int train(const options *opt, const train_backend *b, int *argc,
         "tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "
         "%.2f%% of step time\n",
         overhead, tm.hooks, bookkeeping, 100.0 * overhead / elapsed);
-    printf("reducer: %lld buckets, rebuilt %s\n",
-           (long long)tpdp_reducer_num_buckets(t->dp.reducer),
-           tpdp_reducer_rebuilt(t->dp.reducer) ? "yes" : "no");
+    if (o->zero == 0)
+      printf("reducer: %lld buckets, rebuilt %s\n",
+             (long long)tpdp_reducer_num_buckets(t->dp.reducer),
+             tpdp_reducer_rebuilt(t->dp.reducer) ? "yes" : "no");
+    fflush(stdout);
+  }
+  if (o->zero > 0) {
+    print_fsdp_stats(t);
     fflush(stdout);
   }
   if (world != NULL) ex_peak_memory_line(world, t->rank == 0);
@@ -795,6 +923,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
                    fmax(fabs(ref_loss[step]), 1e-12);
       if (rel > max_rel || rel != rel) max_rel = rel;
     }
+    /* The units' full (TP-local) parameters back in the tree. */
+    if (o->zero > 0) TRY(tpdp_fsdp_summon_full_params(t->fsdp));
     for (int i = 0; i < np; i++) {
       int64_t n = full_numel(&t->s, i);
       free(full);
@@ -807,6 +937,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
           if (d > max_abs || d != d) max_abs = d;
         }
     }
+    if (o->zero > 0) TRY(tpdp_fsdp_summon_end(t->fsdp, 0));
     if (t->rank == 0) {
       printf("check: max_rel_loss_diff %.3e max_abs_param_diff %.3e\n", max_rel,
              max_abs);

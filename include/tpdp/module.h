@@ -159,6 +159,17 @@ TPDP_API int tpdp_param_refcount(const tpdp_param *p);
 TPDP_API const tpdp_tensor *tpdp_param_tensor(const tpdp_param *p);
 /* Replace the view (e.g. after the framework reallocated). */
 TPDP_API tpdp_status tpdp_param_set_tensor(tpdp_param *p, const tpdp_tensor *t);
+/* Dim-0 sharding of the parameter's local tensor by an upper layer (dp/'s
+ * fully sharded units): the view (set first) holds rows
+ * [row0, row0 + shape[0]) of a local tensor of total_rows rows, so that
+ * checks against the local shape (tp/'s hooks) know the whole. total_rows
+ * -1 clears it (the view is the whole local tensor again).
+ * Errors: TPDP_ERR_SHAPE_MISMATCH when the rows do not fit. */
+TPDP_API tpdp_status tpdp_param_set_row_shard(tpdp_param *p, int64_t row0,
+                                              int64_t total_rows);
+/* 1 and the range when set, else 0 (outputs untouched; may be NULL). */
+TPDP_API int tpdp_param_row_shard(const tpdp_param *p, int64_t *row0,
+                                  int64_t *total_rows);
 /* Gradient view, NULL when none. Hooks and transforms never touch it. */
 TPDP_API const tpdp_tensor *tpdp_param_grad(const tpdp_param *p);
 /* Set (copied by value) or clear (NULL) the gradient view. */

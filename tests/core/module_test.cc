@@ -657,6 +657,32 @@ TEST(Hooks, RunInRegistrationOrderAndRemove) {
   ASSERT_TPDP_OK(tpdp_module_destroy(m));
 }
 
+TEST(Param, RowShardRecordsWhichRowsTheViewHolds) {
+  std::vector<float> d(12);
+  int64_t shape[2] = {3, 4};  // rows 2..4 of a 6-row local tensor
+  tpdp_tensor t;
+  ASSERT_TPDP_OK(tpdp_tensor_init(&t, d.data(), TPDP_F32,
+                                  tpdp_device{TPDP_DEVICE_CPU, 0}, 2, shape));
+  tpdp_param *p = nullptr;
+  ASSERT_TPDP_OK(tpdp_param_create(&t, &p));
+  int64_t row0 = -7, total = -7;
+  EXPECT_EQ(tpdp_param_row_shard(p, &row0, &total), 0);
+  EXPECT_EQ(row0, -7);  // untouched when unset
+  ASSERT_TPDP_OK(tpdp_param_set_row_shard(p, 2, 6));
+  EXPECT_EQ(tpdp_param_row_shard(p, &row0, &total), 1);
+  EXPECT_EQ(row0, 2);
+  EXPECT_EQ(total, 6);
+  // Rows 4..6 do not fit in 6 rows; nothing changes.
+  EXPECT_TPDP_ERROR(tpdp_param_set_row_shard(p, 4, 6), TPDP_ERR_SHAPE_MISMATCH,
+                    "rows [4, 7) of a 6-row local tensor", "has 3 rows");
+  EXPECT_EQ(tpdp_param_row_shard(p, &row0, &total), 1);
+  EXPECT_EQ(row0, 2);
+  ASSERT_TPDP_OK(tpdp_param_set_row_shard(p, 0, -1));
+  EXPECT_EQ(tpdp_param_row_shard(p, nullptr, nullptr), 0);
+  EXPECT_EQ(tpdp_param_set_row_shard(nullptr, 0, 1), TPDP_ERR_NULL_POINTER);
+  tpdp_param_release(p);
+}
+
 TEST(Hooks, BackwardHooksRunAroundBackwardAndAreRemovable) {
   tpdp_module *m = Make("Block");
   Log log;

@@ -4,29 +4,60 @@
 # train_mlp --check trains 10 steps distributed and the same model in one
 # process on rank 0, and fails if the losses or the gathered parameters
 # differ by more than 1e-4. The hidden size (fc1 width) 30 does not divide
-# by 4, so tp=4 shards unevenly (8, 8, 8, 6). Writes one <testcase> per mesh
+# by 4, so tp=4 shards unevenly (8, 8, 8, 6). Writes one <testcase> per case
 # into Bazel's XML result so each counts as a test.
+#
+# With --zero: the same with fully sharded units (--zero 1, 2, 3) on
+# (dp, tp) = (2,1), (3,1), (4,1), (2,2), (1,2); 3 classes give the head
+# fewer rows than 4 dp ranks (rank 3 holds none), 30 rows shard over 4 dp
+# ranks as 8, 8, 8, 6. Each run must also report the ZeRO collective
+# counts of 2 blocks + the root (U = 3 units): U all-gathers per step at
+# levels 1-2, U + (U - 1) = 5 at level 3 (the root stays gathered), and U
+# reduce-scatters.
 set -u
 bin="$1"
+mode="${2:-}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 pass=0
 fail=0
 cases=""
-for mesh in "1 1" "2 1" "1 2" "2 2" "1 4" "4 1"; do
-  set -- $mesh
-  dp=$1 tp=$2
+flags=(--layers 2 --hidden 30 --width 12 --inputs 8 --classes 5 --batch 16
+       --steps 10 --lr 0.01 --seed 7 --bucket-mib 0.001 --check)
+if [ "$mode" = --zero ]; then
+  runs=()
+  for mesh in "2 1" "3 1" "4 1" "2 2" "1 2"; do
+    for z in 1 2 3; do runs+=("$mesh $z"); done
+  done
+  flags=(--layers 2 --hidden 30 --width 12 --inputs 8 --classes 3 --batch 24
+         --steps 10 --lr 0.01 --seed 7 --check)
+else
+  runs=("1 1 0" "2 1 0" "1 2 0" "2 2 0" "1 4 0" "4 1 0")
+fi
+for run in "${runs[@]}"; do
+  set -- $run
+  dp=$1 tp=$2 zero=$3
   name="dp${dp}_tp${tp}"
+  [ "$zero" = 0 ] || name="${name}_zero${zero}"
   start=$(date +%s.%N)
   out=$(mpirun -np $((dp * tp)) --oversubscribe --bind-to none \
         --mca mpi_yield_when_idle 1 --timeout 300 \
-        "$bin" --dp "$dp" --tp "$tp" --layers 2 --hidden 30 --width 12 \
-        --inputs 8 --classes 5 --batch 16 --steps 10 --lr 0.01 --seed 7 \
-        --bucket-mib 0.001 --check 2>&1)
+        "$bin" --dp "$dp" --tp "$tp" --zero "$zero" "${flags[@]}" 2>&1)
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo 0)
   line=$(echo "$out" | grep '^check:' | head -1)
+  ok=0
+  if [ $rc = 0 ] && echo "$out" | grep -q '^check: ok'; then ok=1; fi
+  if [ "$zero" != 0 ]; then
+    gathers=$([ "$zero" = 3 ] && echo 5 || echo 3)
+    want="per step $gathers all-gathers (.*), 3 reduce-scatters"
+    nlines=$(echo "$out" | grep -c "fsdp: zero $zero, .*$want")
+    if [ "$nlines" != $((dp * tp)) ]; then
+      ok=0
+      line="$line; expected '$want' from each of $((dp * tp)) ranks, got $nlines"
+    fi
+  fi
   echo "[$name] rc=$rc $line"
-  if [ $rc = 0 ] && echo "$out" | grep -q '^check: ok'; then
+  if [ $ok = 1 ]; then
     pass=$((pass + 1))
     cases="$cases<testcase classname=\"TrainEquivalence\" name=\"$name\" status=\"run\" result=\"completed\" time=\"$secs\"/>"
   else
