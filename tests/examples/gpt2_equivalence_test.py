@@ -8,7 +8,15 @@ width is 4C = 80 (uneven on tp=3) or, under sequence parallelism, n_inner
 83 (uneven on every tp); seq 5 over tp=4 leaves a rank with no position.
 The tokens: this file's text through scripts/make-tokens.
 
-Usage: gpt2_equivalence_test.py TRAIN_GPT2_BINARY MAKE_TOKENS
+With --zero: the same with fully sharded units (--zero 1, 2, 3) on
+(dp, tp) = (2,1), (3,1), (4,1), (2,2), (1,2), and (2,2) with sequence
+parallelism; batch 12 over dp 4 leaves 3 rows per rank, the 259 vocabulary
+rows shard over dp inside each tp shard, and the 16 positions of wpe over 3
+dp ranks unevenly (6, 6, 4). Each run must also report the ZeRO collective
+counts of 2 blocks + the root (U = 3 units) on every rank: U all-gathers
+per step at levels 1-2, 2U - 1 = 5 at level 3, and U reduce-scatters.
+
+Usage: gpt2_equivalence_test.py TRAIN_GPT2_BINARY MAKE_TOKENS [--zero]
 """
 import os
 import shutil
@@ -25,20 +33,32 @@ CASES = [(1, 1, False), (2, 1, False), (1, 2, False), (1, 2, True),
          (1, 4, False), (1, 4, True)]
 
 
+ZERO_CASES = [(dp, tp, False, z) for dp, tp in [(2, 1), (3, 1), (4, 1),
+                                               (2, 2), (1, 2)]
+              for z in (1, 2, 3)] + [(2, 2, True, z) for z in (1, 2, 3)]
+
+
 def main():
     binary, make_tokens = sys.argv[1], sys.argv[2]
+    zero = "--zero" in sys.argv[3:]
+    cases = ZERO_CASES if zero else [c + (0,) for c in CASES]
     tmp = tempfile.mkdtemp(prefix="gpt2_equiv_")
     tokens = os.path.join(tmp, "tokens.bin")
     subprocess.run([sys.executable, make_tokens, os.path.abspath(__file__),
                     tokens], check=True, capture_output=True)
     results = []
-    for dp, tp, sp in CASES:
+    for dp, tp, sp, z in cases:
         name = "dp%d_tp%d%s" % (dp, tp, "_sp" if sp else "")
+        if z:
+            name += "_zero%d" % z
         args = ["--data", tokens, "--dp", str(dp), "--tp", str(tp),
                 "--layers", "2", "--embd", "20", "--heads", "5", "--vocab",
                 "259", "--positions", "16", "--batch", "4", "--seq", "5",
                 "--steps", "10", "--lr", "1e-3", "--weight-decay", "0.1",
-                "--seed", "7", "--bucket-mib", "0.001", "--check", "--quiet"]
+                "--seed", "7", "--bucket-mib", "0.001", "--check", "--quiet",
+                "--zero", str(z)]
+        if z:
+            args[args.index("--batch") + 1] = "12"
         if sp:
             args += ["--sequence-parallel", "--inner", "83"]
         start = time.time()
@@ -47,6 +67,13 @@ def main():
         fail = None
         if rc != 0 or "check: ok" not in out:
             fail = "%s rc=%d" % (line, rc)
+        elif z:
+            want = "per step %d all-gathers" % (5 if z == 3 else 3)
+            got = [l for l in out.splitlines() if "] fsdp: zero %d," % z in l
+                   and want in l and "3 reduce-scatters" in l]
+            if len(got) != dp * tp:
+                fail = "expected '%s ..., 3 reduce-scatters' from %d ranks, " \
+                       "got %d" % (want, dp * tp, len(got))
             print(out[-2000:] + err[-2000:])
         print("[%s] rc=%d %s" % (name, rc, line))
         results.append((name, time.time() - start, fail))
