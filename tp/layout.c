@@ -19,6 +19,26 @@ void tpdp_chunk_range(int64_t n, int64_t k, int64_t i, int64_t *start,
   if (len) *len = l;
 }
 
+void tp_layout_release_unused(tpdp_module *m, int64_t *freed) {
+  tp_layout_state *st = tpdp_module_get_ext(m, TP_LAYOUT_KEY);
+  if (st == NULL) return;
+  for (int i = 0; i < st->n; i++) {
+    tp_layout_entry *e = &st->entries[i];
+    const tpdp_tensor *t = tpdp_param_tensor(e->param);
+    const tpdp_tensor *g = tpdp_param_grad(e->param);
+    if (e->data && t->data != e->data) {
+      free(e->data);
+      e->data = NULL;
+      (*freed)++;
+    }
+    if (e->grad && (g == NULL || g->data != e->grad)) {
+      free(e->grad);
+      e->grad = NULL;
+      (*freed)++;
+    }
+  }
+}
+
 void tp_layout_state_free(void *ptr) {
   tp_layout_state *st = ptr;
   if (st == NULL) return;
@@ -344,4 +364,24 @@ tpdp_status tpdp_tp_parallelize_linear(tpdp_module *m, tpdp_tp_style style,
   const char *suffix =
       style == TPDP_STYLE_COLWISE ? " TP COLWISE" : " TP ROWWISE";
   return tp_layout_commit(&m, &st, &suffix, 1);
+}
+
+/* ------------------------------------------------- unused TP storage */
+
+static tpdp_status release_visit(tpdp_module *m, const char *prefix, int level,
+                                 void *ctx) {
+  (void)prefix;
+  (void)level;
+  tp_styles_release_unused(m, ctx);
+  tp_layout_release_unused(m, ctx);
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_tp_release_unused_storage(tpdp_module *root, int64_t *nfreed) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(root);
+  int64_t freed = 0;
+  CHECK(tpdp_module_apply(root, release_visit, &freed));
+  if (nfreed) *nfreed = freed;
+  return TPDP_SUCCESS;
 }

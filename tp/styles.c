@@ -25,6 +25,25 @@ typedef struct {
   void **storage; /* local parameter data, then local gradient data */
 } tp_module_state;
 
+/* Free one storage block unless `in_use` points into it. */
+static void release_if_unused(void **block, const tpdp_tensor *in_use,
+                              int64_t *freed) {
+  if (*block == NULL || (in_use && in_use->data == *block)) return;
+  free(*block);
+  *block = NULL;
+  (*freed)++;
+}
+
+void tp_styles_release_unused(tpdp_module *m, int64_t *freed) {
+  tp_module_state *st = tpdp_module_get_ext(m, TP_EXT_KEY);
+  if (st == NULL) return;
+  for (int i = 0; i < st->nparams; i++) {
+    tpdp_param *p = tpdp_module_param(m, i, NULL);
+    release_if_unused(&st->storage[2 * i], tpdp_param_tensor(p), freed);
+    release_if_unused(&st->storage[2 * i + 1], tpdp_param_grad(p), freed);
+  }
+}
+
 static void tp_state_free(void *ptr) {
   tp_module_state *st = ptr;
   if (st == NULL) return;

@@ -68,6 +68,12 @@ tpdp_status tp_check_no_overlap(const tpdp_tensor *src, const tpdp_tensor *dst);
  * "module 'fqn[Class]' was not parallelized by <by>" ("a TP plan"). */
 tpdp_status tp_not_parallelized(const tpdp_module *m, const char *by);
 
+/* tpdp_tp_release_unused_storage's work on one module: styles.c's and
+ * layout.c's storage that no parameter views any more, freed; *freed
+ * counts the blocks. */
+void tp_styles_release_unused(tpdp_module *m, int64_t *freed);
+void tp_layout_release_unused(tpdp_module *m, int64_t *freed);
+
 /* ceil(n / k) for n >= 0, k >= 1, without the n + k - 1 that wraps. */
 static inline int64_t tp_ceil_div(int64_t n, int64_t k) {
   return n / k + (n % k != 0);

@@ -136,22 +136,38 @@ int ex_state_dict_add_adamw(tpdp_state_dict *sd, const ex_adamw_entry *entries,
   return 0;
 }
 
+/* This process's proportional set size in KiB (a page shared by k
+ * processes counts 1/k), -1 where /proc/self/smaps_rollup is missing. */
+static int64_t pss_kb(void) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  if (f == NULL) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "Pss: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb;
+}
+
 void ex_peak_memory_line(tpdp_comm *comm, int print) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
   int size = tpdp_comm_size(comm);
-  int64_t *kb = calloc((size_t)size, sizeof *kb);
-  int64_t mine = ru.ru_maxrss;
-  tpdp_tensor s = tpdp_tensor_1d(&mine, TPDP_I64, 1);
-  tpdp_tensor r = tpdp_tensor_1d(kb, TPDP_I64, size);
+  int64_t *kb = calloc(2 * (size_t)size, sizeof *kb);
+  int64_t mine[2] = {ru.ru_maxrss, pss_kb()};
+  tpdp_tensor s = tpdp_tensor_1d(mine, TPDP_I64, 2);
+  tpdp_tensor r = tpdp_tensor_1d(kb, TPDP_I64, 2 * (int64_t)size);
   if (kb == NULL || tpdp_allgather(comm, &s, &r) != TPDP_SUCCESS) {
     free(kb);
     return;
   }
   if (print) {
     printf("peak memory:");
-    for (int i = 0; i < size; i++)
-      printf("%s rank %d %.1f MiB", i ? "," : "", i, kb[i] / 1024.0);
+    for (int i = 0; i < size; i++) {
+      printf("%s rank %d %.1f MiB", i ? "," : "", i, kb[2 * i] / 1024.0);
+      if (kb[2 * i + 1] >= 0)
+        printf(" (PSS now %.1f MiB)", kb[2 * i + 1] / 1024.0);
+    }
     printf("\n");
   }
   free(kb);

@@ -79,8 +79,10 @@ typedef struct {
 int ex_state_dict_add_adamw(tpdp_state_dict *sd, const ex_adamw_entry *entries,
                             int n, ex_error *e);
 
-/* Collective over comm: every rank's peak resident memory (getrusage),
- * printed by rank 0 when `print` as "peak memory: rank 0 X MiB, ...". */
+/* Collective over comm: every rank's peak resident memory (getrusage) and
+ * its proportional set size now (PSS: shared pages split among the
+ * processes sharing them, so the ranks' PSS add up), printed by rank 0
+ * when `print` as "peak memory: rank 0 X MiB (PSS now Y MiB), ...". */
 void ex_peak_memory_line(tpdp_comm *comm, int print);
 
 #endif

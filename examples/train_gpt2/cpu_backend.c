@@ -2,6 +2,7 @@
 /* examples/train_gpt2 --device cpu: the model of gpt2.c (OpenBLAS) and
  * AdamW on the host; the TP collectives are tp/'s functions over the host
  * mesh (see train.h). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,32 @@ static int op_cross_entropy(void *ctx, float *logits, const int32_t *targets,
                             : tpdp_fail(t, "tpdp_tp_vocab_cross_entropy", st);
 }
 
+/* ---- --zero: the blocks' module hooks (gpt2_ops.block) ---- */
+
+static int op_block(void *ctx, int event, int layer) {
+  trainer *t = ctx;
+  char path[32];
+  snprintf(path, sizeof path, "transformer.h.%d", layer);
+  tpdp_module *block = NULL;
+  TRY(tpdp_module_get_submodule(t->root, path, &block));
+  switch (event) {
+    case GPT2_BLOCK_FORWARD_BEGIN:
+      TRY(tpdp_module_forward_begin(block));
+      break;
+    case GPT2_BLOCK_FORWARD_END:
+      TRY(tpdp_module_forward_end(block));
+      break;
+    case GPT2_BLOCK_BACKWARD_BEGIN:
+      TRY(tpdp_module_backward_begin(block));
+      break;
+    default:
+      TRY(tpdp_module_backward_end(block));
+      break;
+  }
+  trainer_refresh_views(t);
+  return 0;
+}
+
 static void cpu_release(trainer *t) {
   cpu_state *c = t->dev;
   if (c != NULL && c->model_ready) gpt2_model_free(&c->model);
@@ -107,6 +134,7 @@ static int cpu_setup(trainer *t) {
     t->rparams[i].grad = *tpdp_param_grad(t->params[i]);
     t->P[i] = t->rparams[i].param.data;
     t->G[i] = t->rparams[i].grad.data;
+    if (t->o.zero > 0) continue; /* sized as the shards, at the first step */
     int64_t numel = tpdp_tensor_numel(&t->rparams[i].param);
     t->m1[i] = calloc((size_t)numel + 1, sizeof(float));
     t->m2[i] = calloc((size_t)numel + 1, sizeof(float));
@@ -116,9 +144,15 @@ static int cpu_setup(trainer *t) {
     return ex_fail(&t->err, "out of memory for %lld bytes of activations",
                    (long long)gpt2_activation_bytes(&t->dims));
   c->model_ready = 1;
-  c->ops = (gpt2_ops){
-      t,        op_allreduce,      op_seq_gather,    op_seq_reduce_scatter,
-      op_embed, op_embed_backward, op_cross_entropy, trainer_grad_ready};
+  c->ops = (gpt2_ops){t,
+                      op_allreduce,
+                      op_seq_gather,
+                      op_seq_reduce_scatter,
+                      op_embed,
+                      op_embed_backward,
+                      op_cross_entropy,
+                      trainer_grad_ready,
+                      t->o.zero > 0 ? op_block : NULL};
   return 0;
 }
 
@@ -135,10 +169,19 @@ static int cpu_backward(trainer *t) {
 }
 
 static int cpu_optimizer_step(trainer *t, int step) {
-  for (int i = 0; i < t->np; i++)
-    nn_adamw(t->P[i], t->G[i], t->m1[i], t->m2[i],
-             tpdp_tensor_numel(&t->rparams[i].param), &t->o.adamw,
+  /* --zero: the units left the tree viewing the shards and their averaged
+   * gradients. */
+  if (t->o.zero > 0) trainer_refresh_views(t);
+  for (int i = 0; i < t->np; i++) {
+    int64_t n = tpdp_tensor_numel(tpdp_param_tensor(t->params[i]));
+    if (t->m1[i] == NULL) { /* --zero: the moments of the shard */
+      t->m1[i] = calloc((size_t)n + 1, sizeof(float));
+      t->m2[i] = calloc((size_t)n + 1, sizeof(float));
+      if (!t->m1[i] || !t->m2[i]) return ex_fail(&t->err, "out of memory");
+    }
+    nn_adamw(t->P[i], t->G[i], t->m1[i], t->m2[i], n, &t->o.adamw,
              t->info[i].decay ? t->o.weight_decay : 0.0, step);
+  }
   return 0;
 }
 

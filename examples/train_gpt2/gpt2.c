@@ -377,6 +377,8 @@ int gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
           *fcg = m->fcg + (int64_t)l * N * F;
     const float *in = NULL, *red = NULL;
 
+    if (ops->block)
+      CALL(t, 0, ops->block(ops->ctx, GPT2_BLOCK_FORWARD_BEGIN, l));
     nn_layernorm_fwd(x, P[gpt2_block_param(l, GPT2_LN1_W)],
                      P[gpt2_block_param(l, GPT2_LN1_B)], ln1, st1, st1 + Nl, Nl,
                      C, LN_EPS);
@@ -409,6 +411,7 @@ int gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
       for (int k = 0; k < C; k++)
         xo[(int64_t)i * C + k] =
             r2[(int64_t)i * C + k] + red[(int64_t)i * C + k] + bm[k];
+    if (ops->block) CALL(t, 0, ops->block(ops->ctx, GPT2_BLOCK_FORWARD_END, l));
   }
 
   const int lnf = gpt2_lnf_param(&d->c);
@@ -479,6 +482,8 @@ int gpt2_backward(gpt2_model *m, const gpt2_ops *ops, gpt2_timers *t) {
     const float *ln2_in = d->sp ? m->ln2g + o_g : m->ln2 + o_l;
     const float *dy = NULL, *dred = NULL;
 
+    if (ops->block)
+      CALL(t, 0, ops->block(ops->ctx, GPT2_BLOCK_BACKWARD_BEGIN, l));
     /* MLP: x_out = r2 + sum_tp(fcg Wmo) + bmo */
     int i_mo_b = gpt2_block_param(l, GPT2_MO_B);
     colsum(m->dresid, G[i_mo_b], Nl, C);
@@ -521,6 +526,8 @@ int gpt2_backward(gpt2_model *m, const gpt2_ops *ops, gpt2_timers *t) {
                      G[i_ln1 + 1], Nl, C);
     READY_REPLICATED(i_ln1);
     READY_REPLICATED(i_ln1 + 1);
+    if (ops->block)
+      CALL(t, 0, ops->block(ops->ctx, GPT2_BLOCK_BACKWARD_END, l));
   }
 
   /* embeddings: the full rows' gradient (gathered under sp) */

@@ -100,7 +100,19 @@ typedef struct {
                        int64_t n, float scale, double *loss_sum);
   /* parameter i's gradient is final (DP may reduce it now) */
   int (*grad_ready)(void *ctx, int i);
+  /* NULL, or called at the start and end of block `layer`'s forward and
+   * backward (GPT2_BLOCK_*): a framework's module hooks, where fully
+   * sharded units gather the block and reduce its gradients; the callee
+   * may re-point the model's P[]/G[] at other memory. */
+  int (*block)(void *ctx, int event, int layer);
 } gpt2_ops;
+
+enum {
+  GPT2_BLOCK_FORWARD_BEGIN = 0,
+  GPT2_BLOCK_FORWARD_END = 1,
+  GPT2_BLOCK_BACKWARD_BEGIN = 2,
+  GPT2_BLOCK_BACKWARD_END = 3
+};
 
 typedef struct {
   gpt2_config c;

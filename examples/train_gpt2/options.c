@@ -34,6 +34,12 @@ static void usage(FILE *out) {
       "  --tf32           (cuda) TF32 tensor-core matmuls, as PyTorch's\n"
       "                   allow_tf32 and llm.c: faster, not for --check\n"
       "  --bucket-mib M   DP bucket cap in MiB (default 25)\n"
+      "  --zero N         0: DDP-style reducer (default); 1, 2, 3: fully\n"
+      "                   sharded units over dp (tpdp/fsdp.h: each block\n"
+      "                   h.<l> a unit, the root the rest), ZeRO level N: 1\n"
+      "                   shards the AdamW state, 2 also the gradients, 3\n"
+      "                   also the parameters between uses (--device cpu;\n"
+      "                   no --save/--load yet)\n"
       "  --check          also train in one process on rank 0 and compare;\n"
       "                   exit 1 if loss or parameters differ by > 1e-4\n"
       "  --quiet          print only the summary lines\n"
@@ -83,6 +89,7 @@ int parse_options(int argc, char **argv, options *o) {
       {"device", EX_FLAG_STRING, &o->device, 0},
       {"tf32", EX_FLAG_SWITCH, &o->tf32, 0},
       {"bucket-mib", EX_FLAG_DOUBLE, &o->bucket_mib, 0},
+      {"zero", EX_FLAG_INT, &o->zero, 0},
       {"check", EX_FLAG_SWITCH, &o->check, 0},
       {"quiet", EX_FLAG_SWITCH, &o->quiet, 0},
       {"seed", EX_FLAG_U64, &o->seed, G_SEED},
@@ -140,6 +147,18 @@ int check_options(const options *o, ex_error *e) {
                    "--layers/--embd/--heads/--vocab/--positions/--inner",
                    o->load_dir);
   if (o->bucket_mib <= 0) return ex_fail(e, "--bucket-mib must be > 0");
+  if (o->zero < 0 || o->zero > 3)
+    return ex_fail(e, "--zero must be 0, 1, 2 or 3, not %d", o->zero);
+  if (o->zero > 0 && strcmp(o->device, "cpu") != 0)
+    return ex_fail(e,
+                   "--zero %d runs on --device cpu only (fully sharded units "
+                   "on CUDA are not built yet)",
+                   o->zero);
+  if (o->zero > 0 && (o->save_dir || o->load_dir))
+    return ex_fail(e,
+                   "--zero %d cannot --save or --load yet (sharded AdamW "
+                   "state in checkpoints is not built yet); use --zero 0",
+                   o->zero);
   if (!(o->adamw.lr >= 0) || !(o->adamw.beta1 >= 0 && o->adamw.beta1 < 1) ||
       !(o->adamw.beta2 >= 0 && o->adamw.beta2 < 1) || !(o->adamw.eps >= 0) ||
       !(o->weight_decay >= 0))

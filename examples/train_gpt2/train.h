@@ -56,6 +56,7 @@ typedef struct {
   const char *save_dir, *load_dir;
   int save_every;
   unsigned given; /* G_* of the flags given */
+  int zero;       /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
 } options;
 
 /* 0, 1 after --help, 2 on a usage error (printed). */
@@ -114,7 +115,8 @@ typedef struct {
   float **storage; /* this program's storage of replicated parameters */
   float **grad_storage;
   tpdp_reducer_param *rparams; /* what the reducer and checkpoints see */
-  tpdp_reducer *reducer;
+  tpdp_reducer *reducer;       /* --zero 0 */
+  tpdp_fsdp_unit *fsdp;        /* --zero 1-3: the root unit (tpdp/fsdp.h) */
   char (*fqn)[96];
   float **P, **G, **m1, **m2; /* the model's (host or device) */
   /* The specs checkpoints save the model's tensors under: the tree's
@@ -183,6 +185,10 @@ int agree(trainer *t, int failed);
 /* The models' grad_ready callback (ctx: the trainer): gradient i is final
  * (cpu) or queued on grad_stream (cuda); the reducer may start its bucket. */
 int trainer_grad_ready(void *ctx, int i);
+
+/* The tree's current views into t->P and t->G: under --zero, fully sharded
+ * units re-point parameters and gradients as they gather and reshard. */
+void trainer_refresh_views(trainer *t);
 
 /* model_setup.c */
 int check_file(trainer *t);

@@ -82,8 +82,17 @@ static void trainer_free(trainer *t) {
   tok_close(&t->tok);
 }
 
+void trainer_refresh_views(trainer *t) {
+  for (int i = 0; i < t->np; i++) {
+    t->P[i] = tpdp_param_tensor(t->params[i])->data;
+    const tpdp_tensor *g = tpdp_param_grad(t->params[i]);
+    if (g) t->G[i] = g->data;
+  }
+}
+
 int trainer_grad_ready(void *ctx, int i) {
   trainer *t = ctx;
+  if (t->reducer == NULL) return 0; /* --zero: the units reduce per block */
   double t0 = ex_now();
   tpdp_status st = tpdp_reducer_mark_ready(t->reducer, i);
   t->tm.mark += ex_now() - t0;
@@ -97,6 +106,37 @@ int trainer_grad_ready(void *ctx, int i) {
 static tpdp_status keep_gradients(const tpdp_reducer_hook_args *args) {
   (void)args;
   return TPDP_SUCCESS;
+}
+
+/* --zero: each block h.<l> a fully sharded unit over dp, then the root
+ * (embeddings, ln_f); the shards replace the parameters, and the copies
+ * they came from (this program's storage of replicated parameters, TP's
+ * local shards) are freed. */
+static int shard_units(trainer *t) {
+  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
+  fo.zero_level = t->o.zero;
+  for (int l = 0; l < t->c.n_layer; l++) {
+    char path[32];
+    snprintf(path, sizeof path, "transformer.h.%d", l);
+    tpdp_module *block = NULL;
+    tpdp_fsdp_unit *unit = NULL;
+    TRY(tpdp_module_get_submodule(t->root, path, &block));
+    TRY(tpdp_fully_shard(block, t->reduce_comm, &fo, &unit));
+  }
+  TRY(tpdp_fully_shard(t->root, t->reduce_comm, &fo, &t->fsdp));
+  for (int i = 0; i < t->np; i++) {
+    if (t->storage) {
+      free(t->storage[i]);
+      t->storage[i] = NULL;
+    }
+    if (t->grad_storage) {
+      free(t->grad_storage[i]);
+      t->grad_storage[i] = NULL;
+    }
+  }
+  TRY(tpdp_tp_release_unused_storage(t->root, NULL));
+  trainer_refresh_views(t);
+  return 0;
 }
 
 /* Everything up to the first step. Returns 0, or -1 with t->err set
@@ -218,6 +258,7 @@ static int setup(trainer *t) {
   for (int i = 0; i < t->np; i++) t->rparams[i].fqn = t->fqn[i];
   /* Before the reducer, which broadcasts the parameters from dp rank 0. */
   if (o->load_dir != NULL && load_checkpoint(t) != 0) return -1;
+  if (o->zero > 0) return shard_units(t);
   tpdp_reducer_options ropts = tpdp_reducer_options_default();
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)
@@ -246,6 +287,89 @@ static int gather_param(trainer *t, int i, float *out) {
   TRY(tpdp_dtensor_full_tensor_alloc(&dt, &full));
   if (out) memcpy(out, full.data, tpdp_tensor_nbytes(&full));
   free(full.data);
+  return 0;
+}
+
+/* The units' accounting, one line on each rank. */
+static void print_fsdp_stats(trainer *t) {
+  tpdp_fsdp_stats fs;
+  if (tpdp_fsdp_get_stats(t->fsdp, &fs) != TPDP_SUCCESS) return;
+  printf(
+      "[rank %d] fsdp: zero %d, persistent %.1f MiB, peak transient "
+      "%.1f MiB; per step %lld all-gathers (%.1f MiB), %lld "
+      "reduce-scatters (%.1f MiB)\n",
+      t->rank, t->o.zero, fs.persistent_bytes / 1048576.0,
+      fs.peak_transient_bytes / 1048576.0, (long long)fs.allgathers,
+      fs.bytes_allgathered / 1048576.0, (long long)fs.reduce_scatters,
+      fs.bytes_reduce_scattered / 1048576.0);
+  fflush(stdout);
+}
+
+/* Backward under the DDP-style reducer (--zero 0): prepare, the model's
+ * backward marking gradients ready, finalize. The one-time bucket rebuild's
+ * share goes into *rebuild and *rebuild_s. 0, or -1 with t->err set. */
+static int reducer_backward(trainer *t, tpdp_reducer_stats *rebuild,
+                            double *rebuild_s) {
+  int was_rebuilt = tpdp_reducer_rebuilt(t->reducer);
+  tpdp_status st;
+  double h0;
+  tpdp_reducer_stats pre;
+  if (!was_rebuilt && tpdp_reducer_get_stats(t->reducer, &pre) != TPDP_SUCCESS)
+    return -1;
+  h0 = ex_now();
+  st = tpdp_reducer_prepare(t->reducer);
+  if (st != TPDP_SUCCESS) {
+    tpdp_fail(t, "tpdp_reducer_prepare", st);
+    return -1;
+  }
+  /* DDP's one-time warm-up: the buckets rebuilt in gradient-ready order
+   * (new buffers, first touched here) at the start of step 1. Timed
+   * apart from the steady state: its wall time leaves the step time, and
+   * its share of every reducer figure (total, comm, data) leaves the
+   * overhead, so no part of it is subtracted twice. */
+  if (!was_rebuilt && tpdp_reducer_rebuilt(t->reducer)) {
+    *rebuild_s = ex_now() - h0;
+    tpdp_reducer_stats post;
+    if (tpdp_reducer_get_stats(t->reducer, &post) != TPDP_SUCCESS) return -1;
+    rebuild->total_seconds = post.total_seconds - pre.total_seconds;
+    rebuild->comm_seconds = post.comm_seconds - pre.comm_seconds;
+    rebuild->data_seconds = post.data_seconds - pre.data_seconds;
+  }
+  if (t->b->wait_dp(t) != 0) return -1;
+  /* Gradients live in the reducer's buckets (they move once, when the
+   * buckets are rebuilt after the first step). */
+  for (int i = 0; i < t->np; i++) {
+    tpdp_tensor gv;
+    st = tpdp_reducer_grad_view(t->reducer, i, &gv);
+    if (st == TPDP_SUCCESS && t->b->tree_holds_model)
+      st = tpdp_param_set_grad(t->params[i], &gv);
+    if (st != TPDP_SUCCESS) {
+      tpdp_fail(t, "tpdp_reducer_grad_view", st);
+      return -1;
+    }
+    t->G[i] = gv.data;
+  }
+  if (t->b->backward(t) != 0) return -1;
+  st = tpdp_reducer_finalize(t->reducer);
+  if (st != TPDP_SUCCESS) {
+    tpdp_fail(t, "tpdp_reducer_finalize", st);
+    return -1;
+  }
+  return 0;
+}
+
+/* Backward under fully sharded units (--zero 1-3): the root's backward
+ * hooks around the model's (each block's run inside it), then finalize,
+ * which leaves the tree viewing the shards and their averaged gradients. */
+static int fsdp_backward(trainer *t) {
+  double h0 = ex_now();
+  TRY(tpdp_module_backward_begin(t->root));
+  trainer_refresh_views(t);
+  t->tm.hooks += ex_now() - h0;
+  if (t->b->backward(t) != 0) return -1;
+  TRY(tpdp_module_backward_end(t->root));
+  TRY(tpdp_fsdp_finalize(t->fsdp));
+  trainer_refresh_views(t);
   return 0;
 }
 
@@ -288,7 +412,9 @@ static int train(trainer *t, run_out *out) {
       t_first = ex_now();
       tm0 = t->tm;
       t_data0 = t->tm.data;
-      if (tpdp_reducer_get_stats(t->reducer, &rs0) != TPDP_SUCCESS) goto done;
+      if (t->reducer &&
+          tpdp_reducer_get_stats(t->reducer, &rs0) != TPDP_SUCCESS)
+        goto done;
     }
     /* Every rank reads the global batch and checks it; DP rank r takes rows
      * r*B/D .. (r+1)*B/D-1. */
@@ -304,6 +430,7 @@ static int train(trainer *t, run_out *out) {
       tpdp_fail(t, "tpdp_module_forward_begin", st);
       goto done;
     }
+    if (o->zero > 0) trainer_refresh_views(t);
     t->tm.hooks += ex_now() - h0;
     if (t->b->forward(t, in, scale) != 0) goto done;
     h0 = ex_now();
@@ -313,48 +440,9 @@ static int train(trainer *t, run_out *out) {
       goto done;
     }
     t->tm.hooks += ex_now() - h0;
-    int was_rebuilt = tpdp_reducer_rebuilt(t->reducer);
-    tpdp_reducer_stats pre;
-    if (!was_rebuilt &&
-        tpdp_reducer_get_stats(t->reducer, &pre) != TPDP_SUCCESS)
-      goto done;
-    h0 = ex_now();
-    st = tpdp_reducer_prepare(t->reducer);
-    if (st != TPDP_SUCCESS) {
-      tpdp_fail(t, "tpdp_reducer_prepare", st);
-      goto done;
-    }
-    /* DDP's one-time warm-up: the buckets rebuilt in gradient-ready order
-     * (new buffers, first touched here) at the start of step 1. Timed
-     * apart from the steady state: its wall time leaves the step time, and
-     * its share of every reducer figure (total, comm, data) leaves the
-     * overhead, so no part of it is subtracted twice. */
-    if (!was_rebuilt && tpdp_reducer_rebuilt(t->reducer)) {
-      rebuild_s = ex_now() - h0;
-      tpdp_reducer_stats post;
-      if (tpdp_reducer_get_stats(t->reducer, &post) != TPDP_SUCCESS) goto done;
-      rebuild.total_seconds = post.total_seconds - pre.total_seconds;
-      rebuild.comm_seconds = post.comm_seconds - pre.comm_seconds;
-      rebuild.data_seconds = post.data_seconds - pre.data_seconds;
-    }
-    if (t->b->wait_dp(t) != 0) goto done;
-    /* Gradients live in the reducer's buckets (they move once, when the
-     * buckets are rebuilt after the first step). */
-    for (int i = 0; i < t->np; i++) {
-      tpdp_tensor gv;
-      st = tpdp_reducer_grad_view(t->reducer, i, &gv);
-      if (st == TPDP_SUCCESS && t->b->tree_holds_model)
-        st = tpdp_param_set_grad(t->params[i], &gv);
-      if (st != TPDP_SUCCESS) {
-        tpdp_fail(t, "tpdp_reducer_grad_view", st);
-        goto done;
-      }
-      t->G[i] = gv.data;
-    }
-    if (t->b->backward(t) != 0) goto done;
-    st = tpdp_reducer_finalize(t->reducer);
-    if (st != TPDP_SUCCESS) {
-      tpdp_fail(t, "tpdp_reducer_finalize", st);
+    if (o->zero > 0) {
+      if (fsdp_backward(t) != 0) goto done;
+    } else if (reducer_backward(t, &rebuild, &rebuild_s) != 0) {
       goto done;
     }
     /* The optimizer reads the averaged gradients. */
@@ -389,8 +477,9 @@ static int train(trainer *t, run_out *out) {
       (o->save_every == 0 || o->steps % o->save_every != 0) &&
       save_checkpoint(t, o->steps) != 0)
     goto done;
-  tpdp_reducer_stats rs;
-  if (tpdp_reducer_get_stats(t->reducer, &rs) != TPDP_SUCCESS) goto done;
+  tpdp_reducer_stats rs = {0, 0, 0, 0};
+  if (t->reducer && tpdp_reducer_get_stats(t->reducer, &rs) != TPDP_SUCCESS)
+    goto done;
   if (t->summary && o->steps - first == 1)
     printf("throughput: n/a (one step, and the first step is warm-up)\n");
   if (t->summary && o->steps - first > 1) {
@@ -417,21 +506,33 @@ static int train(trainer *t, run_out *out) {
         "tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "
         "%.2f%% of step time\n",
         overhead, hooks, bookkeeping, 100.0 * overhead / elapsed);
-    printf(
-        "reducer: %lld buckets, rebuilt %s; threads per rank %d; OpenBLAS "
-        "%s\n",
-        (long long)tpdp_reducer_num_buckets(t->reducer),
-        tpdp_reducer_rebuilt(t->reducer) ? "yes" : "no", nn_threads(),
-        nn_blas_core());
+    if (t->reducer)
+      printf("reducer: %lld buckets, rebuilt %s; ",
+             (long long)tpdp_reducer_num_buckets(t->reducer),
+             tpdp_reducer_rebuilt(t->reducer) ? "yes" : "no");
+    else
+      printf("dp: fully sharded units, zero %d; ", o->zero);
+    printf("threads per rank %d; OpenBLAS %s\n", nn_threads(), nn_blas_core());
   }
   if (t->summary) fflush(stdout);
+  if (t->fsdp) print_fsdp_stats(t);
   ex_peak_memory_line(t->comm, t->summary);
   if (out->want_params || o->check) {
     if (t->b->params_to_host(t) != 0) goto done;
+    /* The units' full (TP-local) parameters back in the tree. */
+    tpdp_status fst = TPDP_SUCCESS;
+    if (t->fsdp && (fst = tpdp_fsdp_summon_full_params(t->fsdp)) != 0) {
+      tpdp_fail(t, "tpdp_fsdp_summon_full_params", fst);
+      goto done;
+    }
     for (int i = 0; i < t->np; i++)
       if (gather_param(
               t, i, t->rank == 0 && out->params ? out->params[i] : NULL) != 0)
         goto done;
+    if (t->fsdp && (fst = tpdp_fsdp_summon_end(t->fsdp, 0)) != 0) {
+      tpdp_fail(t, "tpdp_fsdp_summon_end", fst);
+      goto done;
+    }
   }
   rc = 0;
 done:
@@ -555,6 +656,7 @@ int main(int argc, char **argv) {
       r.quiet = 1;
       r.save_dir = NULL;
       r.save_every = 0;
+      r.zero = 0;
       gpt2_config rshape;
       int ref_rc = run(&r, self, 0, &rout, &rshape);
       if (rout.np != out.np) ref_rc = 1;

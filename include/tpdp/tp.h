@@ -111,6 +111,16 @@ TPDP_API tpdp_status tpdp_pre_dp_transform(struct tpdp_module *root);
 TPDP_API tpdp_status tpdp_pre_dp_transform_undo(struct tpdp_module *root);
 TPDP_API int tpdp_pre_dp_transform_count(const struct tpdp_module *root);
 
+/* Free the local shards and gradient buffers that TP parallelization made
+ * (tpdp_parallelize and the layouts below) and that no parameter of root's
+ * subtree views any more: after DP moved the views for good (the reducer's
+ * gradient buckets, fully sharded units' shards, tpdp/fsdp.h), these are
+ * dead copies - a whole model's worth per rank. A parameter must not be
+ * pointed back at them afterwards. *nfreed (may be NULL): blocks freed.
+ * Errors: NULL root. */
+TPDP_API tpdp_status tpdp_tp_release_unused_storage(struct tpdp_module *root,
+                                                    int64_t *nfreed);
+
 /* ------------------------------------------------------ parallel styles
  *
  * Tensor-parallel styles, the plan that maps module FQN patterns to them,
