@@ -740,7 +740,9 @@ tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root) {
                       u->label, u->rank);
   }
   /* Level 1 reduces here; so does a unit unused in this step (zero
-   * gradients), so that every rank makes the same collectives. */
+   * gradients), so that every rank makes the same collectives. At most two
+   * of these are in flight (each holds a packed copy of its gradients). */
+  tpdp_fsdp_unit *prev = NULL;
   for (int i = 0; i < g->nunits; i++) {
     tpdp_fsdp_unit *u = g->units[i];
     if (u->rs_work != NULL) continue;
@@ -750,6 +752,8 @@ tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root) {
     else if (!u->grads_pending)
       memset(u->full_grad, 0, (size_t)u->full_elems * sizeof(float));
     CHECK(reduce_start(u));
+    if (prev) CHECK(reduce_finish(prev));
+    prev = u;
   }
   core_first_error f;
   core_first_error_init(&f);

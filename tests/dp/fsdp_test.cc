@@ -5,7 +5,8 @@
 // computed here: each rank's rows by the chunk rule, the gathered values
 // from a reference model updated in double precision, the gradient as the
 // mean over ranks of a formula, the collective counts and persistent bytes
-// from the ZeRO formulas and the shapes.
+// from the ZeRO formulas and the shapes. Misuse: tests/misuse/
+// fsdp_misuse_test.cc.
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -302,85 +303,6 @@ TEST(Fsdp, TreeReportMarksExactlyTheUnits) {
                "\"blocks.0.b\"],\"blocks.1[Block]\":[\"blocks.1.w\","
                "\"blocks.1.b\"]}");
   tpdp_tree_report_destroy(r);
-}
-
-TEST(Fsdp, OutOfOrderCallsAreStateErrorsNamingTheUnit) {
-  Model m;
-  Units u = Shard(m, 3);
-  EXPECT_TPDP_ERROR(tpdp_module_backward_begin(m.blocks[0]), TPDP_ERR_STATE,
-                    "blocks.0[Block]", "expects state FORWARD",
-                    "the unit is in IDLE");
-  ASSERT_TPDP_OK(tpdp_module_forward_begin(m.root));
-  ASSERT_TPDP_OK(tpdp_module_forward_begin(m.blocks[0]));
-  ASSERT_TPDP_OK(tpdp_module_forward_end(m.blocks[0]));
-  ASSERT_TPDP_OK(tpdp_module_forward_end(m.root));
-  ASSERT_TPDP_OK(tpdp_module_backward_begin(m.root));
-  ASSERT_TPDP_OK(tpdp_module_backward_begin(m.blocks[0]));
-  EXPECT_TPDP_ERROR(tpdp_module_forward_begin(m.blocks[0]), TPDP_ERR_STATE,
-                    "blocks.0[Block]", "BACKWARD_PRE",
-                    "activation recomputation");
-  EXPECT_TPDP_ERROR(tpdp_fsdp_finalize(u.root), TPDP_ERR_STATE, "unit [Net]",
-                    "BACKWARD_PRE", "not finished");
-  EXPECT_TPDP_ERROR(tpdp_fsdp_finalize(u.block[0]), TPDP_ERR_INVALID_ARGUMENT,
-                    "blocks.0[Block]", "nested in unit [Net]");
-  ASSERT_TPDP_OK(tpdp_module_backward_end(m.blocks[0]));
-  ASSERT_TPDP_OK(tpdp_module_backward_end(m.root));
-  ASSERT_TPDP_OK(tpdp_fsdp_finalize(u.root));
-  EXPECT_EQ(tpdp_fsdp_unit_state(u.root), TPDP_HANDLE_IDLE);
-}
-
-TEST(Fsdp, BadInputFailsOnEveryRankAndChangesNothing) {
-  int rank = tpdp_test::WorldRank();
-  {
-    Model m;
-    tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
-    o.zero_level = 0;
-    tpdp_fsdp_unit *u = nullptr;
-    EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
-                      TPDP_ERR_INVALID_ARGUMENT, "zero_level is 0");
-    EXPECT_EQ(u, nullptr);
-    o = tpdp_fully_shard_options_default();
-    o.size = 8;
-    EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
-                      TPDP_ERR_INVALID_ARGUMENT, "size 8");
-    // Only rank 1 passes a bad level: every rank fails, naming rank 1.
-    o = tpdp_fully_shard_options_default();
-    if (rank == 1) o.zero_level = 7;
-    if (tpdp_test::WorldSize() > 1)
-      EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
-                        TPDP_ERR_INVALID_ARGUMENT, "rank 1", "zero_level is 7");
-    EXPECT_EQ(tpdp_module_unit_kind(m.root), nullptr);
-    ExpectFull(m, 0, "after failures");
-    EXPECT_EQ(tpdp_param_tensor(m.params[0])->data, m.data[0].data());
-  }
-  if (tpdp_test::WorldSize() > 1) {
-    // Rank 0's w has one row more: a shape mismatch on every rank.
-    Model m(rank == 0 ? 1 : 0);
-    tpdp_fsdp_unit *u = nullptr;
-    EXPECT_TPDP_ERROR(
-        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u),
-        TPDP_ERR_SHAPE_MISMATCH, "blocks.0[Block]", "disagree", "rank 0");
-    EXPECT_EQ(tpdp_param_tensor(m.params[1])->data, m.data[1].data());
-  }
-  {
-    // An f64 parameter is named by its FQN; a unit cannot be made twice.
-    Model m;
-    std::vector<double> d(4, 1.0);
-    tpdp_tensor t = tpdp_tensor_1d(d.data(), TPDP_F64, 4);
-    tpdp_param *q = nullptr;
-    ASSERT_TPDP_OK(tpdp_param_create(&t, &q));
-    ASSERT_TPDP_OK(tpdp_module_add_param(m.blocks[1], "scale", q));
-    tpdp_param_release(q);
-    tpdp_fsdp_unit *u = nullptr;
-    EXPECT_TPDP_ERROR(
-        tpdp_fully_shard(m.blocks[1], tpdp_test::World(), nullptr, &u),
-        TPDP_ERR_DTYPE_MISMATCH, "'scale'", "f64");
-    ASSERT_TPDP_OK(
-        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u));
-    EXPECT_TPDP_ERROR(
-        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u),
-        TPDP_ERR_ALREADY, "blocks.0[Block]", "FSDP unit already");
-  }
 }
 
 }  // namespace

@@ -1,0 +1,226 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Misuse of include/tpdp/fsdp.h on 2 ranks: each case asserts the status
+// and that the message names the unit (or the parameter's FQN), the rank,
+// the expected and the actual state or value. Creation errors fail alike on
+// every rank and leave the parameters viewing the caller's memory.
+// Cases:
+//  - tpdp_fully_shard: NULL module / comm / out, options of a wrong size,
+//    zero_level 0 and 4, reshard_after_forward 2, a level that only rank 1
+//    passes, shapes that differ between ranks, an f64 parameter (named),
+//    a module that is a unit already, a unit with no parameter of its own
+//  - call order: backward before forward, a forward during the unit's
+//    backward (activation recomputation), finalize mid-backward, finalize
+//    or stats on a nested unit, finalize with gradient sync off, a forward
+//    after a synced backward before finalize, summon_end without summon,
+//    summon_full_params during a step
+//  - lookups: tpdp_fsdp_param_rows out of range, a NULL unit
+#include <string>
+#include <vector>
+
+#include "tests/test_util.h"
+
+namespace {
+
+const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
+
+// Net{emb [5,3]; blocks.0: Block{w [7,3], b [2]}; blocks.1: Block{...}};
+// rank 0's blocks.0.w has `extra_rows` more rows.
+struct Model {
+  tpdp_module *root = nullptr, *blocks[2] = {nullptr, nullptr};
+  std::vector<std::vector<float>> data;
+  std::vector<tpdp_param *> params;
+
+  explicit Model(int extra_rows = 0) {
+    EXPECT_TPDP_OK(tpdp_module_create("Net", &root));
+    tpdp_module *seq = nullptr;
+    EXPECT_TPDP_OK(tpdp_module_create("ModuleList", &seq));
+    EXPECT_TPDP_OK(tpdp_module_add_child(root, "blocks", seq));
+    for (int b = 0; b < 2; b++) {
+      EXPECT_TPDP_OK(tpdp_module_create("Block", &blocks[b]));
+      EXPECT_TPDP_OK(
+          tpdp_module_add_child(seq, std::to_string(b).c_str(), blocks[b]));
+    }
+    Add(root, "emb", {5, 3});
+    for (int b = 0; b < 2; b++) {
+      Add(blocks[b], "w", {7 + (b == 0 ? extra_rows : 0), 3});
+      Add(blocks[b], "b", {2});
+    }
+  }
+  void Add(tpdp_module *m, const char *name, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    data.emplace_back(n, 0.5f);
+    tpdp_tensor t;
+    EXPECT_TPDP_OK(tpdp_tensor_init(&t, data.back().data(), TPDP_F32, kCpu,
+                                    (int)shape.size(), shape.data()));
+    tpdp_param *p = nullptr;
+    EXPECT_TPDP_OK(tpdp_param_create(&t, &p));
+    EXPECT_TPDP_OK(tpdp_module_add_param(m, name, p));
+    params.push_back(p);
+  }
+  ~Model() {
+    for (tpdp_param *p : params) tpdp_param_release(p);
+    EXPECT_TPDP_OK(tpdp_module_destroy(root));
+  }
+};
+
+struct Units {
+  tpdp_fsdp_unit *block[2] = {nullptr, nullptr}, *root = nullptr;
+};
+
+Units Shard(Model &m, int level) {
+  Units u;
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  o.zero_level = level;
+  for (int b = 0; b < 2; b++)
+    EXPECT_TPDP_OK(
+        tpdp_fully_shard(m.blocks[b], tpdp_test::World(), &o, &u.block[b]));
+  EXPECT_TPDP_OK(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u.root));
+  return u;
+}
+
+TEST(Fsdp, OutOfOrderCallsAreStateErrorsNamingTheUnit) {
+  Model m;
+  Units u = Shard(m, 3);
+  EXPECT_TPDP_ERROR(tpdp_module_backward_begin(m.blocks[0]), TPDP_ERR_STATE,
+                    "blocks.0[Block]", "expects state FORWARD",
+                    "the unit is in IDLE");
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m.root));
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m.blocks[0]));
+  ASSERT_TPDP_OK(tpdp_module_forward_end(m.blocks[0]));
+  ASSERT_TPDP_OK(tpdp_module_forward_end(m.root));
+  ASSERT_TPDP_OK(tpdp_module_backward_begin(m.root));
+  ASSERT_TPDP_OK(tpdp_module_backward_begin(m.blocks[0]));
+  EXPECT_TPDP_ERROR(tpdp_module_forward_begin(m.blocks[0]), TPDP_ERR_STATE,
+                    "blocks.0[Block]", "BACKWARD_PRE",
+                    "activation recomputation");
+  EXPECT_TPDP_ERROR(tpdp_fsdp_finalize(u.root), TPDP_ERR_STATE, "unit [Net]",
+                    "BACKWARD_PRE", "not finished");
+  EXPECT_TPDP_ERROR(tpdp_fsdp_finalize(u.block[0]), TPDP_ERR_INVALID_ARGUMENT,
+                    "blocks.0[Block]", "nested in unit [Net]");
+  ASSERT_TPDP_OK(tpdp_module_backward_end(m.blocks[0]));
+  ASSERT_TPDP_OK(tpdp_module_backward_end(m.root));
+  ASSERT_TPDP_OK(tpdp_fsdp_finalize(u.root));
+  EXPECT_EQ(tpdp_fsdp_unit_state(u.root), TPDP_HANDLE_IDLE);
+}
+
+TEST(Fsdp, BadInputFailsOnEveryRankAndChangesNothing) {
+  int rank = tpdp_test::WorldRank();
+  {
+    Model m;
+    tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+    o.zero_level = 0;
+    tpdp_fsdp_unit *u = nullptr;
+    EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
+                      TPDP_ERR_INVALID_ARGUMENT, "zero_level is 0");
+    EXPECT_EQ(u, nullptr);
+    o = tpdp_fully_shard_options_default();
+    o.size = 8;
+    EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
+                      TPDP_ERR_INVALID_ARGUMENT, "size 8");
+    // Only rank 1 passes a bad level: every rank fails, naming rank 1.
+    o = tpdp_fully_shard_options_default();
+    if (rank == 1) o.zero_level = 7;
+    if (tpdp_test::WorldSize() > 1)
+      EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u),
+                        TPDP_ERR_INVALID_ARGUMENT, "rank 1", "zero_level is 7");
+    EXPECT_EQ(tpdp_module_unit_kind(m.root), nullptr);
+    EXPECT_EQ(tpdp_param_tensor(m.params[0])->shape[0], 5);
+    EXPECT_EQ(tpdp_param_tensor(m.params[0])->data, m.data[0].data());
+  }
+  if (tpdp_test::WorldSize() > 1) {
+    // Rank 0's w has one row more: a shape mismatch on every rank.
+    Model m(rank == 0 ? 1 : 0);
+    tpdp_fsdp_unit *u = nullptr;
+    EXPECT_TPDP_ERROR(
+        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u),
+        TPDP_ERR_SHAPE_MISMATCH, "blocks.0[Block]", "disagree", "rank 0");
+    EXPECT_EQ(tpdp_param_tensor(m.params[1])->data, m.data[1].data());
+  }
+  {
+    // An f64 parameter is named by its FQN; a unit cannot be made twice.
+    Model m;
+    std::vector<double> d(4, 1.0);
+    tpdp_tensor t = tpdp_tensor_1d(d.data(), TPDP_F64, 4);
+    tpdp_param *q = nullptr;
+    ASSERT_TPDP_OK(tpdp_param_create(&t, &q));
+    ASSERT_TPDP_OK(tpdp_module_add_param(m.blocks[1], "scale", q));
+    tpdp_param_release(q);
+    tpdp_fsdp_unit *u = nullptr;
+    EXPECT_TPDP_ERROR(
+        tpdp_fully_shard(m.blocks[1], tpdp_test::World(), nullptr, &u),
+        TPDP_ERR_DTYPE_MISMATCH, "'scale'", "f64");
+    ASSERT_TPDP_OK(
+        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u));
+    EXPECT_TPDP_ERROR(
+        tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u),
+        TPDP_ERR_ALREADY, "blocks.0[Block]", "FSDP unit already");
+  }
+}
+
+TEST(Fsdp, NullArgumentsAndBadOptions) {
+  Model m;
+  tpdp_fsdp_unit *u = nullptr;
+  tpdp_comm *w = tpdp_test::World();
+  EXPECT_TPDP_ERROR(tpdp_fully_shard(nullptr, w, nullptr, &u),
+                    TPDP_ERR_NULL_POINTER, "module");
+  EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, nullptr, nullptr, &u),
+                    TPDP_ERR_NULL_POINTER, "dp");
+  EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, w, nullptr, nullptr),
+                    TPDP_ERR_NULL_POINTER, "out");
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  o.zero_level = 4;
+  EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, w, &o, &u),
+                    TPDP_ERR_INVALID_ARGUMENT, "zero_level is 4",
+                    "expected 1, 2 or 3");
+  o = tpdp_fully_shard_options_default();
+  o.reshard_after_forward = 2;
+  EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, w, &o, &u),
+                    TPDP_ERR_INVALID_ARGUMENT, "reshard_after_forward is 2");
+  // A unit with no parameter of its own: the ModuleList.
+  tpdp_module *seq = nullptr;
+  ASSERT_TPDP_OK(tpdp_module_get_submodule(m.root, "blocks", &seq));
+  tpdp_fsdp_unit *blk = nullptr;
+  for (int b = 0; b < 2; b++)
+    ASSERT_TPDP_OK(tpdp_fully_shard(m.blocks[b], w, nullptr, &blk));
+  EXPECT_TPDP_ERROR(tpdp_fully_shard(seq, w, nullptr, &u),
+                    TPDP_ERR_INVALID_ARGUMENT, "blocks[ModuleList]",
+                    "no parameter outside nested units");
+  int64_t row0 = 0, rows = 0;
+  EXPECT_TPDP_ERROR(tpdp_fsdp_param_rows(blk, 2, &row0, &rows),
+                    TPDP_ERR_INVALID_ARGUMENT, "blocks.1[Block]",
+                    "2 parameters", "index 2");
+  EXPECT_TPDP_ERROR(tpdp_fsdp_param_rows(nullptr, 0, &row0, &rows),
+                    TPDP_ERR_NULL_POINTER, "unit");
+}
+
+TEST(Fsdp, StepCallsOutOfPlace) {
+  Model m;
+  Units u = Shard(m, 2);
+  tpdp_fsdp_stats st;
+  EXPECT_TPDP_ERROR(tpdp_fsdp_get_stats(u.block[1], &st),
+                    TPDP_ERR_INVALID_ARGUMENT, "blocks.1[Block]",
+                    "nested in unit [Net]");
+  EXPECT_TPDP_ERROR(tpdp_fsdp_summon_end(u.root, 0), TPDP_ERR_STATE, "[Net]",
+                    "expects state SUMMON_FULL_PARAMS", "the unit is in IDLE");
+  // A forward after a synced backward, before finalize.
+  ASSERT_TPDP_OK(tpdp_module_forward_begin(m.root));
+  ASSERT_TPDP_OK(tpdp_module_forward_end(m.root));
+  EXPECT_TPDP_ERROR(tpdp_fsdp_summon_full_params(u.root), TPDP_ERR_STATE,
+                    "[Net]", "expects state IDLE", "the unit is in FORWARD");
+  ASSERT_TPDP_OK(tpdp_module_backward_begin(m.root));
+  ASSERT_TPDP_OK(tpdp_module_backward_end(m.root));
+  EXPECT_TPDP_ERROR(tpdp_module_forward_begin(m.root), TPDP_ERR_STATE, "[Net]",
+                    "forward after a synced backward",
+                    "tpdp_fsdp_finalize first");
+  ASSERT_TPDP_OK(tpdp_fsdp_finalize(u.root));
+  // Finalize while accumulating (gradient sync off).
+  ASSERT_TPDP_OK(tpdp_fsdp_set_requires_gradient_sync(u.root, 0));
+  EXPECT_TPDP_ERROR(tpdp_fsdp_finalize(u.root), TPDP_ERR_STATE, "[Net]",
+                    "gradient sync is off");
+  EXPECT_TPDP_ERROR(tpdp_fsdp_set_requires_gradient_sync(u.block[0], 1),
+                    TPDP_ERR_INVALID_ARGUMENT, "blocks.0[Block]",
+                    "nested in unit [Net]");
+}
+
+}  // namespace
