@@ -34,6 +34,10 @@ static void usage(FILE *out) {
       "  --tf32           (cuda) TF32 tensor-core matmuls, as PyTorch's\n"
       "                   allow_tf32 and llm.c: faster, not for --check\n"
       "  --bucket-mib M   DP bucket cap in MiB (default 25)\n"
+      "  --grad-clip X    clip the gradients to global norm X over the whole\n"
+      "                   mesh, each element counted once (as PyTorch's\n"
+      "                   clip_grad_norm_ on the one-process model; cpu);\n"
+      "                   the step lines show the norm (default 0: off)\n"
       "  --zero N         0: DDP-style reducer (default); 1, 2, 3: fully\n"
       "                   sharded units over dp (tpdp/fsdp.h: each block\n"
       "                   h.<l> a unit, the root the rest), ZeRO level N: 1\n"
@@ -90,6 +94,7 @@ int parse_options(int argc, char **argv, options *o) {
       {"tf32", EX_FLAG_SWITCH, &o->tf32, 0},
       {"bucket-mib", EX_FLAG_DOUBLE, &o->bucket_mib, 0},
       {"zero", EX_FLAG_INT, &o->zero, 0},
+      {"grad-clip", EX_FLAG_DOUBLE, &o->grad_clip, 0},
       {"check", EX_FLAG_SWITCH, &o->check, 0},
       {"quiet", EX_FLAG_SWITCH, &o->quiet, 0},
       {"seed", EX_FLAG_U64, &o->seed, G_SEED},
@@ -147,6 +152,12 @@ int check_options(const options *o, ex_error *e) {
                    "--layers/--embd/--heads/--vocab/--positions/--inner",
                    o->load_dir);
   if (o->bucket_mib <= 0) return ex_fail(e, "--bucket-mib must be > 0");
+  if (!(o->grad_clip >= 0))
+    return ex_fail(e, "--grad-clip must be >= 0 (0: off)");
+  if (o->grad_clip > 0 && strcmp(o->device, "cpu") != 0)
+    return ex_fail(e,
+                   "--grad-clip runs on --device cpu only (not built for "
+                   "CUDA gradients yet)");
   if (o->zero < 0 || o->zero > 3)
     return ex_fail(e, "--zero must be 0, 1, 2 or 3, not %d", o->zero);
   if (o->zero > 0 && strcmp(o->device, "cpu") != 0)

@@ -55,8 +55,9 @@ typedef struct {
   unsigned long long seed;
   const char *save_dir, *load_dir;
   int save_every;
-  unsigned given; /* G_* of the flags given */
-  int zero;       /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
+  unsigned given;   /* G_* of the flags given */
+  int zero;         /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
+  double grad_clip; /* --grad-clip: max global gradient norm (0: off) */
 } options;
 
 /* 0, 1 after --help, 2 on a usage error (printed). */

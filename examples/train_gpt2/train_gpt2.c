@@ -305,6 +305,41 @@ static void print_fsdp_stats(trainer *t) {
   fflush(stdout);
 }
 
+/* --grad-clip: the global gradient norm over the whole (dp, tp) mesh, each
+ * element counted once - a TP-sharded parameter's local rows on every tp
+ * rank, a TP-replicated one on tp rank 0 only; the dp ranks' identical
+ * gradients (--zero 0) once, their disjoint shards (--zero 1-3) each - and
+ * every gradient scaled by max / (norm + 1e-6) when that is below 1, as
+ * torch.nn.utils.clip_grad_norm_ on the one-process model. *norm: the
+ * norm before clipping. 0, or -1 with t->err set. */
+static int clip_gradients(trainer *t, double *norm) {
+  int tp_dim = tpdp_mesh_dim_index(t->mesh, "tp");
+  double sq = 0;
+  for (int i = 0; i < t->np; i++) {
+    const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(t->params[i]);
+    int tp_sharded = spec != NULL && tpdp_spec_placements(spec)[tp_dim].kind ==
+                                         TPDP_PLACEMENT_SHARD;
+    if (!tp_sharded && t->tp_rank != 0) continue;
+    const tpdp_tensor *g = tpdp_param_grad(t->params[i]);
+    const float *x = g->data;
+    for (int64_t k = 0; k < tpdp_tensor_numel(g); k++)
+      sq += (double)x[k] * (double)x[k];
+  }
+  tpdp_tensor v = tpdp_tensor_1d(&sq, TPDP_F64, 1);
+  tpdp_comm *over = t->o.zero > 0 ? tpdp_mesh_comm(t->mesh) : t->tp_comm;
+  TRY(tpdp_allreduce(over, &v, &v, TPDP_OP_SUM));
+  *norm = sqrt(sq);
+  double coef = t->o.grad_clip / (*norm + 1e-6);
+  if (coef >= 1) return 0;
+  for (int i = 0; i < t->np; i++) {
+    const tpdp_tensor *g = tpdp_param_grad(t->params[i]);
+    float *x = g->data;
+    for (int64_t k = 0; k < tpdp_tensor_numel(g); k++)
+      x[k] = (float)(x[k] * coef);
+  }
+  return 0;
+}
+
 /* Backward under the DDP-style reducer (--zero 0): prepare, the model's
  * backward marking gradients ready, finalize. The one-time bucket rebuild's
  * share goes into *rebuild and *rebuild_s. 0, or -1 with t->err set. */
@@ -447,6 +482,8 @@ static int train(trainer *t, run_out *out) {
     }
     /* The optimizer reads the averaged gradients. */
     if (t->b->wait_dp(t) != 0) goto done;
+    double grad_norm = 0;
+    if (o->grad_clip > 0 && clip_gradients(t, &grad_norm) != 0) goto done;
     h0 = ex_now();
     if (t->b->optimizer_step(t, step + 1) != 0) goto done;
     t->tm.optim += ex_now() - h0;
@@ -461,7 +498,11 @@ static int train(trainer *t, run_out *out) {
     }
     out->losses[step] = loss_sum / ((double)o->batch * o->seq);
     if (t->print) {
-      printf("step %d loss %.6f\n", step, out->losses[step]);
+      if (o->grad_clip > 0)
+        printf("step %d loss %.6f grad_norm %.6f%s\n", step, out->losses[step],
+               grad_norm, grad_norm > o->grad_clip ? " (clipped)" : "");
+      else
+        printf("step %d loss %.6f\n", step, out->losses[step]);
       fflush(stdout);
     }
     if (o->save_every > 0 && (step + 1) % o->save_every == 0 &&

@@ -15,6 +15,8 @@ rows shard over dp inside each tp shard, and the 16 positions of wpe over 3
 dp ranks unevenly (6, 6, 4). Each run must also report the ZeRO collective
 counts of 2 blocks + the root (U = 3 units) on every rank: U all-gathers
 per step at levels 1-2, 2U - 1 = 5 at level 3, and U reduce-scatters.
+The level-2 runs clip the gradients (--grad-clip 1, which clips every
+step of this model), so the global norm over each mesh is checked too.
 
 Usage: gpt2_equivalence_test.py TRAIN_GPT2_BINARY MAKE_TOKENS [--zero]
 """
@@ -59,6 +61,9 @@ def main():
                 "--zero", str(z)]
         if z:
             args[args.index("--batch") + 1] = "12"
+        if z == 2:  # clipping by the global norm over the whole mesh
+            args += ["--grad-clip", "1"]
+            args.remove("--quiet")  # the step lines show the clipping
         if sp:
             args += ["--sequence-parallel", "--inner", "83"]
         start = time.time()
@@ -71,7 +76,9 @@ def main():
             want = "per step %d all-gathers" % (5 if z == 3 else 3)
             got = [l for l in out.splitlines() if "] fsdp: zero %d," % z in l
                    and want in l and "3 reduce-scatters" in l]
-            if len(got) != dp * tp:
+            if z == 2 and "(clipped)" not in out:
+                fail = "--grad-clip 1 never clipped"
+            elif len(got) != dp * tp:
                 fail = "expected '%s ..., 3 reduce-scatters' from %d ranks, " \
                        "got %d" % (want, dp * tp, len(got))
             print(out[-2000:] + err[-2000:])

@@ -31,7 +31,7 @@ LR, WD, BETAS, EPS = 1e-3, 0.1, (0.9, 0.95), 1e-8
 TOL = 1e-4
 
 
-def torch_losses(params, tokens, device="cpu"):
+def torch_losses(params, tokens, device="cpu", clip=None):
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
@@ -81,6 +81,8 @@ def torch_losses(params, tokens, device="cpu"):
         losses.append(loss.item())
         opt.zero_grad()
         loss.backward()
+        if clip is not None:
+            torch.nn.utils.clip_grad_norm_(list(p.values()), clip)
         opt.step()
     return losses
 
@@ -93,7 +95,8 @@ def run_gpt2(binary, model_dir, tokens_path, np, args):
                  "--beta2", str(BETAS[1]), "--eps", str(EPS), "--bucket-mib",
                  "0.001"] + args, np)
     losses = [float(m.group(2)) for m in
-              re.finditer(r"^step (\d+) loss (\S+)$", out, re.M)]
+              re.finditer(r"^step (\d+) loss (\S+)(?: grad_norm .*)?$", out,
+                          re.M)]
     return rc, losses, out + err
 
 
@@ -103,6 +106,13 @@ def main():
              ("f32_prefixed_dp2_tp2_sp", "F32", "transformer.", True, 4,
               ["--dp", "2", "--tp", "2", "--sequence-parallel"]),
              ("bf16_tp2", "BF16", "", False, 2, ["--tp", "2"]),
+             # --grad-clip against torch.nn.utils.clip_grad_norm_, on
+             # fully sharded units over a 2x2 mesh and with the reducer
+             ("f32_clip_dp2_tp2_zero3", "F32", "transformer.", True, 4,
+              ["--dp", "2", "--tp", "2", "--zero", "3", "--grad-clip",
+               "0.5"]),
+             ("f32_clip_dp2", "F32", "transformer.", True, 2,
+              ["--dp", "2", "--grad-clip", "0.5"]),
              ("f16_1rank", "F16", "", False, 1, [])]
     device = "cpu"
     if len(sys.argv) > 3 and sys.argv[2] == "--device":
@@ -132,13 +142,17 @@ def main():
         d = os.path.join(tmp, name)
         gf.write_model(d, params, L, C, H, V, P, dtype=dtype, prefix=prefix,
                        mask_buffers=hf_extras, lm_head=hf_extras)
-        if dtype not in ref:
-            ref[dtype] = torch_losses(params, tokens, device)
-        want = ref[dtype]
+        clip = (float(args[args.index("--grad-clip") + 1])
+                if "--grad-clip" in args else None)
+        if (dtype, clip) not in ref:
+            ref[(dtype, clip)] = torch_losses(params, tokens, device, clip)
+        want = ref[(dtype, clip)]
         rc, got, log = run_gpt2(binary, d, tok_path, np, args)
         fail = None
         if rc != 0 or len(got) != STEPS:
             fail = "train_gpt2 exit %d, %d loss lines" % (rc, len(got))
+        elif clip is not None and "(clipped)" not in log:
+            fail = "--grad-clip %g never clipped: the case tests nothing" % clip
         else:
             rel = [abs(g - w) / abs(w) for g, w in zip(got, want)]
             worst = max(range(STEPS), key=lambda i: rel[i])
@@ -151,7 +165,7 @@ def main():
         if fail:
             print("[%s] FAIL: %s\n%s" % (name, fail, log[-3000:]))
         results.append((name, time.time() - start, fail))
-    print("torch losses: " + " ".join("%.5f" % v for v in ref["F32"]))
+    print("torch losses: " + " ".join("%.5f" % v for v in ref[("F32", None)]))
     shutil.rmtree(tmp, ignore_errors=True)
     return gf.finish("Gpt2Torch", "gpt2 vs torch", results)
 
