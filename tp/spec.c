@@ -343,6 +343,33 @@ tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
   return TPDP_SUCCESS;
 }
 
+tpdp_status tpdp_param_global_box(const tpdp_param *p, int *ndim,
+                                  int64_t *shape, int64_t *offset,
+                                  int64_t *global_shape) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(p);
+  const tpdp_tensor *t = tpdp_param_tensor(p);
+  const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
+  int64_t off[TPDP_MAX_DIMS] = {0}, whole[TPDP_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++) whole[d] = t->shape[d];
+  int64_t row0 = 0, total = 0;
+  int sharded = tpdp_param_row_shard(p, &row0, &total);
+  if (sharded) whole[0] = total;
+  if (spec != NULL) {
+    int64_t local[TPDP_MAX_DIMS];
+    CHECK(tpdp_spec_local_shape(spec, tpdp_spec_self_rank(spec), local, off));
+    for (int d = 0; d < spec->ndim; d++) whole[d] = spec->global_shape[d];
+  }
+  off[0] += sharded ? row0 : 0;
+  if (ndim) *ndim = t->ndim;
+  for (int d = 0; d < t->ndim; d++) {
+    if (shape) shape[d] = t->shape[d];
+    if (offset) offset[d] = off[d];
+    if (global_shape) global_shape[d] = whole[d];
+  }
+  return TPDP_SUCCESS;
+}
+
 /* ------------------------------------------------------------ DTensor */
 
 tpdp_status tpdp_dtensor_flatten(const tpdp_dtensor *dt, tpdp_tensor *local,

@@ -132,6 +132,21 @@ TPDP_API int tpdp_spec_equal(const tpdp_spec *a, const tpdp_spec *b);
 TPDP_API tpdp_status tpdp_spec_local_shape(const tpdp_spec *spec, int rank,
                                            int64_t *local_shape,
                                            int64_t *global_offset);
+/* Where parameter p's current view lies in its global tensor: the view's
+ * shape and its offset in every dim (ndim entries each), and the global
+ * shape. A DTensor parameter's local tensor sits at its spec's offset for
+ * this rank; a view holding only some rows of that local tensor (dp/'s
+ * fully sharded units, tpdp_param_set_row_shard) adds its first row to the
+ * dim-0 offset - so on a (dp, tp) mesh where TP also shards dim 0, each
+ * rank's dp rows are found inside its tp chunk (what PyTorch expresses
+ * with _StridedShard). A plain parameter is its own global tensor (offset
+ * 0, row shard added). Any pointer but p may be NULL. Errors: NULL p. */
+struct tpdp_param;
+TPDP_API tpdp_status tpdp_param_global_box(const struct tpdp_param *p,
+                                           int *ndim, int64_t *shape,
+                                           int64_t *offset,
+                                           int64_t *global_shape);
+
 /* The mesh rank whose local shape tpdp_dtensor_unflatten checks: this
  * process's mesh rank, or 0 for a layout-only mesh (no communicator). */
 TPDP_API int tpdp_spec_self_rank(const tpdp_spec *spec);
