@@ -54,6 +54,9 @@ typedef struct {
   /* The public function the caller called (message only: a collective
    * issued by tpdp_redistribute matches one called directly). */
   char caller[FP_CALLER_MAX];
+  /* comm_watch_label: what the caller runs the collective for (e.g. a
+   * fully sharded unit), for the message only. */
+  char label[FP_CALLER_MAX + 24];
 } fingerprint;
 
 int comm_fp_enabled_from_env(void) {
@@ -71,6 +74,8 @@ static void fill(fingerprint *f, const tpdp_comm *comm, int32_t kind,
   f->async = a != NULL && !a->blocking;
   if (core_api.depth > 0 && core_api.func)
     snprintf(f->caller, sizeof f->caller, "%s", core_api.func);
+  if (comm_watch_label)
+    snprintf(f->label, sizeof f->label, "%s", comm_watch_label);
   if (local != TPDP_SUCCESS || a == NULL || a->kind == TPDP_COLL_BARRIER)
     return;
   /* The front end's checks passed: recv is valid, and send is where the
@@ -127,6 +132,7 @@ static void describe(core_strbuf *b, const void *rec) {
   core_sb_printf(b, " (#%llu)", (unsigned long long)f->seq);
   if (f->caller[0] && strcmp(f->caller, name) != 0)
     core_sb_printf(b, " in %s", f->caller);
+  if (f->label[0]) core_sb_printf(b, " (on %s)", f->label);
 }
 
 /* The status of a mismatch: what the backends would call it. */

@@ -39,6 +39,7 @@ struct tpdp_fsdp_unit {
   int rank, nranks;
   int level, reshard_option;
   char label[256];
+  char watch_label[288]; /* "the fully sharded unit <label>" */
   fsdp_param *p;
   int np;
   int64_t shard_elems; /* S: one rank's padded flat shard */
@@ -174,6 +175,17 @@ static tpdp_status set_grads(tpdp_fsdp_unit *u, float *base, int full) {
 
 /* -------------------------------------------------------- collectives */
 
+/* The unit's collectives and waits carry its name (comm_watch_label): a
+ * TPDP_TIMEOUT_S report and a TPDP_DEBUG_COLLECTIVES mismatch name it. */
+#define AS_UNIT(u, call)                   \
+  do {                                     \
+    const char *saved_ = comm_watch_label; \
+    comm_watch_label = (u)->watch_label;   \
+    tpdp_status as_unit_st_ = (call);      \
+    comm_watch_label = saved_;             \
+    CHECK(as_unit_st_);                    \
+  } while (0)
+
 static tpdp_status gather_start(tpdp_fsdp_unit *u) {
   if (u->gather != GATHER_NONE) return TPDP_SUCCESS;
   if (u->full == NULL)
@@ -182,7 +194,7 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
   tpdp_tensor send = tpdp_tensor_1d(u->shard, TPDP_F32, u->shard_elems);
   tpdp_tensor recv =
       tpdp_tensor_1d(u->gather_buf, TPDP_F32, u->shard_elems * u->nranks);
-  CHECK(tpdp_allgather_async(u->comm, &send, &recv, &u->gather_work));
+  AS_UNIT(u, tpdp_allgather_async(u->comm, &send, &recv, &u->gather_work));
   u->gather = GATHER_IN_FLIGHT;
   u->group->cur.allgathers++;
   u->group->cur.bytes_allgathered += u->shard_elems * u->nranks * 4;
@@ -196,7 +208,7 @@ static tpdp_status gather_finish(tpdp_fsdp_unit *u) {
   CHECK(gather_start(u));
   tpdp_work *w = u->gather_work;
   u->gather_work = NULL;
-  CHECK(tpdp_work_wait(w));
+  AS_UNIT(u, tpdp_work_wait(w));
   for (int r = 0; r < u->nranks; r++)
     for (int i = 0; i < u->np; i++) {
       const fsdp_param *q = &u->p[i];
@@ -232,8 +244,8 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
   u->grads_pending = 0;
   tpdp_tensor send = tpdp_tensor_1d(u->rs_send, TPDP_F32, n);
   tpdp_tensor recv = tpdp_tensor_1d(u->shard_grad, TPDP_F32, u->shard_elems);
-  CHECK(tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
-                                  &u->rs_work));
+  AS_UNIT(u, tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
+                                       &u->rs_work));
   u->group->cur.reduce_scatters++;
   u->group->cur.bytes_reduce_scattered += n * 4;
   return TPDP_SUCCESS;
@@ -243,7 +255,10 @@ static tpdp_status reduce_finish(tpdp_fsdp_unit *u) {
   if (u->rs_work == NULL) return TPDP_SUCCESS;
   tpdp_work *w = u->rs_work;
   u->rs_work = NULL;
+  const char *saved = comm_watch_label;
+  comm_watch_label = u->watch_label;
   tpdp_status st = tpdp_work_wait(w);
+  comm_watch_label = saved;
   free_floats(u, &u->rs_send, u->shard_elems * u->nranks, 1);
   return st;
 }
@@ -602,6 +617,8 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   g->refs = 1;
   g->sync = 1;
   tpdp_module_label(module, u->label, sizeof u->label);
+  snprintf(u->watch_label, sizeof u->watch_label, "the fully sharded unit %s",
+           u->label);
   tpdp_status st =
       core_grow((void **)&g->units, &g->cap_units, 1, sizeof *g->units);
   if (st != TPDP_SUCCESS) goto fail;

@@ -14,6 +14,8 @@
 //    after a synced backward before finalize, summon_end without summon,
 //    summon_full_params during a step
 //  - lookups: tpdp_fsdp_param_rows out of range, a NULL unit
+//  - a rank skipping a unit's collective (TPDP_DEBUG_COLLECTIVES=1)
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -221,6 +223,34 @@ TEST(Fsdp, StepCallsOutOfPlace) {
   EXPECT_TPDP_ERROR(tpdp_fsdp_set_requires_gradient_sync(u.block[0], 1),
                     TPDP_ERR_INVALID_ARGUMENT, "blocks.0[Block]",
                     "nested in unit [Net]");
+}
+
+// A rank that skips a unit's collective: with TPDP_DEBUG_COLLECTIVES=1 on
+// the dp communicator every rank fails at the mismatched collective, and
+// the message names each rank's unit. (Without it MPI would wait: see the
+// watchdog's TPDP_TIMEOUT_S, whose report names the unit the same way.)
+TEST(Fsdp, SkippedUnitCollectiveIsCaughtAndNamesTheUnits) {
+  if (tpdp_test::WorldSize() < 2) GTEST_SKIP() << "needs 2 ranks";
+  int rank = tpdp_test::WorldRank();
+  setenv("TPDP_DEBUG_COLLECTIVES", "1", 1);
+  tpdp_comm *dp = nullptr;
+  tpdp_status st = tpdp_comm_split(tpdp_test::World(), 0, rank, &dp);
+  unsetenv("TPDP_DEBUG_COLLECTIVES");
+  ASSERT_TPDP_OK(st);
+  {
+    Model m;
+    tpdp_fsdp_unit *b0 = nullptr, *b1 = nullptr, *root = nullptr;
+    ASSERT_TPDP_OK(tpdp_fully_shard(m.blocks[0], dp, nullptr, &b0));
+    ASSERT_TPDP_OK(tpdp_fully_shard(m.blocks[1], dp, nullptr, &b1));
+    ASSERT_TPDP_OK(tpdp_fully_shard(m.root, dp, nullptr, &root));
+    // Rank 0 gathers the root, rank 1 skips it and gathers block 0.
+    EXPECT_TPDP_ERROR(
+        tpdp_module_forward_begin(rank == 0 ? m.root : m.blocks[0]),
+        TPDP_ERR_SHAPE_MISMATCH, "collective mismatch",
+        "on the fully sharded unit [Net]",
+        "on the fully sharded unit blocks.0[Block]");
+  }
+  ASSERT_TPDP_OK(tpdp_comm_destroy(dp));
 }
 
 }  // namespace
