@@ -42,12 +42,15 @@ struct tpdp_fsdp_unit {
   char watch_label[288]; /* "the fully sharded unit <label>" */
   fsdp_param *p;
   int np;
-  int64_t shard_elems; /* S: one rank's padded flat shard */
-  int64_t full_elems;  /* the unpadded full tensors, back to back */
-  float *shard, *shard_grad;
-  float *full;      /* parameters when gathered */
-  float *full_grad; /* gradients during backward (and accumulation) */
-  float *gather_buf, *rs_send;
+  int64_t shard_elems;       /* S: one rank's padded flat shard */
+  int64_t full_elems;        /* the unpadded full tensors, back to back */
+  tpdp_dtype pdt, rdt;       /* param_dtype, reduce_dtype */
+  float *shard, *shard_grad; /* f32: the master copy and its gradient */
+  void *full;                /* parameters when gathered (param_dtype) */
+  void *full_grad; /* gradients during backward and accumulation (pdt) */
+  /* transient: the all-gather's output (and its cast input), the
+   * reduce-scatter's packed input (and its output before the f32 cast) */
+  void *gather_buf, *gather_send, *rs_send, *rs_recv;
   tpdp_work *gather_work, *rs_work;
   gather_state gather;
   tpdp_handle_state state;
@@ -75,6 +78,8 @@ tpdp_fully_shard_options tpdp_fully_shard_options_default(void) {
   o.version = TPDP_FULLY_SHARD_OPTIONS_VERSION;
   o.zero_level = 3;
   o.reshard_after_forward = -1;
+  o.param_dtype = TPDP_F32;
+  o.reduce_dtype = TPDP_F32;
   return o;
 }
 
@@ -107,42 +112,71 @@ static void transient_add(tpdp_fsdp_unit *u, int64_t bytes) {
 static int full_is_persistent(const tpdp_fsdp_unit *u) { return u->level <= 2; }
 static int grad_is_persistent(const tpdp_fsdp_unit *u) { return u->level == 1; }
 
-static tpdp_status alloc_floats(tpdp_fsdp_unit *u, int64_t n, int transient,
-                                float **out) {
-  *out = calloc((size_t)(n > 0 ? n : 1), sizeof(float));
+/* n elements of dtype dt, zeroed; counted as transient when `transient`. */
+static tpdp_status alloc_elems(tpdp_fsdp_unit *u, int64_t n, tpdp_dtype dt,
+                               int transient, void **out) {
+  int64_t bytes = n * (int64_t)tpdp_dtype_size(dt);
+  *out = calloc((size_t)(bytes > 0 ? bytes : 1), 1);
   if (*out == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "unit %s on rank %d: %lld bytes for its buffers", u->label,
-                    u->rank, (long long)(n * 4));
-  if (transient) transient_add(u, n * 4);
+                    u->rank, (long long)bytes);
+  if (transient) transient_add(u, bytes);
   return TPDP_SUCCESS;
 }
 
-static void free_floats(tpdp_fsdp_unit *u, float **p, int64_t n,
-                        int transient) {
+static void free_elems(tpdp_fsdp_unit *u, void **p, int64_t n, tpdp_dtype dt,
+                       int transient) {
   if (*p == NULL) return;
   free(*p);
   *p = NULL;
-  if (transient) u->group->transient -= n * 4;
+  if (transient) u->group->transient -= n * (int64_t)tpdp_dtype_size(dt);
+}
+
+/* The element at index k of a buffer of dtype dt (f32, bf16 or f16). */
+static void *at(void *base, tpdp_dtype dt, int64_t k) {
+  return (char *)base + k * (int64_t)tpdp_dtype_size(dt);
+}
+
+/* dst[0, n) = src[0, n), converting between f32, bf16 and f16 (rounding
+ * to nearest even, as PyTorch's casts). */
+static void convert(void *dst, tpdp_dtype dd, const void *src, tpdp_dtype sd,
+                    int64_t n) {
+  if (dd == sd) {
+    memcpy(dst, src, (size_t)n * tpdp_dtype_size(dd));
+    return;
+  }
+  for (int64_t k = 0; k < n; k++) {
+    float x = sd == TPDP_F32    ? ((const float *)src)[k]
+              : sd == TPDP_BF16 ? tpdp_bf16_to_f32(((const uint16_t *)src)[k])
+                                : tpdp_f16_to_f32(((const uint16_t *)src)[k]);
+    if (dd == TPDP_F32)
+      ((float *)dst)[k] = x;
+    else if (dd == TPDP_BF16)
+      ((uint16_t *)dst)[k] = tpdp_f32_to_bf16(x);
+    else
+      ((uint16_t *)dst)[k] = tpdp_f32_to_f16(x);
+  }
 }
 
 /* ------------------------------------------------------------- views */
 
-static tpdp_status view(const fsdp_param *q, float *base, int64_t rows,
-                        tpdp_tensor *out) {
+static tpdp_status view(const fsdp_param *q, void *base, tpdp_dtype dt,
+                        int64_t rows, tpdp_tensor *out) {
   int64_t shape[TPDP_MAX_DIMS];
   memcpy(shape, q->shape, sizeof shape);
   shape[0] = rows;
-  return tpdp_tensor_init(out, base, TPDP_F32,
-                          (tpdp_device){TPDP_DEVICE_CPU, 0}, q->ndim, shape);
+  return tpdp_tensor_init(out, base, dt, (tpdp_device){TPDP_DEVICE_CPU, 0},
+                          q->ndim, shape);
 }
 
 static tpdp_status point_at_full(tpdp_fsdp_unit *u) {
   for (int i = 0; i < u->np; i++) {
+    const fsdp_param *q = &u->p[i];
     tpdp_tensor t;
-    CHECK(view(&u->p[i], u->full + u->p[i].full_off, u->p[i].shape[0], &t));
-    CHECK(tpdp_param_set_tensor(u->p[i].param, &t));
-    CHECK(tpdp_param_set_row_shard(u->p[i].param, 0, -1));
+    CHECK(view(q, at(u->full, u->pdt, q->full_off), u->pdt, q->shape[0], &t));
+    CHECK(tpdp_param_set_tensor(q->param, &t));
+    CHECK(tpdp_param_set_row_shard(q->param, 0, -1));
   }
   return TPDP_SUCCESS;
 }
@@ -152,7 +186,7 @@ static tpdp_status point_at_shard(tpdp_fsdp_unit *u) {
     const fsdp_param *q = &u->p[i];
     int64_t rows = rows_of(q, u->rank);
     tpdp_tensor t;
-    CHECK(view(q, u->shard + q->shard_off, rows, &t));
+    CHECK(view(q, u->shard + q->shard_off, TPDP_F32, rows, &t));
     CHECK(tpdp_param_set_tensor(q->param, &t));
     CHECK(tpdp_param_set_row_shard(q->param, rows ? u->rank * q->chunk : 0,
                                    q->shape[0]));
@@ -160,16 +194,30 @@ static tpdp_status point_at_shard(tpdp_fsdp_unit *u) {
   return TPDP_SUCCESS;
 }
 
-static tpdp_status set_grads(tpdp_fsdp_unit *u, float *base, int full) {
+/* The gradients: the full ones (param_dtype) during backward, the f32
+ * shards after finalize. */
+static tpdp_status set_grads(tpdp_fsdp_unit *u, int full) {
   for (int i = 0; i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     tpdp_tensor t;
     if (full)
-      CHECK(view(q, base + q->full_off, q->shape[0], &t));
+      CHECK(view(q, at(u->full_grad, u->pdt, q->full_off), u->pdt, q->shape[0],
+                 &t));
     else
-      CHECK(view(q, base + q->shard_off, rows_of(q, u->rank), &t));
+      CHECK(view(q, u->shard_grad + q->shard_off, TPDP_F32, rows_of(q, u->rank),
+                 &t));
     CHECK(tpdp_param_set_grad(q->param, &t));
   }
+  return TPDP_SUCCESS;
+}
+
+/* The full gradients, zeroed unless they hold an accumulation. */
+static tpdp_status zeroed_full_grad(tpdp_fsdp_unit *u) {
+  if (u->full_grad == NULL)
+    return alloc_elems(u, u->full_elems, u->pdt, !grad_is_persistent(u),
+                       &u->full_grad);
+  if (!u->grads_pending)
+    memset(u->full_grad, 0, (size_t)u->full_elems * tpdp_dtype_size(u->pdt));
   return TPDP_SUCCESS;
 }
 
@@ -186,18 +234,27 @@ static tpdp_status set_grads(tpdp_fsdp_unit *u, float *base, int full) {
     CHECK(as_unit_st_);                    \
   } while (0)
 
+/* Start the all-gather of the shards, in param_dtype (the f32 shard cast
+ * into a send buffer first when that differs). */
 static tpdp_status gather_start(tpdp_fsdp_unit *u) {
   if (u->gather != GATHER_NONE) return TPDP_SUCCESS;
+  int64_t S = u->shard_elems, n = S * u->nranks;
   if (u->full == NULL)
-    CHECK(alloc_floats(u, u->full_elems, !full_is_persistent(u), &u->full));
-  CHECK(alloc_floats(u, u->shard_elems * u->nranks, 1, &u->gather_buf));
-  tpdp_tensor send = tpdp_tensor_1d(u->shard, TPDP_F32, u->shard_elems);
-  tpdp_tensor recv =
-      tpdp_tensor_1d(u->gather_buf, TPDP_F32, u->shard_elems * u->nranks);
+    CHECK(alloc_elems(u, u->full_elems, u->pdt, !full_is_persistent(u),
+                      &u->full));
+  CHECK(alloc_elems(u, n, u->pdt, 1, &u->gather_buf));
+  void *send_buf = u->shard;
+  if (u->pdt != TPDP_F32) {
+    CHECK(alloc_elems(u, S, u->pdt, 1, &u->gather_send));
+    convert(u->gather_send, u->pdt, u->shard, TPDP_F32, S);
+    send_buf = u->gather_send;
+  }
+  tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
+  tpdp_tensor recv = tpdp_tensor_1d(u->gather_buf, u->pdt, n);
   AS_UNIT(u, tpdp_allgather_async(u->comm, &send, &recv, &u->gather_work));
   u->gather = GATHER_IN_FLIGHT;
   u->group->cur.allgathers++;
-  u->group->cur.bytes_allgathered += u->shard_elems * u->nranks * 4;
+  u->group->cur.bytes_allgathered += n * (int64_t)tpdp_dtype_size(u->pdt);
   return TPDP_SUCCESS;
 }
 
@@ -209,45 +266,55 @@ static tpdp_status gather_finish(tpdp_fsdp_unit *u) {
   tpdp_work *w = u->gather_work;
   u->gather_work = NULL;
   AS_UNIT(u, tpdp_work_wait(w));
+  size_t es = tpdp_dtype_size(u->pdt);
   for (int r = 0; r < u->nranks; r++)
     for (int i = 0; i < u->np; i++) {
       const fsdp_param *q = &u->p[i];
-      memcpy(u->full + q->full_off + r * q->chunk * q->row_elems,
-             u->gather_buf + r * u->shard_elems + q->shard_off,
-             (size_t)(rows_of(q, r) * q->row_elems) * sizeof(float));
+      memcpy(at(u->full, u->pdt, q->full_off + r * q->chunk * q->row_elems),
+             at(u->gather_buf, u->pdt, r * u->shard_elems + q->shard_off),
+             (size_t)(rows_of(q, r) * q->row_elems) * es);
     }
-  free_floats(u, &u->gather_buf, u->shard_elems * u->nranks, 1);
+  free_elems(u, &u->gather_buf, u->shard_elems * u->nranks, u->pdt, 1);
+  free_elems(u, &u->gather_send, u->shard_elems, u->pdt, 1);
   u->gather = GATHER_DONE;
   return point_at_full(u);
 }
 
 static tpdp_status reshard(tpdp_fsdp_unit *u) {
   CHECK(point_at_shard(u));
-  if (!full_is_persistent(u)) free_floats(u, &u->full, u->full_elems, 1);
+  if (!full_is_persistent(u)) free_elems(u, &u->full, u->full_elems, u->pdt, 1);
   u->gather = GATHER_NONE;
   return TPDP_SUCCESS;
 }
 
-/* Pack the full gradients rank by rank (padding zero) and start the
- * reduce-scatter (AVG) into the gradient shard. */
+/* Pack the full gradients rank by rank (padding zero) in reduce_dtype and
+ * start the reduce-scatter (AVG) into the gradient shard (through a
+ * reduce_dtype buffer, cast to f32 at the end, when that is not f32). */
 static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
-  int64_t n = u->shard_elems * u->nranks;
-  CHECK(alloc_floats(u, n, 1, &u->rs_send));
+  int64_t S = u->shard_elems, n = S * u->nranks;
+  CHECK(alloc_elems(u, n, u->rdt, 1, &u->rs_send));
   for (int r = 0; r < u->nranks; r++)
     for (int i = 0; i < u->np; i++) {
       const fsdp_param *q = &u->p[i];
-      memcpy(u->rs_send + r * u->shard_elems + q->shard_off,
-             u->full_grad + q->full_off + r * q->chunk * q->row_elems,
-             (size_t)(rows_of(q, r) * q->row_elems) * sizeof(float));
+      convert(
+          at(u->rs_send, u->rdt, r * S + q->shard_off), u->rdt,
+          at(u->full_grad, u->pdt, q->full_off + r * q->chunk * q->row_elems),
+          u->pdt, rows_of(q, r) * q->row_elems);
     }
-  if (!grad_is_persistent(u)) free_floats(u, &u->full_grad, u->full_elems, 1);
+  if (!grad_is_persistent(u))
+    free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
   u->grads_pending = 0;
-  tpdp_tensor send = tpdp_tensor_1d(u->rs_send, TPDP_F32, n);
-  tpdp_tensor recv = tpdp_tensor_1d(u->shard_grad, TPDP_F32, u->shard_elems);
+  void *recv_buf = u->shard_grad;
+  if (u->rdt != TPDP_F32) {
+    CHECK(alloc_elems(u, S, u->rdt, 1, &u->rs_recv));
+    recv_buf = u->rs_recv;
+  }
+  tpdp_tensor send = tpdp_tensor_1d(u->rs_send, u->rdt, n);
+  tpdp_tensor recv = tpdp_tensor_1d(recv_buf, u->rdt, S);
   AS_UNIT(u, tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
                                        &u->rs_work));
   u->group->cur.reduce_scatters++;
-  u->group->cur.bytes_reduce_scattered += n * 4;
+  u->group->cur.bytes_reduce_scattered += n * (int64_t)tpdp_dtype_size(u->rdt);
   return TPDP_SUCCESS;
 }
 
@@ -259,7 +326,10 @@ static tpdp_status reduce_finish(tpdp_fsdp_unit *u) {
   comm_watch_label = u->watch_label;
   tpdp_status st = tpdp_work_wait(w);
   comm_watch_label = saved;
-  free_floats(u, &u->rs_send, u->shard_elems * u->nranks, 1);
+  if (st == TPDP_SUCCESS && u->rs_recv != NULL)
+    convert(u->shard_grad, TPDP_F32, u->rs_recv, u->rdt, u->shard_elems);
+  free_elems(u, &u->rs_send, u->shard_elems * u->nranks, u->rdt, 1);
+  free_elems(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
   return st;
 }
 
@@ -333,13 +403,9 @@ static tpdp_status on_backward_begin(tpdp_module *m, void *ctx) {
       CHECK(gather_start(g->order[i - 1]));
       break;
     }
-  if (u->full_grad == NULL)
-    CHECK(
-        alloc_floats(u, u->full_elems, !grad_is_persistent(u), &u->full_grad));
-  else if (!u->grads_pending)
-    memset(u->full_grad, 0, (size_t)u->full_elems * sizeof(float));
+  CHECK(zeroed_full_grad(u));
   u->grads_pending = 1;
-  CHECK(set_grads(u, u->full_grad, 1));
+  CHECK(set_grads(u, 1));
   u->state = TPDP_HANDLE_BACKWARD_PRE;
   return TPDP_SUCCESS;
 }
@@ -430,8 +496,13 @@ static int rec_same(const void *a, const void *b) {
 
 static void rec_describe(core_strbuf *b, const void *rec) {
   const fsdp_agree_rec *r = rec;
-  core_sb_printf(b, "zero level %d, %d parameters, shapes hash %016llx",
-                 r->level, r->nparams, (unsigned long long)r->shapes);
+  core_sb_printf(b,
+                 "zero level %d, param_dtype %s, reduce_dtype %s, %d "
+                 "parameters, shapes hash %016llx",
+                 r->level & 0xff,
+                 tpdp_dtype_name((tpdp_dtype)(r->level >> 8 & 0xff)),
+                 tpdp_dtype_name((tpdp_dtype)(r->level >> 16 & 0xff)),
+                 r->nparams, (unsigned long long)r->shapes);
 }
 
 static CORE_THREAD_LOCAL const tpdp_fsdp_unit
@@ -490,7 +561,9 @@ static void unit_free(void *vu) {
   free(u->full);
   free(u->full_grad);
   free(u->gather_buf);
+  free(u->gather_send);
   free(u->rs_send);
+  free(u->rs_recv);
   u->magic = 0;
   free(u);
 }
@@ -545,6 +618,12 @@ static tpdp_status check_options(const tpdp_fully_shard_options *o) {
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "reshard_after_forward is %d; expected -1, 0 or 1",
                     o->reshard_after_forward);
+  const tpdp_dtype dts[2] = {o->param_dtype, o->reduce_dtype};
+  for (int k = 0; k < 2; k++)
+    if (dts[k] != TPDP_F32 && dts[k] != TPDP_BF16 && dts[k] != TPDP_F16)
+      return TPDP_ERR(
+          TPDP_ERR_DTYPE_MISMATCH, "%s is %s; expected f32, bf16 or f16",
+          k ? "reduce_dtype" : "param_dtype", tpdp_dtype_name(dts[k]));
   return TPDP_SUCCESS;
 }
 
@@ -575,8 +654,8 @@ static tpdp_status build_shard(tpdp_fsdp_unit *u) {
   }
   u->shard_elems = soff;
   u->full_elems = foff;
-  CHECK(alloc_floats(u, soff, 0, &u->shard));
-  CHECK(alloc_floats(u, soff, 0, &u->shard_grad));
+  CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard));
+  CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard_grad));
   for (int i = 0; i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     const float *src = tpdp_param_tensor(q->param)->data;
@@ -612,6 +691,8 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   u->nranks = tpdp_comm_size(dp);
   u->level = o.zero_level;
   u->reshard_option = o.reshard_after_forward;
+  u->pdt = o.param_dtype;
+  u->rdt = o.reduce_dtype;
   u->state = TPDP_HANDLE_IDLE;
   u->group = g;
   g->refs = 1;
@@ -641,7 +722,9 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
 
   fsdp_agree_rec rec = {0};
   rec.status = local;
-  rec.level = o.zero_level;
+  /* the level and both dtypes */
+  rec.level = o.zero_level | (int32_t)o.param_dtype << 8 |
+              (int32_t)o.reduce_dtype << 16;
   rec.nparams = u->np;
   rec.shapes = 1469598103934665603ull;
   for (int i = 0; i < u->np; i++) {
@@ -763,11 +846,7 @@ tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root) {
   for (int i = 0; i < g->nunits; i++) {
     tpdp_fsdp_unit *u = g->units[i];
     if (u->rs_work != NULL) continue;
-    if (u->full_grad == NULL)
-      CHECK(alloc_floats(u, u->full_elems, !grad_is_persistent(u),
-                         &u->full_grad));
-    else if (!u->grads_pending)
-      memset(u->full_grad, 0, (size_t)u->full_elems * sizeof(float));
+    CHECK(zeroed_full_grad(u));
     CHECK(reduce_start(u));
     if (prev) CHECK(reduce_finish(prev));
     prev = u;
@@ -781,7 +860,7 @@ tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root) {
       core_first_error_add(&f, gather_finish(u));
     }
     core_first_error_add(&f, reshard(u));
-    core_first_error_add(&f, set_grads(u, u->shard_grad, 0));
+    core_first_error_add(&f, set_grads(u, 0));
     u->state = TPDP_HANDLE_IDLE;
     u->forwarded = 0;
   }
@@ -825,9 +904,10 @@ tpdp_status tpdp_fsdp_summon_end(tpdp_fsdp_unit *root, int writeback) {
     if (writeback)
       for (int k = 0; k < u->np; k++) {
         const fsdp_param *q = &u->p[k];
-        memcpy(u->shard + q->shard_off,
-               u->full + q->full_off + u->rank * q->chunk * q->row_elems,
-               (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
+        convert(u->shard + q->shard_off, TPDP_F32,
+                at(u->full, u->pdt,
+                   q->full_off + u->rank * q->chunk * q->row_elems),
+                u->pdt, rows_of(q, u->rank) * q->row_elems);
       }
     CHECK(reshard(u));
     u->state = TPDP_HANDLE_IDLE;
@@ -845,9 +925,10 @@ tpdp_status tpdp_fsdp_get_stats(const tpdp_fsdp_unit *root,
   int64_t persistent = 0;
   for (int i = 0; i < g->nunits; i++) {
     const tpdp_fsdp_unit *u = g->units[i];
+    int64_t full = u->full_elems * (int64_t)tpdp_dtype_size(u->pdt);
     persistent += 2 * u->shard_elems * 4;
-    if (full_is_persistent(u)) persistent += u->full_elems * 4;
-    if (grad_is_persistent(u)) persistent += u->full_elems * 4;
+    if (full_is_persistent(u)) persistent += full;
+    if (grad_is_persistent(u)) persistent += full;
   }
   out->persistent_bytes = persistent;
   return TPDP_SUCCESS;

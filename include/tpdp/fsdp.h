@@ -60,9 +60,11 @@
  * ranks' collectives match). Every dp rank must run the same units in the
  * same order (TPDP_DEBUG_COLLECTIVES=1 names a rank that does not).
  *
- * Numerics: gather and reduce-scatter move f32 exactly; the gradient is
- * tpdp_reduce_scatter's AVG (MPI's sum then a division), so it equals the
- * reducer's allreduce AVG up to summation order.
+ * Numerics: with f32 param_dtype and reduce_dtype (the defaults) gather
+ * and reduce-scatter move f32 exactly, and the gradient is
+ * tpdp_reduce_scatter's AVG (MPI's sum then a division), equal to the
+ * reducer's allreduce AVG up to summation order. bf16/f16 (mixed
+ * precision, see the options) round as PyTorch's casts do.
  */
 #ifndef TPDP_FSDP_H
 #define TPDP_FSDP_H
@@ -85,6 +87,16 @@ typedef struct {
   /* -1 (default): by level (3: yes except for the root unit; 1, 2: no);
    * 0 or 1 forces it for this unit. */
   int reshard_after_forward;
+  /* Mixed precision, as FSDP2's MixedPrecisionPolicy (f32, bf16 or f16;
+   * default f32 both). param_dtype: the all-gather's and the gathered
+   * parameters' dtype - the full tensors and their gradients, which the
+   * framework computes in, are param_dtype tensors, while the f32 shards
+   * stay the master copy (cast with round-to-nearest-even before the
+   * all-gather). reduce_dtype: the reduce-scatter's dtype (the full
+   * gradients cast to it, the averaged result cast back to the f32
+   * gradient shard). */
+  tpdp_dtype param_dtype;
+  tpdp_dtype reduce_dtype;
 } tpdp_fully_shard_options;
 
 TPDP_API tpdp_fully_shard_options tpdp_fully_shard_options_default(void);

@@ -305,4 +305,142 @@ TEST(Fsdp, TreeReportMarksExactlyTheUnits) {
   tpdp_tree_report_destroy(r);
 }
 
+// ---- mixed precision (param_dtype / reduce_dtype) ----
+
+// Round-to-nearest-even casts written here, independently of the library.
+float RoundTo(tpdp_dtype dt, float x) {
+  if (dt == TPDP_F32) return x;
+  if (dt == TPDP_BF16) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+  }
+  // f16: 10 mantissa bits; these values are normal f16 numbers.
+  int e;
+  double m = std::frexp((double)x, &e);  // x = m * 2^e, 0.5 <= |m| < 1
+  return (float)std::ldexp(std::nearbyint(std::ldexp(m, 11)), e - 11);
+}
+float Load(const tpdp_tensor *t, int64_t k) {
+  if (t->dtype == TPDP_F32) return ((const float *)t->data)[k];
+  uint16_t h = ((const uint16_t *)t->data)[k];
+  return t->dtype == TPDP_BF16 ? tpdp_bf16_to_f32(h) : tpdp_f16_to_f32(h);
+}
+void Store(const tpdp_tensor *t, int64_t k, float x) {
+  if (t->dtype == TPDP_F32) {
+    ((float *)t->data)[k] = x;
+    return;
+  }
+  ((uint16_t *)t->data)[k] =
+      t->dtype == TPDP_BF16 ? tpdp_f32_to_bf16(x) : tpdp_f32_to_f16(x);
+}
+
+struct Precision {
+  tpdp_dtype param, reduce;
+  int level;
+};
+
+class MixedPrecision : public ::testing::TestWithParam<Precision> {};
+
+// Forward sees param_dtype tensors holding the rounded master values; the
+// gradient each rank writes in param_dtype comes back to each rank's f32
+// shard as the mean over ranks (reduced in reduce_dtype: within its
+// rounding); the next forward gathers the updated shards, rounded again.
+TEST_P(MixedPrecision, GathersAndReducesInTheirDtypes) {
+  Precision pr = GetParam();
+  int rank = tpdp_test::WorldRank(), n = tpdp_test::WorldSize();
+  Model m;
+  Units u;
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  o.zero_level = pr.level;
+  o.param_dtype = pr.param;
+  o.reduce_dtype = pr.reduce;
+  for (int b = 0; b < 2; b++)
+    ASSERT_TPDP_OK(
+        tpdp_fully_shard(m.blocks[b], tpdp_test::World(), &o, &u.block[b]));
+  ASSERT_TPDP_OK(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u.root));
+  // Tolerances: a value rounded to param_dtype; a mean reduced in
+  // reduce_dtype (one rounding per addition and the division).
+  double eps_p = pr.param == TPDP_F32    ? 1e-6
+                 : pr.param == TPDP_BF16 ? 8e-3
+                                         : 1e-3;
+  double eps_r = pr.reduce == TPDP_F32    ? 1e-5
+                 : pr.reduce == TPDP_BF16 ? 8e-3 * n
+                                          : 1e-3 * n;
+  for (int step = 0; step < 2; step++) {
+    ASSERT_TPDP_OK(tpdp_module_forward_begin(m.root));
+    for (int b = 0; b < 2; b++) {
+      ASSERT_TPDP_OK(tpdp_module_forward_begin(m.blocks[b]));
+      for (int p = 1 + 2 * b; p <= 2 + 2 * b; p++) {
+        const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+        ASSERT_EQ(t->dtype, pr.param);
+        for (int64_t e = 0; e < Numel(kSpecs[p]); e++) {
+          // After a step, the shard moved by lr times a gradient reduced
+          // in reduce_dtype (|gradient| < 5 here).
+          double want = RoundTo(pr.param, (float)m.ref[p][e]);
+          ASSERT_NEAR(Load(t, e), want,
+                      eps_p * (1 + std::fabs(want)) + step * kLr * eps_r * 5)
+              << "param " << p << " element " << e << " step " << step;
+        }
+      }
+      ASSERT_TPDP_OK(tpdp_module_forward_end(m.blocks[b]));
+    }
+    ASSERT_TPDP_OK(tpdp_module_forward_end(m.root));
+    ASSERT_TPDP_OK(tpdp_module_backward_begin(m.root));
+    for (int b = 1; b >= -1; b--) {
+      if (b >= 0) ASSERT_TPDP_OK(tpdp_module_backward_begin(m.blocks[b]));
+      std::vector<int> ps =
+          b >= 0 ? std::vector<int>{1 + 2 * b, 2 + 2 * b} : std::vector<int>{0};
+      for (int p : ps) {
+        const tpdp_tensor *g = tpdp_param_grad(m.params[p]);
+        ASSERT_EQ(g->dtype, pr.param);
+        for (int64_t e = 0; e < Numel(kSpecs[p]); e++)
+          Store(g, e, Load(g, e) + Grad(step, 0, rank, p, e));
+      }
+      if (b >= 0) ASSERT_TPDP_OK(tpdp_module_backward_end(m.blocks[b]));
+    }
+    ASSERT_TPDP_OK(tpdp_module_backward_end(m.root));
+    ASSERT_TPDP_OK(tpdp_fsdp_finalize(u.root));
+    for (size_t p = 0; p < kSpecs.size(); p++) {
+      const ParamSpec &sp = kSpecs[p];
+      int64_t re = RowElems(sp), rows = Rows(sp, rank, n);
+      int64_t e0 = rank * Chunk(sp, n) * re;
+      const tpdp_tensor *g = tpdp_param_grad(m.params[p]);
+      const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+      ASSERT_EQ(g->dtype, TPDP_F32);
+      ASSERT_EQ(t->dtype, TPDP_F32);
+      for (int64_t k = 0; k < rows * re; k++) {
+        double mean = 0;
+        for (int r = 0; r < n; r++)
+          mean += RoundTo(pr.param, Grad(step, 0, r, (int)p, e0 + k));
+        mean /= n;
+        float got = ((float *)g->data)[k];
+        ASSERT_NEAR(got, mean, eps_r * (1 + std::fabs(mean)))
+            << "param " << p << " element " << e0 + k << " step " << step;
+        ((float *)t->data)[k] -= (float)kLr * got;
+      }
+      for (int64_t e = 0; e < Numel(sp); e++) {
+        double mean = 0;
+        for (int r = 0; r < n; r++)
+          mean += RoundTo(pr.param, Grad(step, 0, r, (int)p, e));
+        m.ref[p][e] -= kLr * (mean / n);
+      }
+    }
+  }
+  tpdp_fsdp_stats st;
+  ASSERT_TPDP_OK(tpdp_fsdp_get_stats(u.root, &st));
+  int64_t s_all = Chunk(kSpecs[0], n) * RowElems(kSpecs[0]) +
+                  2 * (Chunk(kSpecs[1], n) * RowElems(kSpecs[1]) +
+                       Chunk(kSpecs[2], n) * RowElems(kSpecs[2]));
+  EXPECT_EQ(st.bytes_reduce_scattered,
+            (int64_t)tpdp_dtype_size(pr.reduce) * n * s_all);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MixedPrecision,
+                         ::testing::Values(Precision{TPDP_BF16, TPDP_BF16, 3},
+                                           Precision{TPDP_BF16, TPDP_F32, 2},
+                                           Precision{TPDP_F32, TPDP_BF16, 3},
+                                           Precision{TPDP_F16, TPDP_F16, 1}));
+
 }  // namespace

@@ -5,7 +5,7 @@
 // every rank and leave the parameters viewing the caller's memory.
 // Cases:
 //  - tpdp_fully_shard: NULL module / comm / out, options of a wrong size,
-//    zero_level 0 and 4, reshard_after_forward 2, a level that only rank 1
+//    zero_level 0 and 4, reshard_after_forward 2, an integer reduce_dtype, a level that only rank 1
 //    passes, shapes that differ between ranks, an f64 parameter (named),
 //    a module that is a unit already, a unit with no parameter of its own
 //  - call order: backward before forward, a forward during the unit's
@@ -175,6 +175,11 @@ TEST(Fsdp, NullArgumentsAndBadOptions) {
   EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, w, &o, &u),
                     TPDP_ERR_INVALID_ARGUMENT, "zero_level is 4",
                     "expected 1, 2 or 3");
+  o = tpdp_fully_shard_options_default();
+  o.reduce_dtype = TPDP_I32;
+  EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, w, &o, &u),
+                    TPDP_ERR_DTYPE_MISMATCH, "reduce_dtype is i32",
+                    "expected f32, bf16 or f16");
   o = tpdp_fully_shard_options_default();
   o.reshard_after_forward = 2;
   EXPECT_TPDP_ERROR(tpdp_fully_shard(m.root, w, &o, &u),
