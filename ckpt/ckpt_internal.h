@@ -24,6 +24,10 @@ typedef struct {
   char *fqn;
   tpdp_tensor local;
   const tpdp_spec *spec;
+  /* tpdp_state_dict_add_box: local is the box at box_offset of a tensor
+   * of box_global (no spec) */
+  int boxed;
+  int64_t box_offset[TPDP_MAX_DIMS], box_global[TPDP_MAX_DIMS];
 } ckpt_entry;
 
 /* A string -> string metadata item. */

@@ -9,6 +9,7 @@
 #include "ckpt/ckpt_internal.h"
 
 const int64_t *ckpt_global_shape(const ckpt_entry *e) {
+  if (e->boxed) return e->box_global;
   return e->spec ? tpdp_spec_global_shape(e->spec) : e->local.shape;
 }
 
@@ -17,9 +18,12 @@ void ckpt_local_box(const ckpt_entry *e, int64_t *box) {
   memset(box, 0, sizeof(int64_t) * CKPT_BOX);
   const int64_t *g = ckpt_global_shape(e);
   int64_t off[TPDP_MAX_DIMS] = {0}, shape[TPDP_MAX_DIMS];
-  if (e->spec == NULL ||
-      tpdp_spec_local_shape(e->spec, tpdp_spec_self_rank(e->spec), shape,
-                            off) != TPDP_SUCCESS)
+  if (e->boxed) {
+    memcpy(off, e->box_offset, sizeof off);
+    memcpy(shape, e->local.shape, sizeof(int64_t) * (size_t)nd);
+  } else if (e->spec == NULL ||
+             tpdp_spec_local_shape(e->spec, tpdp_spec_self_rank(e->spec), shape,
+                                   off) != TPDP_SUCCESS)
     memcpy(shape, g, sizeof(int64_t) * (size_t)nd);
   int empty = 0;
   for (int d = 0; d < nd; d++) empty |= shape[d] == 0;
@@ -70,6 +74,10 @@ static void describe(const ckpt_entry *e, char *buf, size_t len) {
   tpdp_shape_format(e->local.ndim, ckpt_global_shape(e), shape, sizeof shape);
   int n = snprintf(buf, len, "'%s' %s %s", e->fqn,
                    tpdp_dtype_name(e->local.dtype), shape);
+  if (e->boxed) {
+    snprintf(buf + n, len - (size_t)n, " in boxes");
+    return;
+  }
   if (e->spec == NULL) {
     snprintf(buf + n, len - (size_t)n, " without a spec");
     return;

@@ -171,7 +171,41 @@ tpdp_status tpdp_state_dict_add(tpdp_state_dict *sd, const char *fqn,
   char *name = core_strdup(fqn);
   if (name == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory copying '%s'", fqn);
-  sd->e[sd->n++] = (ckpt_entry){name, *local, spec};
+  sd->e[sd->n] = (ckpt_entry){name, *local, spec, 0, {0}, {0}};
+  sd->n++;
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_state_dict_add_box(tpdp_state_dict *sd, const char *fqn,
+                                    const tpdp_tensor *local,
+                                    const int64_t *global_shape,
+                                    const int64_t *offset) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(sd);
+  CHECK_PTR(fqn);
+  CHECK_PTR(local);
+  CHECK_PTR(global_shape);
+  CHECK_PTR(offset);
+  CHECK(ckpt_check_entry(fqn, local, NULL));
+  for (int d = 0; d < local->ndim; d++)
+    if (offset[d] < 0 || global_shape[d] < 0 ||
+        (local->shape[d] > 0 &&
+         offset[d] + local->shape[d] > global_shape[d])) {
+      char gs[160], ls[160];
+      tpdp_shape_format(local->ndim, global_shape, gs, sizeof gs);
+      tpdp_shape_format(local->ndim, local->shape, ls, sizeof ls);
+      return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                      "tensor '%s': a box of shape %s at offset %lld in dim "
+                      "%d does not fit the global shape %s",
+                      fqn, ls, (long long)offset[d], d, gs);
+    }
+  CHECK(tpdp_state_dict_add(sd, fqn, local, NULL));
+  ckpt_entry *e = &sd->e[sd->n - 1];
+  e->boxed = 1;
+  for (int d = 0; d < local->ndim; d++) {
+    e->box_offset[d] = offset[d];
+    e->box_global[d] = global_shape[d];
+  }
   return TPDP_SUCCESS;
 }
 

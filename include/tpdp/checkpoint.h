@@ -98,6 +98,21 @@ TPDP_API tpdp_status tpdp_state_dict_add(tpdp_state_dict *sd, const char *fqn,
                                          const tpdp_tensor *local,
                                          const tpdp_spec *spec);
 
+/* Add an entry whose local tensor is the box [offset, offset + its shape)
+ * of a global tensor of global_shape (local->ndim entries each), for
+ * layouts no spec describes: fully sharded units' dp rows inside a tp
+ * chunk (tpdp_param_global_box gives the box). Ranks passing the same box
+ * hold the same values (saved once); distinct boxes must not overlap and
+ * must together cover the tensor (checked by save, as for specs). Load
+ * fills each rank's box from whatever layout was saved. Errors: as
+ * tpdp_state_dict_add, and TPDP_ERR_SHAPE_MISMATCH for a box outside the
+ * global shape (naming the FQN). */
+TPDP_API tpdp_status tpdp_state_dict_add_box(tpdp_state_dict *sd,
+                                             const char *fqn,
+                                             const tpdp_tensor *local,
+                                             const int64_t *global_shape,
+                                             const int64_t *offset);
+
 /* Add every parameter and buffer of root's subtree, in pre-order (a
  * module's parameters, then its buffers, then its children): FQNs from
  * root, cleaned of the default wrapper prefixes (tpdp_fqn_clean), with
