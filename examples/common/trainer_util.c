@@ -131,7 +131,10 @@ int ex_state_dict_add_adamw(tpdp_state_dict *sd, const ex_adamw_entry *entries,
       else
         snprintf(name, sizeof name, EX_OPTIM_PREFIX "%s.%s", kinds[kind],
                  x->fqn);
-      EX_TRY(e, tpdp_state_dict_add(sd, name, t, x->spec));
+      if (x->boxed)
+        EX_TRY(e, tpdp_state_dict_add_box(sd, name, t, x->global, x->offset));
+      else
+        EX_TRY(e, tpdp_state_dict_add(sd, name, t, x->spec));
     }
   return 0;
 }

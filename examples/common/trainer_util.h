@@ -66,6 +66,10 @@ typedef struct {
   const char *fqn;
   const tpdp_spec *spec; /* NULL: a plain (replicated) tensor */
   tpdp_tensor param, exp_avg, exp_avg_sq;
+  /* boxed: the three tensors are the box at `offset` of a tensor of
+   * `global` (tpdp_state_dict_add_box; fully sharded units), spec unused */
+  int boxed;
+  int64_t offset[TPDP_MAX_DIMS], global[TPDP_MAX_DIMS];
 } ex_adamw_entry;
 
 /* The prefix of the optimizer state's names (a checkpoint's

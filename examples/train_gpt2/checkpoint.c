@@ -28,7 +28,15 @@ static int build_state(trainer *t, tpdp_state_dict *sd) {
   if (e == NULL) return ex_fail(&t->err, "out of memory");
   int rc = 0;
   for (int i = 0; i < t->np && rc == 0; i++) {
-    const tpdp_tensor *p = &t->rparams[i].param;
+    /* --zero: the shards, saved as the boxes they hold */
+    const tpdp_tensor *p =
+        t->fsdp ? tpdp_param_tensor(t->params[i]) : &t->rparams[i].param;
+    if (t->fsdp) {
+      e[i].boxed = 1;
+      tpdp_status st = tpdp_param_global_box(t->params[i], NULL, NULL,
+                                             e[i].offset, e[i].global);
+      if (st != TPDP_SUCCESS) rc = tpdp_fail(t, "tpdp_param_global_box", st);
+    }
     e[i].fqn = t->fqn[i];
     e[i].spec = t->state_specs
                     ? t->state_specs[i]

@@ -134,7 +134,7 @@ static int cpu_setup(trainer *t) {
     t->rparams[i].grad = *tpdp_param_grad(t->params[i]);
     t->P[i] = t->rparams[i].param.data;
     t->G[i] = t->rparams[i].grad.data;
-    if (t->o.zero > 0) continue; /* sized as the shards, at the first step */
+    if (t->o.zero > 0) continue; /* sized as the shards: shard_units */
     int64_t numel = tpdp_tensor_numel(&t->rparams[i].param);
     t->m1[i] = calloc((size_t)numel + 1, sizeof(float));
     t->m2[i] = calloc((size_t)numel + 1, sizeof(float));
@@ -172,16 +172,10 @@ static int cpu_optimizer_step(trainer *t, int step) {
   /* --zero: the units left the tree viewing the shards and their averaged
    * gradients. */
   if (t->o.zero > 0) trainer_refresh_views(t);
-  for (int i = 0; i < t->np; i++) {
-    int64_t n = tpdp_tensor_numel(tpdp_param_tensor(t->params[i]));
-    if (t->m1[i] == NULL) { /* --zero: the moments of the shard */
-      t->m1[i] = calloc((size_t)n + 1, sizeof(float));
-      t->m2[i] = calloc((size_t)n + 1, sizeof(float));
-      if (!t->m1[i] || !t->m2[i]) return ex_fail(&t->err, "out of memory");
-    }
-    nn_adamw(t->P[i], t->G[i], t->m1[i], t->m2[i], n, &t->o.adamw,
+  for (int i = 0; i < t->np; i++)
+    nn_adamw(t->P[i], t->G[i], t->m1[i], t->m2[i],
+             tpdp_tensor_numel(tpdp_param_tensor(t->params[i])), &t->o.adamw,
              t->info[i].decay ? t->o.weight_decay : 0.0, step);
-  }
   return 0;
 }
 

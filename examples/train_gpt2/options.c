@@ -43,7 +43,8 @@ static void usage(FILE *out) {
       "                   h.<l> a unit, the root the rest), ZeRO level N: 1\n"
       "                   shards the AdamW state, 2 also the gradients, 3\n"
       "                   also the parameters between uses (--device cpu;\n"
-      "                   no --save/--load yet)\n"
+      "                   --save/--load hold the shards: resume on any\n"
+      "                   mesh and level)\n"
       "  --check          also train in one process on rank 0 and compare;\n"
       "                   exit 1 if loss or parameters differ by > 1e-4\n"
       "  --quiet          print only the summary lines\n"
@@ -165,11 +166,7 @@ int check_options(const options *o, ex_error *e) {
                    "--zero %d runs on --device cpu only (fully sharded units "
                    "on CUDA are not built yet)",
                    o->zero);
-  if (o->zero > 0 && (o->save_dir || o->load_dir))
-    return ex_fail(e,
-                   "--zero %d cannot --save or --load yet (sharded AdamW "
-                   "state in checkpoints is not built yet); use --zero 0",
-                   o->zero);
+
   if (!(o->adamw.lr >= 0) || !(o->adamw.beta1 >= 0 && o->adamw.beta1 < 1) ||
       !(o->adamw.beta2 >= 0 && o->adamw.beta2 < 1) || !(o->adamw.eps >= 0) ||
       !(o->weight_decay >= 0))

@@ -136,6 +136,13 @@ static int shard_units(trainer *t) {
   }
   TRY(tpdp_tp_release_unused_storage(t->root, NULL));
   trainer_refresh_views(t);
+  /* AdamW's moments, the shards' size. */
+  for (int i = 0; i < t->np; i++) {
+    int64_t n = tpdp_tensor_numel(tpdp_param_tensor(t->params[i]));
+    t->m1[i] = calloc((size_t)n + 1, sizeof(float));
+    t->m2[i] = calloc((size_t)n + 1, sizeof(float));
+    if (!t->m1[i] || !t->m2[i]) return ex_fail(&t->err, "out of memory");
+  }
   return 0;
 }
 
@@ -256,9 +263,14 @@ static int setup(trainer *t) {
    * memory fails on every rank with the failing rank's message). */
   if (agree(t, t->b->setup(t) != 0) != 0) return -1;
   for (int i = 0; i < t->np; i++) t->rparams[i].fqn = t->fqn[i];
+  if (o->zero > 0) {
+    /* The units, then the checkpoint into their shards (any saved
+     * layout: tpdp_checkpoint_load reads each rank's box). */
+    if (shard_units(t) != 0) return -1;
+    return o->load_dir != NULL ? load_checkpoint(t) : 0;
+  }
   /* Before the reducer, which broadcasts the parameters from dp rank 0. */
   if (o->load_dir != NULL && load_checkpoint(t) != 0) return -1;
-  if (o->zero > 0) return shard_units(t);
   tpdp_reducer_options ropts = tpdp_reducer_options_default();
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)

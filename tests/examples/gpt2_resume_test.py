@@ -18,6 +18,11 @@ config.json is written next to it; train_gpt2 --model OUT on the tokens
 from the saved data position has the resumed run's step-6 loss as its
 first loss.
 
+Fully sharded units: a chain of resumes across levels and meshes (--zero 3
+dp=2,tp=2 -> --zero 0 one process -> --zero 1 dp=3 -> --zero 2 dp=4) prints
+an uninterrupted run's losses, and the --zero 3 checkpoint consolidates to
+the --zero 0 run's file (same header, data within 1e-5).
+
 Usage: gpt2_resume_test.py TRAIN_GPT2 MAKE_TOKENS TPDP
 """
 import json
@@ -200,6 +205,82 @@ def main():
             return "first loss %.6f, resumed step 6 %.6f" % (got[0], want)
         return None
     case("train_gpt2 --model on the consolidated file", train_from_consolidated)
+
+    # Fully sharded units: a chain of resumes across levels and meshes,
+    # --zero 3 dp=2,tp=2 (steps 0..2) -> --zero 0 one process (3..4) ->
+    # --zero 1 dp=3 (5..6) -> --zero 2 dp=4 (7..9, with --check), against
+    # an uninterrupted --zero 0 run (batch 12 so that 3 and 4 divide it).
+    model12 = list(MODEL)
+    model12[model12.index("--batch") + 1] = "12"
+    rc, out, err = gf.run_train(binary, data + model12 + [
+        "--dp", "2", "--tp", "2", "--steps", "10", "--save-every", "3",
+        "--save", os.path.join(tmp, "z_ref")], 4)
+    full12 = losses(out)
+    chain = [(4, 2, 2, 3, 3, None), (1, 1, 1, 0, 5, "z3"),
+             (3, 3, 1, 1, 7, "z0"), (4, 4, 1, 2, 10, "z1")]
+
+    def link(np_, dp, tp, zero, steps, load):
+        def fn():
+            if sorted(full12) != list(range(10)):
+                return "the uninterrupted run failed: rc=%d %s" % (rc, err)
+            args = ["--dp", str(dp), "--tp", str(tp), "--zero", str(zero),
+                    "--steps", str(steps), "--save",
+                    os.path.join(tmp, "z%d" % zero)]
+            args = (["--load", os.path.join(tmp, load)] if load else
+                    data + model12) + args
+            if steps == 10:
+                args.append("--check")
+            r, o, e = gf.run_train(binary, args, np_)
+            got = losses(o)
+            first = 0 if load is None else {"z3": 3, "z0": 5, "z1": 7}[load]
+            if r != 0 or sorted(got) != list(range(first, steps)):
+                return "rc=%d steps %s\n%s%s" % (r, sorted(got), o[-1500:],
+                                                  e[-1500:])
+            if steps == 10 and "check: ok" not in o:
+                return "--check failed:\n" + o[-1500:]
+            worst = max(rel(got[s], full12[s]) for s in got)
+            print("  steps %d..%d max rel diff %.3e" % (first, steps - 1,
+                                                        worst))
+            return None if worst <= 1e-4 else "losses %s vs %s" % (got, full12)
+        return fn
+    for np_, dp, tp, zero, steps, load in chain:
+        case("--zero %d dp=%d,tp=%d steps ..%d%s" % (
+            zero, dp, tp, steps - 1, " from " + load if load else ""),
+            link(np_, dp, tp, zero, steps, load))
+
+    def consolidate_zero():
+        # The --zero 3 checkpoint after step 2 and the uninterrupted --zero
+        # 0 run's after step 2: the same Hugging Face file but for the
+        # order of floating-point sums (data within 1e-5).
+        files = []
+        for name in ("z3", "z_ref_step3"):
+            src = os.path.join(tmp, name if name == "z3" else "z_ref")
+            dst = os.path.join(tmp, name + ".safetensors")
+            if name != "z3":  # z_ref holds the last save (step 9): redo
+                r, o, e = gf.run_train(binary, data + model12 + [
+                    "--dp", "2", "--tp", "2", "--steps", "3", "--save",
+                    src + "3"], 4)
+                src += "3"
+            p = subprocess.run([tpdp, "ckpt", "consolidate", src, dst],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                return "consolidate %s: %s" % (src, p.stderr)
+            with open(dst, "rb") as f:
+                files.append(f.read())
+        heads = []
+        for raw in files:
+            (n,) = struct.unpack("<Q", raw[:8])
+            heads.append((n, json.loads(raw[8:8 + n])))
+        if heads[0][1] != heads[1][1]:
+            return "headers differ: %s vs %s" % (heads[0][1], heads[1][1])
+        a = struct.unpack("<%df" % ((len(files[0]) - 8 - heads[0][0]) // 4),
+                          files[0][8 + heads[0][0]:])
+        b = struct.unpack("<%df" % ((len(files[1]) - 8 - heads[1][0]) // 4),
+                          files[1][8 + heads[1][0]:])
+        worst = max(abs(x - y) for x, y in zip(a, b))
+        print("  consolidated --zero 3 vs --zero 0: max abs diff %.3e" % worst)
+        return None if worst <= 1e-5 else "max abs diff %.3e" % worst
+    case("consolidate a --zero 3 checkpoint", consolidate_zero)
 
     shutil.rmtree(tmp, ignore_errors=True)
     return gf.finish("Gpt2Resume", "gpt2 resume", cases)
