@@ -52,8 +52,8 @@ static void usage(FILE *out) {
       "                  sharded units over dp (tpdp/fsdp.h: each block a\n"
       "                  unit, the root the rest), ZeRO level N: 1 shards\n"
       "                  the optimizer state, 2 also the gradients, 3 also\n"
-      "                  the parameters between uses (cpu; no --save/--load\n"
-      "                  yet)\n"
+      "                  the parameters between uses (cpu; checkpoints\n"
+      "                  resume on any mesh and level)\n"
       "  --check         also train in one process on rank 0 and compare;\n"
       "                  exit 1 if loss or parameters differ by > 1e-4\n"
       "  --quiet         print only the summary lines\n"
@@ -121,10 +121,6 @@ static int parse_options(int argc, char **argv, options *o) {
     bad =
         "--zero 1-3 runs on --device cpu only (fully sharded units on CUDA "
         "are not built yet)";
-  else if (o->zero > 0 && (o->save_dir || o->load_dir))
-    bad =
-        "--zero 1-3 cannot --save or --load yet (sharded AdamW state in "
-        "checkpoints is not built yet); use --zero 0";
   if (bad) {
     fprintf(stderr, "train_mlp: %s\n", bad);
     return 2;
@@ -403,16 +399,23 @@ fail:
   return 1;
 }
 
+/* AdamW's moments of parameter i, sized as the tensor the tree holds (the
+ * shard under --zero), made at first use. 0, or 1 when out of memory. */
+static int cpu_moments(trainer *t, int i) {
+  cpu_state *c = t->dev;
+  if (c->m1[i] != NULL) return 0;
+  int64_t n = tpdp_tensor_numel(tpdp_param_tensor(t->tree.params[i]));
+  c->m1[i] = calloc((size_t)n + 1, sizeof(float));
+  c->m2[i] = calloc((size_t)n + 1, sizeof(float));
+  return c->m1[i] && c->m2[i] ? 0 : 1;
+}
+
 static int cpu_optimizer_step(trainer *t, int step) {
   cpu_state *c = t->dev;
   for (int i = 0; i < t->tree.nparams; i++) {
     /* The parameter as the tree holds it now: under --zero its shard. */
     int64_t n = tpdp_tensor_numel(tpdp_param_tensor(t->tree.params[i]));
-    if (c->m1[i] == NULL) {
-      c->m1[i] = calloc((size_t)n + 1, sizeof(float));
-      c->m2[i] = calloc((size_t)n + 1, sizeof(float));
-      if (!c->m1[i] || !c->m2[i]) return 1;
-    }
+    if (cpu_moments(t, i) != 0) return 1;
     adamw_update(t->param[i], t->grad[i], c->m1[i], c->m2[i], n, (float)t->o.lr,
                  step);
   }
@@ -440,7 +443,8 @@ static void cpu_print_time(const trainer *t, const train_times *tm,
 static int cpu_moment_views(trainer *t, int i, tpdp_tensor *m1,
                             tpdp_tensor *m2) {
   cpu_state *c = t->dev;
-  const tpdp_tensor *p = &t->rparams[i].param;
+  const tpdp_tensor *p = tpdp_param_tensor(t->tree.params[i]);
+  if (cpu_moments(t, i) != 0) return 1;
   TRY(tpdp_tensor_init(m1, c->m1[i], TPDP_F32, p->device, p->ndim, p->shape));
   TRY(tpdp_tensor_init(m2, c->m2[i], TPDP_F32, p->device, p->ndim, p->shape));
   return 0;
@@ -579,6 +583,13 @@ static int build_state(trainer *t, tpdp_state_dict *sd) {
     e[i].fqn = t->tree.names[i];
     e[i].spec = (const tpdp_spec *)tpdp_param_spec(t->tree.params[i]);
     e[i].param = t->rparams[i].param;
+    if (t->fsdp) { /* --zero: the shards, saved as the boxes they hold */
+      e[i].param = *tpdp_param_tensor(t->tree.params[i]);
+      e[i].boxed = 1;
+      if (tpdp_param_global_box(t->tree.params[i], NULL, NULL, e[i].offset,
+                                e[i].global) != TPDP_SUCCESS)
+        goto fail;
+    }
     if (t->b->moment_views(t, i, &e[i].exp_avg, &e[i].exp_avg_sq) != 0)
       goto fail;
   }
@@ -775,10 +786,11 @@ static int train(const options *opt, const train_backend *b, int *argc,
   if (!t->rparams || !t->param || !t->grad) goto fail;
   if (b->setup(t) != 0) goto fail;
   for (int i = 0; i < np; i++) t->rparams[i].fqn = t->tree.names[i];
-  /* Before the reducer, which broadcasts the parameters from dp rank 0. */
+  /* Before the reducer, which broadcasts the parameters from dp rank 0;
+   * --zero: into the units' shards (any saved layout). */
+  if (o->zero > 0 && shard_units(t) != 0) goto fail;
   if (o->load_dir && load_checkpoint(t, world, start) != 0) goto fail;
 
-  if (o->zero > 0 && shard_units(t) != 0) goto fail;
   tpdp_reducer_options ropts = TPDP_REDUCER_OPTIONS_INIT;
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
   if (ropts.first_bucket_bytes > ropts.bucket_cap_bytes)

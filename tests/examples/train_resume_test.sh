@@ -7,6 +7,9 @@
 # the uninterrupted run (within 1e-4), and pass its own --check against a
 # one-process reference trained from scratch. The hidden size 30 shards
 # unevenly over 4. A model flag that contradicts the checkpoint is refused.
+# Fully sharded units: the same checkpoint resumed at --zero 3 on dp=4, and
+# one saved at --zero 2 on dp=2,tp=2 (the shards as boxes) resumed at
+# --zero 0 on dp=1,tp=4 and at --zero 1 on dp=2,tp=2.
 set -u
 bin="$1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -27,7 +30,7 @@ echo "$out" | grep -q "checkpoint: step 6 saved" || { echo "FAILED: save"; echo 
 compare() { # name, np, flags...
   local name=$1 np=$2
   shift 2
-  out=$(run "$np" "$@" --steps 10 --load "$dir" --check)
+  out=$(run "$np" "$@" --steps 10 --load "${src:-$dir}" --check)
   rc=$?
   got=$(echo "$out" | grep '^step ')
   want=$(echo "$full" | grep '^step ' | awk '$2 >= 6')
@@ -52,6 +55,11 @@ compare() { # name, np, flags...
 compare "dp=2,tp=2 -> dp=1,tp=4" 4 --dp 1 --tp 4
 compare "dp=2,tp=2 -> dp=4,tp=1" 4 --dp 4 --tp 1
 compare "4 processes -> 1 process" 1 --dp 1 --tp 1
+compare "dp=2,tp=2 -> dp=4,tp=1 --zero 3" 4 --dp 4 --tp 1 --zero 3
+out=$(run 4 --dp 2 --tp 2 $model --steps 6 --save "$dir.z2" --zero 2)
+echo "$out" | grep -q "checkpoint: step 6 saved" || { echo "FAILED: save at --zero 2"; echo "$out" | tail; fail=1; }
+src="$dir.z2" compare "--zero 2 dp=2,tp=2 -> --zero 0 dp=1,tp=4" 4 --dp 1 --tp 4
+src="$dir.z2" compare "--zero 2 dp=2,tp=2 -> --zero 1 dp=2,tp=2" 4 --dp 2 --tp 2 --zero 1
 out=$(run 1 --load "$dir" --steps 10 --hidden 31)
 if [ $? = 2 ] && echo "$out" | grep -q -- "--hidden 31 conflicts with the checkpoint"; then
   echo "ok: a contradicting model flag is refused"
@@ -60,5 +68,5 @@ else
   echo "$out" | tail -5
   fail=1
 fi
-rm -rf "$dir"
+rm -rf "$dir" "$dir.z2"
 exit $fail
