@@ -9,9 +9,13 @@ from .. import _lib
 from .._lib import TpdpError
 from ._ddp import DistributedDataParallel
 from ._mesh import DeviceMesh, init_device_mesh
+from ._tp import (ColwiseParallel, ParallelStyle, Replicate, RowwiseParallel,
+                  SequenceParallel, Shard, parallelize_module)
 
 __all__ = ["TpdpError", "DeviceMesh", "init_device_mesh",
-           "DistributedDataParallel", "init", "rank", "world_size"]
+           "DistributedDataParallel", "parallelize_module", "ParallelStyle",
+           "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "Shard",
+           "Replicate", "init", "rank", "world_size"]
 
 
 def init():
