@@ -173,7 +173,7 @@ def test_parameter_replaced_after_wrapping():
     ddp = tt.DistributedDataParallel(model)
     model.fc2.weight = nn.Parameter(torch.zeros(5, 24))
     with pytest.raises(ValueError, match="parameter 'fc2.weight' was "
-                       "replaced or added after wrapping"):
+                       "replaced after wrapping"):
         ddp(torch.randn(2, 12), 0)
     ddp.close()
 

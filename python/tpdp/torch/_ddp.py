@@ -78,6 +78,11 @@ class DistributedDataParallel(nn.Module):
         self.require_backward_grad_sync = True
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
+        # (owning module, attribute, parameter) to see replacements
+        self._slots = []
+        for n, p in named:
+            owner, _, attr = n.rpartition(".")
+            self._slots.append((module.get_submodule(owner), attr, p))
         self._comm = device_mesh.comm()
         self._size = L.lib.tpdp_comm_size(self._comm)
         self._r = None
@@ -129,14 +134,12 @@ class DistributedDataParallel(nn.Module):
             hook = self._make_hook(i, mark)
             if post is not None:
                 self._hook_handles.append(
-                    p.register_post_accumulate_grad_hook(
-                        lambda _p, h=hook: h()))
+                    p.register_post_accumulate_grad_hook(hook))
             else:
                 # torch < 2.1: the AccumulateGrad node's post hook, as DDP.
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._acc.append(acc)  # the hook lives with the node
-                self._hook_handles.append(
-                    acc.register_hook(lambda *_, h=hook: h()))
+                self._hook_handles.append(acc.register_hook(hook))
 
     # ------------------------------------------------------------ grads
 
@@ -158,7 +161,7 @@ class DistributedDataParallel(nn.Module):
         p = self._params[i]
         r = self._r
 
-        def hook():
+        def hook(*_):
             if not self._in_iter:
                 self._begin()
             v = self._views[i]
@@ -203,20 +206,14 @@ class DistributedDataParallel(nn.Module):
         return self.module(*args, **kwargs)
 
     def _check_params(self):
-        i = 0
-        for n, p in self.module.named_parameters():
-            if not p.requires_grad:
-                continue
-            if i >= len(self._params) or p is not self._params[i]:
+        # One dict look-up per parameter (named_parameters() would walk
+        # the module tree on every forward).
+        for (mod, attr, p), name in zip(self._slots, self._names):
+            if mod._parameters.get(attr) is not p:
                 raise ValueError(
                     "tpdp.torch.DistributedDataParallel: parameter %r was "
-                    "replaced or added after wrapping; wrap the module again "
-                    "after changing its parameters" % n)
-            i += 1
-        if i != len(self._params):
-            raise ValueError("tpdp.torch.DistributedDataParallel: parameter "
-                             "%r was removed after wrapping"
-                             % self._names[i])
+                    "replaced after wrapping; wrap the module again after "
+                    "changing its parameters" % name)
 
     def _sync_buffers(self):
         if self._size > 1:
