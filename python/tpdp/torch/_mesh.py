@@ -162,10 +162,23 @@ def world_mesh(device_type):
 
 # ------------------------------------------------------------ collectives
 
+def _collective(name, t, comm, *args):
+    """tpdp's collective `name` on `comm`. On a GPU, ordered after torch's
+    current stream and before its later work (no host synchronisation)."""
+    if t.is_cuda:
+        stream = torch.cuda.current_stream(t.device).cuda_stream
+        L.call("tpdp_comm_order_after", comm, stream)
+        work = ctypes.c_void_p()
+        L.call(name + "_async", comm, *args, ctypes.byref(work))
+        L.call("tpdp_work_wait_stream", work, stream)
+    else:
+        L.call(name, comm, *args)
+
+
 def all_reduce_(t, comm, op=L.OP_SUM):
     """In place over `comm` (a contiguous tensor)."""
     v = View(t)
-    L.call("tpdp_allreduce", comm, v.ref, v.ref, op)
+    _collective("tpdp_allreduce", t, comm, v.ref, v.ref, op)
     return t
 
 
@@ -175,7 +188,7 @@ def all_gather(t, comm, size):
     out = torch.empty((size * t.shape[0],) + tuple(t.shape[1:]),
                       dtype=t.dtype, device=t.device)
     s, r = View(t), View(out)
-    L.call("tpdp_allgather", comm, s.ref, r.ref)
+    _collective("tpdp_allgather", t, comm, s.ref, r.ref)
     return out
 
 
@@ -185,11 +198,11 @@ def reduce_scatter(t, comm, size):
     out = torch.empty((t.shape[0] // size,) + tuple(t.shape[1:]),
                       dtype=t.dtype, device=t.device)
     s, r = View(t), View(out)
-    L.call("tpdp_reduce_scatter", comm, s.ref, r.ref, L.OP_SUM)
+    _collective("tpdp_reduce_scatter", t, comm, s.ref, r.ref, L.OP_SUM)
     return out
 
 
 def broadcast_(t, comm, root=0):
     v = View(t)
-    L.call("tpdp_broadcast", comm, v.ref, v.ref, root)
+    _collective("tpdp_broadcast", t, comm, v.ref, v.ref, root)
     return t
