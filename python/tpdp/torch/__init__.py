@@ -15,7 +15,7 @@ from ._tp import (ColwiseParallel, ParallelStyle, Replicate, RowwiseParallel,
 __all__ = ["TpdpError", "DeviceMesh", "init_device_mesh",
            "DistributedDataParallel", "parallelize_module", "ParallelStyle",
            "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "Shard",
-           "Replicate", "init", "rank", "world_size"]
+           "Replicate", "init", "rank", "world_size", "all_reduce"]
 
 
 def init():
@@ -29,3 +29,20 @@ def rank():
 
 def world_size():
     return _lib.lib.tpdp_comm_size(_lib.world())
+
+
+_OPS = {"sum": _lib.OP_SUM, "avg": _lib.OP_AVG, "max": _lib.OP_MAX,
+        "min": _lib.OP_MIN}
+
+
+def all_reduce(tensor, device_mesh, op="sum"):
+    """In place over a 1-D mesh (e.g. mesh["dp"]): op is "sum", "avg",
+    "max" or "min". The tensor must be contiguous."""
+    from ._mesh import all_reduce_
+    if op not in _OPS:
+        raise ValueError("tpdp.torch.all_reduce: op %r: use one of %s"
+                         % (op, ", ".join(_OPS)))
+    if not tensor.is_contiguous():
+        raise ValueError("tpdp.torch.all_reduce: the tensor is not "
+                         "contiguous")
+    return all_reduce_(tensor, device_mesh.comm(), _OPS[op])
