@@ -230,3 +230,32 @@ def test_world_of_ranks_matches_mpi4py():
     assert ctypes.sizeof(_lib.ReducerOptions) == \
         _lib.lib.tpdp_reducer_options_default().size
     assert copy is not None
+
+
+class NormNet(nn.Module):
+    """BatchNorm's running statistics: buffers DDP copies from rank 0."""
+
+    def __init__(self):
+        super().__init__()
+        # no bias before BatchNorm: its gradient would be rounding noise
+        # (BatchNorm removes the mean), which AdamW scales up
+        self.fc1 = nn.Linear(12, 16, bias=False)
+        self.bn = nn.BatchNorm1d(16)
+        self.fc2 = nn.Linear(16, 5)
+
+    def forward(self, x, step):
+        return self.fc2(torch.relu(self.bn(self.fc1(x))))
+
+
+@pytest.mark.parametrize("view", [True, False])
+def test_buffers_and_copy_mode_like_torch_ddp(gloo, view):
+    ref = train(torch_ddp(make(NormNet), gloo, bucket_cap_mb=0.001,
+                          gradient_as_bucket_view=view), BranchyMLP, steps=5)
+    ours = train(tt.DistributedDataParallel(make(NormNet), bucket_cap_mb=0.001,
+                                            gradient_as_bucket_view=view),
+                 BranchyMLP, steps=5)
+    assert_params_close(ours.module, ref.module, TOL)
+    for (n, a), (_, b) in zip(ours.module.named_buffers(),
+                              ref.module.named_buffers()):
+        assert torch.allclose(a.double(), b.double(), rtol=TOL, atol=0), n
+    ours.close()

@@ -201,7 +201,7 @@ class DistributedDataParallel(nn.Module):
         if torch.is_grad_enabled():
             self._check_params()
             self._sync_next = self.require_backward_grad_sync
-        if self.broadcast_buffers and self.require_backward_grad_sync:
+        if self.broadcast_buffers:  # as torch, under no_sync() too
             self._sync_buffers()
         return self.module(*args, **kwargs)
 
