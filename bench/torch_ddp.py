@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """One rank of bench/torch_ddp.sh: the same 25M-parameter torch model's
 training step (zero_grad, forward, backward) under torch's DDP (gloo) and
-under tpdp.torch's DDP, in one run. Per configuration the median step time
-over the steps, max over the ranks:
+under tpdp.torch's DDP, in one run, the configurations' steps interleaved
+(one step of each in turn, so that the machine's load falls on all alike).
+Per configuration the median step time over the steps, max over the
+ranks:
   plain       the module alone (no DDP)
   X_sync      DDP step
   X_nosync    the same under no_sync() (hooks run, nothing communicated)
@@ -39,25 +41,33 @@ def small_model():
     return nn.Sequential(*[nn.Linear(8, 8) for _ in range(200)])
 
 
-def time_steps(m, steps, nosync=None, width=WIDTH):
-    x = torch.randn(BATCH, width)
-    out = []
-    for i in range(steps + 2):
-        MPI.COMM_WORLD.Barrier()
-        t0 = time.perf_counter()
-        for p in m.parameters():
-            if p.grad is not None:
-                p.grad.zero_()
-        if nosync is not None:
-            with nosync():
-                m(x).sum().backward()
-        else:
+def one_step(m, x, nosync):
+    for p in m.parameters():
+        if p.grad is not None:
+            p.grad.zero_()
+    if nosync is not None:
+        with nosync():
             m(x).sum().backward()
-        t = time.perf_counter() - t0
-        if i >= 2:
-            out.append(t)
-    med = statistics.median(out)
-    return MPI.COMM_WORLD.allreduce(med, op=MPI.MAX) * 1e3
+    else:
+        m(x).sum().backward()
+
+
+def time_round_robin(configs, steps, width):
+    """{name: median ms, max over ranks}: the configurations' steps
+    interleaved (one step of each in turn), so that a change in the
+    machine's load falls on all of them alike."""
+    x = torch.randn(BATCH, width)
+    times = {name: [] for name, _, _ in configs}
+    for i in range(steps + 2):
+        for name, m, nosync in configs:
+            MPI.COMM_WORLD.Barrier()
+            t0 = time.perf_counter()
+            one_step(m, x, nosync)
+            if i >= 2:
+                times[name].append(time.perf_counter() - t0)
+    return {name: MPI.COMM_WORLD.allreduce(statistics.median(t),
+                                           op=MPI.MAX) * 1e3
+            for name, t in times.items()}
 
 
 def main():
@@ -67,28 +77,27 @@ def main():
     port = MPI.COMM_WORLD.bcast(29611 if rank == 0 else None)
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port,
                             rank=rank, world_size=size)
-    r = {}
     plain = model()
-    r["plain"] = time_steps(plain, steps)
     nparams = sum(1 for _ in plain.parameters())
     numel = sum(p.numel() for p in plain.parameters())
     ddp = nn.parallel.DistributedDataParallel(model(),
                                               gradient_as_bucket_view=True)
-    r["torch_sync"] = time_steps(ddp, steps)
-    r["torch_nosync"] = time_steps(ddp, steps, ddp.no_sync)
-    del ddp
     ours = tt.DistributedDataParallel(model())
-    r["tpdp_sync"] = time_steps(ours, steps)
-    r["tpdp_nosync"] = time_steps(ours, steps, ours.no_sync)
+    r = time_round_robin([("plain", plain, None), ("torch_sync", ddp, None),
+                          ("torch_nosync", ddp, ddp.no_sync),
+                          ("tpdp_sync", ours, None),
+                          ("tpdp_nosync", ours, ours.no_sync)], steps, WIDTH)
     ours.close()
-    small = small_model()
-    r["hooks_plain"] = time_steps(small, 5 * steps, width=8)
-    r["hooks_torch_nosync"] = time_steps(nn.parallel.DistributedDataParallel(
-        small_model()), 5 * steps, width=8)
-    ours = tt.DistributedDataParallel(small_model())
-    r["hooks_tpdp_nosync"] = time_steps(ours, 5 * steps, ours.no_sync,
-                                        width=8)
-    ours.close()
+    del ddp, ours, plain
+    small, sddp = small_model(), nn.parallel.DistributedDataParallel(
+        small_model())
+    sours = tt.DistributedDataParallel(small_model())
+    h = time_round_robin([("hooks_plain", small, None),
+                          ("hooks_torch_nosync", sddp, sddp.no_sync),
+                          ("hooks_tpdp_nosync", sours, sours.no_sync)],
+                         30 * steps, 8)
+    sours.close()
+    r.update(h)
     if rank == 0:
         print("params %d tensors %d ranks %d steps %d " % (
             numel, nparams, size, steps) + " ".join(
