@@ -210,6 +210,17 @@ def test_misuse_raises_before_any_collective():
     mesh = tt.init_device_mesh("cpu", (SIZE,), mesh_dim_names=("dp",))
     with pytest.raises(KeyError, match="no dim 'tp'"):
         mesh["tp"]
+    with pytest.raises(ValueError, match="1-D"):
+        tt.DistributedDataParallel(make(BranchyMLP), device_mesh=tt.
+                                   init_device_mesh("cpu", (SIZE, 1),
+                                                    mesh_dim_names=("a", "b")))
+
+
+def test_tpdp_failure_is_a_tpdp_error_with_status_and_message():
+    with pytest.raises(tt.TpdpError) as e:
+        tt.init_device_mesh("cpu", (SIZE + 1,), mesh_dim_names=("dp",))
+    assert e.value.status == "TPDP_ERR_MESH_SIZE"
+    assert e.value.message and e.value.message in str(e.value)
 
 
 @pytest.mark.parametrize("hook", ["bf16", "fp16"])
