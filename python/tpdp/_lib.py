@@ -42,8 +42,9 @@ class TpdpError(RuntimeError):
         self.status = status
         self.message = message
         self.call = call
-        super().__init__("%s: %s: %s" % (call, status, message) if call
-                         else "%s: %s" % (status, message))
+        # tpdp's messages name the function already
+        super().__init__("%s: %s" % (status, message or "(no message from %s)"
+                                     % (call or "tpdp")))
 
 
 class Device(ctypes.Structure):
