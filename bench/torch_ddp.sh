@@ -35,6 +35,8 @@ for k in plain torch_sync torch_nosync tpdp_sync tpdp_nosync hooks_plain \
   hooks_torch_nosync hooks_tpdp_nosync; do
   printf '%-40s %10.2f\n' "$k (median step, max over ranks, ms)" "$(field "${k}_ms")"
 done
+awk -v s="$(field tpdp_sync_ms)" -v n="$(field tpdp_nosync_ms)" 'BEGIN {
+  if (s <= n) print "torch_ddp: warning: tpdp'"'"'s sync step is not slower than its no_sync step: the time is within the noise of a busy machine (sync_ratio below is meaningless); rerun when it is quiet" }'
 awk -v p="$(field plain_ms)" -v ts="$(field torch_sync_ms)" \
   -v tn="$(field torch_nosync_ms)" -v s="$(field tpdp_sync_ms)" \
   -v n="$(field tpdp_nosync_ms)" -v hp="$(field hooks_plain_ms)" \
