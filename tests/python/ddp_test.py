@@ -270,3 +270,14 @@ def test_buffers_and_copy_mode_like_torch_ddp(gloo, view):
                               ref.module.named_buffers()):
         assert torch.allclose(a.double(), b.double(), rtol=TOL, atol=0), n
     ours.close()
+
+
+def test_wrapped_under_no_grad_still_reduces():
+    with torch.no_grad():
+        ddp = tt.DistributedDataParallel(nn.Linear(3, 2))
+    x = torch.full((1, 3), float(RANK + 1))
+    ddp(x).sum().backward()
+    # d(sum)/d(weight) = x on each rank: the average of 1..SIZE
+    assert torch.allclose(ddp.module.weight.grad,
+                          torch.full((2, 3), (SIZE + 1) / 2.0))
+    ddp.close()

@@ -137,7 +137,8 @@ class DistributedDataParallel(nn.Module):
                     p.register_post_accumulate_grad_hook(hook))
             else:
                 # torch < 2.1: the AccumulateGrad node's post hook, as DDP.
-                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                with torch.enable_grad():  # also when built under no_grad
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._acc.append(acc)  # the hook lives with the node
                 self._hook_handles.append(acc.register_hook(hook))
 
