@@ -7,7 +7,8 @@
 #   torch_ddp: step_ratio <torch/tpdp> sync_ratio <x> hook_us_per_param <y>
 # sync = step - the same step under no_sync(); hook = (tpdp's no_sync step -
 # the plain module's step) / parameters, on a model of 400 small tensors
-# (200 Linear 8x8), where the hooks' cost is not lost in the compute. Targets: sync_ratio >= 2.5,
+# (200 Linear 8x8), where the hooks' cost is not lost in the compute, in
+# the calling thread's CPU time (the hooks_* rows). Targets: sync_ratio >= 2.5,
 # step_ratio >= 1.3, hook_us_per_param <= 5.
 # Needs python3-torch and python3-mpi4py (scripts/install-deps --bench).
 # Usage: bench/torch_ddp.sh [--steps N]   (default 10)
