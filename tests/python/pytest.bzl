@@ -1,7 +1,7 @@
 """tpdp_pytest: a pytest file of tests/python run on each of `nps` rank
 counts, one sh_test each (NAME_npN), through tests/mpirun_test.sh."""
 
-def tpdp_pytest(name, nps, srcs = None, data = [], size = "small"):
+def tpdp_pytest(name, nps, srcs = None, data = [], size = "medium"):
     srcs = srcs or [name + ".py"]
     for np in nps:
         native.sh_test(
