@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""tpdp.torch on one GPU (scripts/gpu-check runs it with a libtpdp.so built
+with CUDA and NCCL): CUDA tensors through DLPack with the NCCL backend,
+DistributedDataParallel at world size 1 against the module alone, and the
+TP styles' numerics against the unparallelized module on the GPU. Skipped,
+with the reason, where torch has no CUDA or libtpdp no NCCL."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed")
+from torch import nn  # noqa: E402
+
+import tpdp.torch as tt  # noqa: E402
+from tpdp import _lib  # noqa: E402
+
+if not torch.cuda.is_available():
+    WHY = "torch.cuda is not available (no GPU or a CPU-only torch)"
+elif not _lib.lib.tpdp_nccl_available():
+    WHY = "libtpdp.so was built without NCCL (--config=cuda; scripts/gpu-check)"
+elif tt.world_size() != 1:
+    WHY = "the GPU test runs on one rank"
+else:
+    WHY = None
+pytestmark = pytest.mark.skipif(WHY is not None, reason=str(WHY))
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+DEV = torch.device("cuda", 0) if WHY is None else None
+TOL = 1e-5
+
+
+def rel_err(a, b):
+    d = (a.detach().double() - b.detach().double()).norm().item()
+    n = b.detach().double().norm().item()
+    return d / n if n else d
+
+
+def mlp():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 8)).to(DEV)
+
+
+def test_ddp_world_size_1_trains_like_the_module():
+    ref, ours = mlp(), tt.DistributedDataParallel(
+        mlp(), device_mesh=tt.init_device_mesh("cuda", (1,),
+                                               mesh_dim_names=("dp",))["dp"])
+    assert ours._params[0].grad.is_cuda
+    o1 = torch.optim.AdamW(ref.parameters(), lr=1e-3)
+    o2 = torch.optim.AdamW(ours.parameters(), lr=1e-3)
+    for step in range(5):
+        g = torch.Generator(device=DEV).manual_seed(step)
+        x = torch.randn(4, 16, device=DEV, generator=g)
+        for m, o in ((ref, o1), (ours, o2)):
+            m(x).square().mean().backward()
+            o.step()
+            o.zero_grad()
+    for a, b in zip(ours.module.parameters(), ref.parameters()):
+        assert rel_err(a, b) <= TOL
+    ours.close()
+
+
+def test_tp_styles_on_the_gpu():
+    mesh = tt.init_device_mesh("cuda", (1,), mesh_dim_names=("tp",))
+    ref = mlp()
+    par = tt.parallelize_module(mlp(), mesh["tp"], {
+        "0": tt.ColwiseParallel(), "2": tt.RowwiseParallel()})
+    x = torch.randn(4, 16, device=DEV)
+    assert rel_err(par(x), ref(x)) <= TOL
+    y = torch.ones(3, device=DEV)
+    tt._mesh.all_reduce_(y, mesh["tp"].comm())
+    assert y.tolist() == [1.0, 1.0, 1.0]
