@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """tpdp_pytest: a pytest file of tests/python run on each of `nps` rank
 counts, one sh_test each (NAME_npN), through tests/mpirun_test.sh."""
 
