@@ -152,6 +152,60 @@ static int64_t pss_kb(void) {
   return kb;
 }
 
+int ex_block_hooks(tpdp_module *root, const char *prefix, int layer, int event,
+                   ex_error *e) {
+  char path[96];
+  snprintf(path, sizeof path, "%s%d", prefix, layer);
+  tpdp_module *block = NULL;
+  EX_TRY(e, tpdp_module_get_submodule(root, path, &block));
+  switch (event) {
+    case EX_BLOCK_FORWARD_BEGIN:
+      EX_TRY(e, tpdp_module_forward_begin(block));
+      break;
+    case EX_BLOCK_FORWARD_END:
+      EX_TRY(e, tpdp_module_forward_end(block));
+      break;
+    case EX_BLOCK_BACKWARD_BEGIN:
+      EX_TRY(e, tpdp_module_backward_begin(block));
+      break;
+    default:
+      EX_TRY(e, tpdp_module_backward_end(block));
+      break;
+  }
+  return 0;
+}
+
+int ex_fully_shard_blocks(tpdp_module *root, const char *prefix, int nblocks,
+                          tpdp_comm *dp, int level, tpdp_fsdp_unit **root_unit,
+                          ex_error *e) {
+  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
+  fo.zero_level = level;
+  for (int l = 0; l < nblocks; l++) {
+    char path[96];
+    snprintf(path, sizeof path, "%s%d", prefix, l);
+    tpdp_module *block = NULL;
+    tpdp_fsdp_unit *unit = NULL;
+    EX_TRY(e, tpdp_module_get_submodule(root, path, &block));
+    EX_TRY(e, tpdp_fully_shard(block, dp, &fo, &unit));
+  }
+  EX_TRY(e, tpdp_fully_shard(root, dp, &fo, root_unit));
+  return 0;
+}
+
+void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level) {
+  tpdp_fsdp_stats fs;
+  if (tpdp_fsdp_get_stats(root, &fs) != TPDP_SUCCESS) return;
+  printf(
+      "[rank %d] fsdp: zero %d, persistent %.1f MiB, peak transient %.1f "
+      "MiB; per step %lld all-gathers (%.1f MiB), %lld reduce-scatters "
+      "(%.1f MiB)\n",
+      rank, level, fs.persistent_bytes / 1048576.0,
+      fs.peak_transient_bytes / 1048576.0, (long long)fs.allgathers,
+      fs.bytes_allgathered / 1048576.0, (long long)fs.reduce_scatters,
+      fs.bytes_reduce_scattered / 1048576.0);
+  fflush(stdout);
+}
+
 void ex_peak_memory_line(tpdp_comm *comm, int print) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -83,6 +83,33 @@ typedef struct {
 int ex_state_dict_add_adamw(tpdp_state_dict *sd, const ex_adamw_entry *entries,
                             int n, ex_error *e);
 
+/* ---- fully sharded units (--zero) ---- */
+
+/* A block's module hooks, for the models' block callbacks:
+ * EX_BLOCK_FORWARD_BEGIN/END run tpdp_module_forward_begin/end of module
+ * `<prefix><layer>`, EX_BLOCK_BACKWARD_BEGIN/END its backward ones. 0, or
+ * -1 with the failing call in e. */
+enum {
+  EX_BLOCK_FORWARD_BEGIN = 0,
+  EX_BLOCK_FORWARD_END = 1,
+  EX_BLOCK_BACKWARD_BEGIN = 2,
+  EX_BLOCK_BACKWARD_END = 3
+};
+int ex_block_hooks(tpdp_module *root, const char *prefix, int layer, int event,
+                   ex_error *e);
+
+/* Each block `<prefix><l>` (l < nblocks) a fully sharded unit over dp at
+ * ZeRO `level`, then root (what no block holds): *root_unit. 0, or -1
+ * with the failing call in e. */
+int ex_fully_shard_blocks(tpdp_module *root, const char *prefix, int nblocks,
+                          tpdp_comm *dp, int level, tpdp_fsdp_unit **root_unit,
+                          ex_error *e);
+
+/* This rank's line of the units' accounting (tpdp_fsdp_get_stats):
+ * "[rank R] fsdp: zero N, persistent X MiB, peak transient Y MiB; per step
+ * A all-gathers (B MiB), C reduce-scatters (D MiB)". */
+void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level);
+
 /* Collective over comm: every rank's peak resident memory (getrusage) and
  * its proportional set size now (PSS: shared pages split among the
  * processes sharing them, so the ranks' PSS add up), printed by rank 0

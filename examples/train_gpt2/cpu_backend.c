@@ -86,26 +86,14 @@ static int op_cross_entropy(void *ctx, float *logits, const int32_t *targets,
 
 /* ---- --zero: the blocks' module hooks (gpt2_ops.block) ---- */
 
+_Static_assert((int)GPT2_BLOCK_FORWARD_BEGIN == (int)EX_BLOCK_FORWARD_BEGIN &&
+                   (int)GPT2_BLOCK_BACKWARD_END == (int)EX_BLOCK_BACKWARD_END,
+               "the model's block events are ex_block_hooks' events");
+
 static int op_block(void *ctx, int event, int layer) {
   trainer *t = ctx;
-  char path[32];
-  snprintf(path, sizeof path, "transformer.h.%d", layer);
-  tpdp_module *block = NULL;
-  TRY(tpdp_module_get_submodule(t->root, path, &block));
-  switch (event) {
-    case GPT2_BLOCK_FORWARD_BEGIN:
-      TRY(tpdp_module_forward_begin(block));
-      break;
-    case GPT2_BLOCK_FORWARD_END:
-      TRY(tpdp_module_forward_end(block));
-      break;
-    case GPT2_BLOCK_BACKWARD_BEGIN:
-      TRY(tpdp_module_backward_begin(block));
-      break;
-    default:
-      TRY(tpdp_module_backward_end(block));
-      break;
-  }
+  if (ex_block_hooks(t->root, "transformer.h.", layer, event, &t->err) != 0)
+    return -1;
   trainer_refresh_views(t);
   return 0;
 }

@@ -113,17 +113,9 @@ static tpdp_status keep_gradients(const tpdp_reducer_hook_args *args) {
  * they came from (this program's storage of replicated parameters, TP's
  * local shards) are freed. */
 static int shard_units(trainer *t) {
-  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
-  fo.zero_level = t->o.zero;
-  for (int l = 0; l < t->c.n_layer; l++) {
-    char path[32];
-    snprintf(path, sizeof path, "transformer.h.%d", l);
-    tpdp_module *block = NULL;
-    tpdp_fsdp_unit *unit = NULL;
-    TRY(tpdp_module_get_submodule(t->root, path, &block));
-    TRY(tpdp_fully_shard(block, t->reduce_comm, &fo, &unit));
-  }
-  TRY(tpdp_fully_shard(t->root, t->reduce_comm, &fo, &t->fsdp));
+  if (ex_fully_shard_blocks(t->root, "transformer.h.", t->c.n_layer,
+                            t->reduce_comm, t->o.zero, &t->fsdp, &t->err) != 0)
+    return -1;
   for (int i = 0; i < t->np; i++) {
     if (t->storage) {
       free(t->storage[i]);
@@ -300,21 +292,6 @@ static int gather_param(trainer *t, int i, float *out) {
   if (out) memcpy(out, full.data, tpdp_tensor_nbytes(&full));
   free(full.data);
   return 0;
-}
-
-/* The units' accounting, one line on each rank. */
-static void print_fsdp_stats(trainer *t) {
-  tpdp_fsdp_stats fs;
-  if (tpdp_fsdp_get_stats(t->fsdp, &fs) != TPDP_SUCCESS) return;
-  printf(
-      "[rank %d] fsdp: zero %d, persistent %.1f MiB, peak transient "
-      "%.1f MiB; per step %lld all-gathers (%.1f MiB), %lld "
-      "reduce-scatters (%.1f MiB)\n",
-      t->rank, t->o.zero, fs.persistent_bytes / 1048576.0,
-      fs.peak_transient_bytes / 1048576.0, (long long)fs.allgathers,
-      fs.bytes_allgathered / 1048576.0, (long long)fs.reduce_scatters,
-      fs.bytes_reduce_scattered / 1048576.0);
-  fflush(stdout);
 }
 
 /* --grad-clip: the global gradient norm over the whole (dp, tp) mesh, each
@@ -568,7 +545,7 @@ static int train(trainer *t, run_out *out) {
     printf("threads per rank %d; OpenBLAS %s\n", nn_threads(), nn_blas_core());
   }
   if (t->summary) fflush(stdout);
-  if (t->fsdp) print_fsdp_stats(t);
+  if (t->fsdp) ex_fsdp_stats_line(t->fsdp, t->rank, o->zero);
   ex_peak_memory_line(t->comm, t->summary);
   if (out->want_params || o->check) {
     if (t->b->params_to_host(t) != 0) goto done;

@@ -309,30 +309,19 @@ static void refresh_views(trainer *t) {
 }
 
 /* --zero: the block's module hooks around its forward and backward. */
+_Static_assert((int)MLP_BLOCK_FORWARD_BEGIN == (int)EX_BLOCK_FORWARD_BEGIN &&
+                   (int)MLP_BLOCK_BACKWARD_END == (int)EX_BLOCK_BACKWARD_END,
+               "the model's block events are ex_block_hooks' events");
+
 static int cpu_block_event(int event, int layer, void *vt) {
   trainer *t = vt;
-  char path[32];
-  snprintf(path, sizeof path, "layers.%d", layer);
-  tpdp_module *block = NULL;
-  TRY(tpdp_module_get_submodule(t->tree.root, path, &block));
-  switch (event) {
-    case MLP_BLOCK_FORWARD_BEGIN:
-      TRY(tpdp_module_forward_begin(block));
-      break;
-    case MLP_BLOCK_FORWARD_END:
-      TRY(tpdp_module_forward_end(block));
-      break;
-    case MLP_BLOCK_BACKWARD_BEGIN:
-      TRY(tpdp_module_backward_begin(block));
-      break;
-    default:
-      TRY(tpdp_module_backward_end(block));
-      break;
+  ex_error e;
+  if (ex_block_hooks(t->tree.root, "layers.", layer, event, &e) != 0) {
+    fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e.msg);
+    return 1;
   }
   refresh_views(t);
   return 0;
-fail:
-  return 1;
 }
 
 static int cpu_setup(trainer *t) {
@@ -655,35 +644,14 @@ static int wait_dp(trainer *t) { return t->b->wait_dp ? t->b->wait_dp(t) : 0; }
 /* --zero: each block a fully sharded unit over dp, then the root (the
  * input projection and the head); the shards replace the parameters. */
 static int shard_units(trainer *t) {
-  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
-  fo.zero_level = t->o.zero;
-  for (int l = 0; l < t->o.layers; l++) {
-    char path[32];
-    snprintf(path, sizeof path, "layers.%d", l);
-    tpdp_module *block = NULL;
-    tpdp_fsdp_unit *unit = NULL;
-    TRY(tpdp_module_get_submodule(t->tree.root, path, &block));
-    TRY(tpdp_fully_shard(block, t->dp_comm, &fo, &unit));
+  ex_error e;
+  if (ex_fully_shard_blocks(t->tree.root, "layers.", t->o.layers, t->dp_comm,
+                            t->o.zero, &t->fsdp, &e) != 0) {
+    fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e.msg);
+    return 1;
   }
-  TRY(tpdp_fully_shard(t->tree.root, t->dp_comm, &fo, &t->fsdp));
   refresh_views(t);
   return 0;
-fail:
-  return 1;
-}
-
-/* The units' accounting, on every rank (one line each). */
-static void print_fsdp_stats(const trainer *t) {
-  tpdp_fsdp_stats fs;
-  if (tpdp_fsdp_get_stats(t->fsdp, &fs) != TPDP_SUCCESS) return;
-  printf(
-      "[rank %d] fsdp: zero %d, persistent %.3f MiB, peak transient %.3f "
-      "MiB; per step %lld all-gathers (%.3f MiB), %lld reduce-scatters "
-      "(%.3f MiB)\n",
-      t->rank, t->o.zero, fs.persistent_bytes / 1048576.0,
-      fs.peak_transient_bytes / 1048576.0, (long long)fs.allgathers,
-      fs.bytes_allgathered / 1048576.0, (long long)fs.reduce_scatters,
-      fs.bytes_reduce_scattered / 1048576.0);
 }
 
 /* Elements of parameter i's full (unsharded) tensor. */
@@ -910,7 +878,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
     fflush(stdout);
   }
   if (o->zero > 0) {
-    print_fsdp_stats(t);
+    ex_fsdp_stats_line(t->fsdp, t->rank, o->zero);
     fflush(stdout);
   }
   if (world != NULL) ex_peak_memory_line(world, t->rank == 0);

@@ -19,67 +19,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/dp/fsdp_model.h"
 #include "tests/test_util.h"
 
 namespace {
 
-const tpdp_device kCpu = {TPDP_DEVICE_CPU, 0};
-
-// Net{emb [5,3]; blocks.0: Block{w [7,3], b [2]}; blocks.1: Block{...}};
-// rank 0's blocks.0.w has `extra_rows` more rows.
-struct Model {
-  tpdp_module *root = nullptr, *blocks[2] = {nullptr, nullptr};
-  std::vector<std::vector<float>> data;
-  std::vector<tpdp_param *> params;
-
-  explicit Model(int extra_rows = 0) {
-    EXPECT_TPDP_OK(tpdp_module_create("Net", &root));
-    tpdp_module *seq = nullptr;
-    EXPECT_TPDP_OK(tpdp_module_create("ModuleList", &seq));
-    EXPECT_TPDP_OK(tpdp_module_add_child(root, "blocks", seq));
-    for (int b = 0; b < 2; b++) {
-      EXPECT_TPDP_OK(tpdp_module_create("Block", &blocks[b]));
-      EXPECT_TPDP_OK(
-          tpdp_module_add_child(seq, std::to_string(b).c_str(), blocks[b]));
-    }
-    Add(root, "emb", {5, 3});
-    for (int b = 0; b < 2; b++) {
-      Add(blocks[b], "w", {7 + (b == 0 ? extra_rows : 0), 3});
-      Add(blocks[b], "b", {2});
-    }
-  }
-  void Add(tpdp_module *m, const char *name, std::vector<int64_t> shape) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    data.emplace_back(n, 0.5f);
-    tpdp_tensor t;
-    EXPECT_TPDP_OK(tpdp_tensor_init(&t, data.back().data(), TPDP_F32, kCpu,
-                                    (int)shape.size(), shape.data()));
-    tpdp_param *p = nullptr;
-    EXPECT_TPDP_OK(tpdp_param_create(&t, &p));
-    EXPECT_TPDP_OK(tpdp_module_add_param(m, name, p));
-    params.push_back(p);
-  }
-  ~Model() {
-    for (tpdp_param *p : params) tpdp_param_release(p);
-    EXPECT_TPDP_OK(tpdp_module_destroy(root));
-  }
-};
-
-struct Units {
-  tpdp_fsdp_unit *block[2] = {nullptr, nullptr}, *root = nullptr;
-};
-
-Units Shard(Model &m, int level) {
-  Units u;
-  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
-  o.zero_level = level;
-  for (int b = 0; b < 2; b++)
-    EXPECT_TPDP_OK(
-        tpdp_fully_shard(m.blocks[b], tpdp_test::World(), &o, &u.block[b]));
-  EXPECT_TPDP_OK(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u.root));
-  return u;
-}
+using fsdp_model::Model;
+using fsdp_model::Shard;
+using fsdp_model::Units;
 
 TEST(Fsdp, OutOfOrderCallsAreStateErrorsNamingTheUnit) {
   Model m;
