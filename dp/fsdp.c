@@ -355,9 +355,24 @@ static tpdp_status expect_state(const tpdp_fsdp_unit *u,
 
 /* ------------------------------------------------------------- hooks */
 
+/* MPI advances a non-blocking collective only inside MPI calls: each hook
+ * tests the group's collectives in flight (prefetched all-gathers,
+ * reduce-scatters of units whose backward ended), so that they move on
+ * between the blocks' compute instead of all at the next wait. */
+static tpdp_status progress(fsdp_group *g) {
+  for (int i = 0; i < g->nunits; i++) {
+    tpdp_fsdp_unit *v = g->units[i];
+    int done = 0;
+    if (v->gather_work) AS_UNIT(v, tpdp_work_test(v->gather_work, &done));
+    if (v->rs_work) AS_UNIT(v, tpdp_work_test(v->rs_work, &done));
+  }
+  return TPDP_SUCCESS;
+}
+
 static tpdp_status on_forward_begin(tpdp_module *m, void *ctx) {
   (void)m;
   tpdp_fsdp_unit *u = ctx;
+  CHECK(progress(u->group));
   /* BACKWARD_POST: the next micro-batch of an accumulation. */
   static const tpdp_handle_state ok[] = {TPDP_HANDLE_IDLE, TPDP_HANDLE_FORWARD,
                                          TPDP_HANDLE_BACKWARD_POST};
@@ -385,6 +400,7 @@ static tpdp_status on_forward_begin(tpdp_module *m, void *ctx) {
 static tpdp_status on_forward_end(tpdp_module *m, void *ctx) {
   (void)m;
   tpdp_fsdp_unit *u = ctx;
+  CHECK(progress(u->group));
   if (reshards_after_forward(u)) CHECK(reshard(u));
   return TPDP_SUCCESS;
 }
@@ -392,6 +408,7 @@ static tpdp_status on_forward_end(tpdp_module *m, void *ctx) {
 static tpdp_status on_backward_begin(tpdp_module *m, void *ctx) {
   (void)m;
   tpdp_fsdp_unit *u = ctx;
+  CHECK(progress(u->group));
   static const tpdp_handle_state ok[] = {TPDP_HANDLE_FORWARD};
   CHECK(expect_state(u, ok, 1, "backward (backward runs after forward)"));
   CHECK(gather_finish(u));
@@ -413,6 +430,7 @@ static tpdp_status on_backward_begin(tpdp_module *m, void *ctx) {
 static tpdp_status on_backward_end(tpdp_module *m, void *ctx) {
   (void)m;
   tpdp_fsdp_unit *u = ctx;
+  CHECK(progress(u->group));
   static const tpdp_handle_state ok[] = {TPDP_HANDLE_BACKWARD_PRE};
   CHECK(expect_state(u, ok, 1, "the end of backward"));
   u->state = TPDP_HANDLE_BACKWARD_POST;
