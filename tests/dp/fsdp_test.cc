@@ -131,7 +131,9 @@ TEST_P(Levels, ShardsByTheChunkRuleAndTrainsLikeOneProcess) {
     ASSERT_TPDP_OK(tpdp_fsdp_param_rows(owner, p == 0 ? 0 : (int)(p - 1) % 2,
                                         &row0, &rows));
     EXPECT_EQ(rows, Rows(kSpecs[p], rank, n));
-    if (rows) EXPECT_EQ(row0, rank * Chunk(kSpecs[p], n));
+    if (rows) {
+      EXPECT_EQ(row0, rank * Chunk(kSpecs[p], n));
+    }
     std::fill(m.data[p].begin(), m.data[p].end(), -1.0f);
   }
   EXPECT_EQ(tpdp_fsdp_num_params(u.root), 1);
@@ -200,7 +202,7 @@ TEST(Fsdp, SummonFullParamsGathersAndWritesBack) {
 
 TEST(Fsdp, TreeReportMarksExactlyTheUnits) {
   Model m;
-  Units u = Shard(m, 2);
+  Shard(m, 2);
   tpdp_tree_report *r = nullptr;
   ASSERT_TPDP_OK(tpdp_tree_report_create(m.root, nullptr, 0, &r));
   std::string text = tpdp_tree_report_text(r);

@@ -105,7 +105,9 @@ void RunMesh(const char *mesh_text) {
     for (int d = 0; d < nd; d++) {
       EXPECT_EQ(global[d], q.shape[d]) << "dim " << d;
       EXPECT_EQ(shape[d], want_shape[d]) << "dim " << d;
-      if (rows > 0) EXPECT_EQ(off[d], want_off[d]) << "dim " << d;
+      if (rows > 0) {
+        EXPECT_EQ(off[d], want_off[d]) << "dim " << d;
+      }
     }
     // The view holds exactly those global elements.
     const tpdp_tensor *t = tpdp_param_tensor(params[p]);
