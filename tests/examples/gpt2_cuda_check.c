@@ -218,8 +218,9 @@ static int model_check(const model_case *mc) {
 
   /* CPU */
   cpu_ctx cc = {P[GPT2_WTE], c.n_embd, c.vocab, {0}, 0};
-  gpt2_ops cops = {&cc,       cpu_allreduce, cpu_seq,  cpu_seq,
-                   cpu_embed, cpu_embed_bwd, cpu_xent, cpu_ready};
+  gpt2_ops cops = {
+      &cc,           cpu_allreduce, cpu_seq,   cpu_seq, cpu_embed,
+      cpu_embed_bwd, cpu_xent,      cpu_ready, NULL /* no block hooks */};
   if (gpt2_model_init(&cm, &d, P, G) != 0) {
     failf("gpt2_model_init: out of memory");
     goto done;
