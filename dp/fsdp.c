@@ -42,11 +42,16 @@ struct tpdp_fsdp_unit {
   char watch_label[288]; /* "the fully sharded unit <label>" */
   fsdp_param *p;
   int np;
-  int64_t shard_elems;       /* S: one rank's padded flat shard */
-  int64_t full_elems;        /* the unpadded full tensors, back to back */
-  tpdp_dtype pdt, rdt;       /* param_dtype, reduce_dtype */
-  float *shard, *shard_grad; /* f32: the master copy and its gradient */
-  void *full;                /* parameters when gathered (param_dtype) */
+  int64_t shard_elems; /* S: one rank's padded flat shard */
+  int64_t full_elems;  /* the unpadded full tensors, back to back */
+  tpdp_dtype pdt, rdt; /* param_dtype, reduce_dtype */
+  /* f32: the master copy and its gradient, each rank's rows padded. With
+   * f32 parameters, levels 1-2 keep the master rows inside the persistent
+   * full tensors and level 1 the gradient rows inside the full gradients
+   * (ZeRO's memory: no second copy); shard / shard_grad are NULL then. */
+  int shard_in_full, grad_in_full;
+  float *shard, *shard_grad;
+  void *full;      /* parameters when gathered (param_dtype) */
   void *full_grad; /* gradients during backward and accumulation (pdt) */
   /* transient: the all-gather's output (and its cast input), the
    * reduce-scatter's packed input (and its output before the f32 cast) */
@@ -159,6 +164,18 @@ static void convert(void *dst, tpdp_dtype dd, const void *src, tpdp_dtype sd,
   }
 }
 
+/* Where this rank's rows of parameter i live (f32): in the separate shard
+ * or inside the full tensors. */
+static float *shard_rows(const tpdp_fsdp_unit *u, const fsdp_param *q) {
+  if (!u->shard_in_full) return u->shard + q->shard_off;
+  return (float *)u->full + q->full_off + u->rank * q->chunk * q->row_elems;
+}
+static float *grad_rows(const tpdp_fsdp_unit *u, const fsdp_param *q) {
+  if (!u->grad_in_full) return u->shard_grad + q->shard_off;
+  return (float *)u->full_grad + q->full_off +
+         u->rank * q->chunk * q->row_elems;
+}
+
 /* ------------------------------------------------------------- views */
 
 static tpdp_status view(const fsdp_param *q, void *base, tpdp_dtype dt,
@@ -186,7 +203,7 @@ static tpdp_status point_at_shard(tpdp_fsdp_unit *u) {
     const fsdp_param *q = &u->p[i];
     int64_t rows = rows_of(q, u->rank);
     tpdp_tensor t;
-    CHECK(view(q, u->shard + q->shard_off, TPDP_F32, rows, &t));
+    CHECK(view(q, shard_rows(u, q), TPDP_F32, rows, &t));
     CHECK(tpdp_param_set_tensor(q->param, &t));
     CHECK(tpdp_param_set_row_shard(q->param, rows ? u->rank * q->chunk : 0,
                                    q->shape[0]));
@@ -204,8 +221,7 @@ static tpdp_status set_grads(tpdp_fsdp_unit *u, int full) {
       CHECK(view(q, at(u->full_grad, u->pdt, q->full_off), u->pdt, q->shape[0],
                  &t));
     else
-      CHECK(view(q, u->shard_grad + q->shard_off, TPDP_F32, rows_of(q, u->rank),
-                 &t));
+      CHECK(view(q, grad_rows(u, q), TPDP_F32, rows_of(q, u->rank), &t));
     CHECK(tpdp_param_set_grad(q->param, &t));
   }
   return TPDP_SUCCESS;
@@ -244,9 +260,14 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
                       &u->full));
   CHECK(alloc_elems(u, n, u->pdt, 1, &u->gather_buf));
   void *send_buf = u->shard;
-  if (u->pdt != TPDP_F32) {
+  if (u->pdt != TPDP_F32 || u->shard_in_full) {
+    /* this rank's rows, padded, in param_dtype */
     CHECK(alloc_elems(u, S, u->pdt, 1, &u->gather_send));
-    convert(u->gather_send, u->pdt, u->shard, TPDP_F32, S);
+    for (int i = 0; i < u->np; i++) {
+      const fsdp_param *q = &u->p[i];
+      convert(at(u->gather_send, u->pdt, q->shard_off), u->pdt,
+              shard_rows(u, q), TPDP_F32, rows_of(q, u->rank) * q->row_elems);
+    }
     send_buf = u->gather_send;
   }
   tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
@@ -305,7 +326,7 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
     free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
   u->grads_pending = 0;
   void *recv_buf = u->shard_grad;
-  if (u->rdt != TPDP_F32) {
+  if (u->rdt != TPDP_F32 || u->grad_in_full) {
     CHECK(alloc_elems(u, S, u->rdt, 1, &u->rs_recv));
     recv_buf = u->rs_recv;
   }
@@ -327,7 +348,11 @@ static tpdp_status reduce_finish(tpdp_fsdp_unit *u) {
   tpdp_status st = tpdp_work_wait(w);
   comm_watch_label = saved;
   if (st == TPDP_SUCCESS && u->rs_recv != NULL)
-    convert(u->shard_grad, TPDP_F32, u->rs_recv, u->rdt, u->shard_elems);
+    for (int i = 0; i < u->np; i++) {
+      const fsdp_param *q = &u->p[i];
+      convert(grad_rows(u, q), TPDP_F32, at(u->rs_recv, u->rdt, q->shard_off),
+              u->rdt, rows_of(q, u->rank) * q->row_elems);
+    }
   free_elems(u, &u->rs_send, u->shard_elems * u->nranks, u->rdt, 1);
   free_elems(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
   return st;
@@ -672,12 +697,20 @@ static tpdp_status build_shard(tpdp_fsdp_unit *u) {
   }
   u->shard_elems = soff;
   u->full_elems = foff;
-  CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard));
-  CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard_grad));
+  u->shard_in_full = u->level <= 2 && u->pdt == TPDP_F32;
+  u->grad_in_full = u->level == 1 && u->pdt == TPDP_F32;
+  if (u->shard_in_full) /* persistent; the other ranks' rows come later */
+    CHECK(alloc_elems(u, foff, TPDP_F32, 0, &u->full));
+  else
+    CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard));
+  if (u->grad_in_full)
+    CHECK(alloc_elems(u, foff, TPDP_F32, 0, &u->full_grad));
+  else
+    CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard_grad));
   for (int i = 0; i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     const float *src = tpdp_param_tensor(q->param)->data;
-    memcpy(u->shard + q->shard_off, src + u->rank * q->chunk * q->row_elems,
+    memcpy(shard_rows(u, q), src + u->rank * q->chunk * q->row_elems,
            (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
   }
   return point_at_shard(u);
@@ -922,10 +955,11 @@ tpdp_status tpdp_fsdp_summon_end(tpdp_fsdp_unit *root, int writeback) {
     if (writeback)
       for (int k = 0; k < u->np; k++) {
         const fsdp_param *q = &u->p[k];
-        convert(u->shard + q->shard_off, TPDP_F32,
-                at(u->full, u->pdt,
-                   q->full_off + u->rank * q->chunk * q->row_elems),
-                u->pdt, rows_of(q, u->rank) * q->row_elems);
+        if (!u->shard_in_full) /* else the rows are the full tensor's */
+          convert(u->shard + q->shard_off, TPDP_F32,
+                  at(u->full, u->pdt,
+                     q->full_off + u->rank * q->chunk * q->row_elems),
+                  u->pdt, rows_of(q, u->rank) * q->row_elems);
       }
     CHECK(reshard(u));
     u->state = TPDP_HANDLE_IDLE;
@@ -944,7 +978,8 @@ tpdp_status tpdp_fsdp_get_stats(const tpdp_fsdp_unit *root,
   for (int i = 0; i < g->nunits; i++) {
     const tpdp_fsdp_unit *u = g->units[i];
     int64_t full = u->full_elems * (int64_t)tpdp_dtype_size(u->pdt);
-    persistent += 2 * u->shard_elems * 4;
+    if (!u->shard_in_full) persistent += u->shard_elems * 4;
+    if (!u->grad_in_full) persistent += u->shard_elems * 4;
     if (full_is_persistent(u)) persistent += full;
     if (grad_is_persistent(u)) persistent += full;
   }

@@ -147,16 +147,19 @@ TPDP_API tpdp_status tpdp_fsdp_set_requires_gradient_sync(tpdp_fsdp_unit *root,
 /* Gather every unit under `root` for evaluation or export: parameters view
  * full tensors, units in state SUMMON_FULL_PARAMS. summon_end puts the
  * shards back; with writeback != 0 each rank first copies its rows of the
- * (possibly changed) full tensors into its shard. Collective over dp;
- * only between steps (all units IDLE). */
+ * (possibly changed) full tensors into its shard. At levels 1-2 with f32
+ * parameters a rank's own rows are the full tensors' (no second copy), so
+ * changes to them stay even without writeback. Collective over dp; only
+ * between steps (all units IDLE). */
 TPDP_API tpdp_status tpdp_fsdp_summon_full_params(tpdp_fsdp_unit *root);
 TPDP_API tpdp_status tpdp_fsdp_summon_end(tpdp_fsdp_unit *root, int writeback);
 
 /* Accounting, per rank, over every unit under `root` (bytes). */
 typedef struct {
-  int64_t persistent_bytes;       /* shards + gradient shards (+ the full
-                               parameters and gradients kept at level 1,
-                               the full parameters at level 2) */
+  /* ZeRO's persistent bytes: level 1 the full parameters and gradients,
+   * level 2 the full parameters and the gradient shards, level 3 both
+   * shards (f32; with another param_dtype the f32 shards come on top). */
+  int64_t persistent_bytes;
   int64_t peak_transient_bytes;   /* largest sum of gathered parameters,
                                    full gradients and communication
                                    buffers alive at once beyond the above */

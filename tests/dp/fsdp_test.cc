@@ -160,11 +160,13 @@ TEST_P(Levels, ShardsByTheChunkRuleAndTrainsLikeOneProcess) {
   EXPECT_EQ(st.bytes_reduce_scattered, 4 * n * (s_root + 2 * s_block));
   EXPECT_EQ(st.bytes_allgathered,
             4 * n * (level == 3 ? s_root + 4 * s_block : s_root + 2 * s_block));
-  // Persistent bytes: parameter and gradient shards; level <= 2 keeps the
-  // full parameters, level 1 the full gradients too.
+  // Persistent bytes, ZeRO's: level 1 the full parameters and gradients
+  // (the master rows and the gradient shards live inside them), level 2
+  // the full parameters and the gradient shards, level 3 both shards.
   int64_t shards = s_root + 2 * s_block, full = full_root + 2 * full_block;
-  int64_t want =
-      4 * (2 * shards + (level <= 2 ? full : 0) + (level == 1 ? full : 0));
+  int64_t want = 4 * (level == 1   ? 2 * full
+                      : level == 2 ? full + shards
+                                   : 2 * shards);
   EXPECT_EQ(st.persistent_bytes, want);
   EXPECT_GT(st.peak_transient_bytes, 0);
 }
