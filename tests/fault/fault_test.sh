@@ -39,6 +39,18 @@ case $test in
     "rank 1: tpdp_reducer_finalize failed: .*never marked ready" \
     "tpdp_allreduce \(on the reducer's communication thread\) timed out" \
     "Not arrived: rank 1 has not arrived: it is in tpdp_finalize" ;;
+  # Across 2 simulated hosts x 2 ranks (run by multihost_fault_test.sh
+  # inside scripts/multihost): rank 3, on the second host, stopped before
+  # its allreduce on a dp=2,tp=2 mesh (tp inside each host, dp across): a
+  # peer's watchdog names it and its host, from the copies of the board
+  # the hosts exchange.
+  stop_remote) set -- 4 allreduce stop:3:3 90 \
+    "tpdp_allreduce timed out after [0-9]+ s \(TPDP_TIMEOUT_S=[0-9]+\): allreduce f32 x 1048576 #[0-9]+ on communicator 'mesh\.(dp|tp)'" \
+    "Not arrived: rank 3 on host tpdp-host1 .*has not arrived and is not responding \(stopped or hung" ;;
+  # ... killed instead: mpirun names the rank and its host.
+  kill_remote) set -- 4 allreduce kill:3:3:2 60 \
+    "rank 3: SIGKILL during tpdp_allreduce" \
+    "process rank 3 .*on node tpdp-host1 .*signal 9" ;;
   *) echo "fault_test: unknown test '$test'" >&2; exit 2 ;;
 esac
 np=$1 mode=$2 fault=$3 limit=$4
@@ -50,7 +62,10 @@ export FAULT=$fault
 export FAULT_PID_DIR=$(mktemp -d "${TEST_TMPDIR:-/tmp}/fault.XXXXXX")
 t0=$(date +%s)
 # -k: mpirun itself gets SIGKILL if SIGTERM does not end it.
-out=$(timeout -k 10 "$limit" mpirun -np "$np" --oversubscribe --bind-to none \
+# Inside scripts/multihost, its mpirun across the simulated hosts.
+mpirun=${TPDP_MULTIHOST_MPIRUN:-mpirun}
+# shellcheck disable=SC2086
+out=$(timeout -k 10 "$limit" $mpirun -np "$np" --oversubscribe --bind-to none \
   --mca mpi_yield_when_idle 1 "$helper" "$mode" 2>&1)
 rc=$?
 elapsed=$(($(date +%s) - t0))
@@ -64,6 +79,12 @@ if [ $rc = 124 ] || { [ $rc = 137 ] && [ "$elapsed" -ge "$limit" ]; }; then
   fail=1
 elif [ $rc = 0 ]; then
   echo "FAILED: the job exited 0 despite the fault"
+  fail=1
+fi
+# The issue's bound (issue 13 and 23): the job ends within TPDP_TIMEOUT_S +
+# 30 s of the fault (which strikes within the first seconds).
+if [ "$elapsed" -gt $((TPDP_TIMEOUT_S + 30)) ]; then
+  echo "FAILED: the job took ${elapsed} s, more than TPDP_TIMEOUT_S + 30 s"
   fail=1
 fi
 for pat in "$@"; do
