@@ -89,8 +89,7 @@ void comm_live_remove(const void *obj);
  * allreduce in it that reads the peers' buffers directly (see shm.c for
  * why it is faster than MPI on one host), hierarchical across hosts (each
  * local rank's slice allreduced over MPI with its namesakes on the other
- * hosts; with two hosts, exchanged and summed in host order). Not for user
- * buffers: a collective takes this path only through
+ * hosts). Not for user buffers: a collective takes this path only through
  * comm_allreduce_shm, which every rank calls alike. */
 typedef struct comm_shm comm_shm;
 

@@ -31,14 +31,12 @@
  * Across hosts (hierarchical, as NCCL and Horovod do): every host has a
  * segment of its own among its ranks, made when every host holds the same
  * number (two or more) of the communicator's ranks. Local rank r sums
- * slice r of its host's buffers (the host's partial), combines it over MPI
- * with the partials of the local ranks r of the other hosts (`cross`: one
+ * slice r of its host's buffers into its own buffer, allreduces that slice
+ * over MPI with the local ranks r of the other hosts (`cross`: one
  * communicator per local rank, one rank per host), scales it for AVG and
  * writes it into every buffer of its host. Each rank thus sends 1/local
  * size of the message across hosts, and every local rank's slice crosses
- * at once. With two hosts the combination is an exchange (an allgather of
- * two) and a sum in host order, fused with the write: one message each
- * way and no reduction pass inside MPI; with more, an MPI allreduce. */
+ * at once. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* MADV_REMOVE */
 #endif
@@ -92,12 +90,10 @@ typedef struct {
 struct comm_shm {
   char *map;
   size_t map_bytes;
-  size_t bytes;      /* usable bytes of each region */
-  int rank, size;    /* this rank among its host's ranks, and their number */
-  int total;         /* ranks of the communicator, all hosts together */
-  tpdp_comm *cross;  /* the local ranks `rank` of every host; NULL: one host */
-  int host, hosts;   /* this rank's host (its rank in cross), how many */
-  core_scratch both; /* two hosts: the hosts' partial sums side by side */
+  size_t bytes;     /* usable bytes of each region */
+  int rank, size;   /* this rank among its host's ranks, and their number */
+  int total;        /* ranks of the communicator, all hosts together */
+  tpdp_comm *cross; /* the local ranks `rank` of every host; NULL: one host */
   shm_slot *slots;
   char **regions; /* every rank's region in this process */
   uint32_t seq;   /* calls so far (wraps; compared as a difference) */
@@ -242,7 +238,6 @@ static const char *refusal(const shm_record *all, int size, int *who) {
 void comm_shm_free(comm_shm *s) {
   if (s == NULL) return;
   if (s->cross != NULL) (void)tpdp_comm_destroy(s->cross);
-  (void)core_scratch_free(&s->both);
   if (s->map != NULL) munmap(s->map, s->map_bytes);
   free(s->regions);
   free(s);
@@ -339,8 +334,6 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   s->rank = me.local_rank;
   s->size = me.local_size;
   s->total = comm->size;
-  s->host = me.host;
-  s->hosts = hosts;
   s->bytes = bytes;
   s->slots = (shm_slot *)(s->map + sizeof(shm_header));
   for (int q = 0; q < me.local_size; q++)
@@ -471,54 +464,27 @@ static void reduce(tpdp_dtype dtype, char *const *src, int nsrc,
 
 /* This rank's slice [lo, hi) of the buffer at `off`, reduced over every
  * rank of every host into every buffer of this host. One host: the sum of
- * its buffers in local-rank order. Two hosts: that sum (the host's
- * partial), exchanged with the same local rank of the other host (an
- * allgather of two: one message each way, no reduction inside MPI), the
- * two partials added in host order and scaled, into every buffer of the
- * host. More hosts: the partial into this rank's own buffer, an MPI
- * allreduce of it with the same local rank of the other hosts, then the
- * scaled result into every buffer. A failed exchange still writes (the
- * error returned) so that no peer of this host waits. */
+ * its buffers in local-rank order. Several: that sum into this rank's own
+ * buffer, an MPI allreduce of the slice with the same local rank of the
+ * other hosts, then the scaled result into every buffer of the host (also
+ * after a failed allreduce, so that no peer waits; the error returned). */
 static tpdp_status reduce_slice(comm_shm *s, tpdp_dtype dtype, int64_t off,
                                 int64_t lo, int64_t hi, int avg) {
-  const int divisor = avg ? s->total : 0;
+  char **own = &s->regions[s->rank];
   if (s->cross == NULL) {
     reduce(dtype, s->regions, s->size, s->regions, s->size, off, lo, hi,
-           divisor);
+           avg ? s->size : 0);
     return TPDP_SUCCESS;
   }
-  const size_t es = tpdp_dtype_size(dtype);
-  const int64_t m = hi - lo;
-  tpdp_status st = TPDP_SUCCESS;
-  if (m == 0) return TPDP_SUCCESS; /* empty on every host alike */
-  if (s->hosts == 2) {
-    void *buf = NULL;
-    tpdp_device cpu = {TPDP_DEVICE_CPU, 0};
-    st = core_scratch_get(&s->both, cpu, 2 * (size_t)m * es, &buf);
-    char *both = st == TPDP_SUCCESS ? buf : NULL;
-    /* both: host 0's partial of the slice, then host 1's */
-    char *part[2] = {both, both != NULL ? both + (size_t)m * es : NULL};
-    char *src[SHM_MAX_RANKS], *dst[SHM_MAX_RANKS];
-    for (int q = 0; q < s->size; q++)
-      src[q] = dst[q] = s->regions[q] + off + (size_t)lo * es;
-    char *mine = both != NULL ? part[s->host] : dst[s->rank];
-    reduce(dtype, src, s->size, &mine, 1, 0, 0, m, 0);
-    if (both == NULL) { /* no memory: this host's sum alone, and the error */
-      reduce(dtype, &mine, 1, dst, s->size, 0, 0, m, divisor);
-      return st;
-    }
-    /* in place: this rank's part already lies at its rank of cross */
-    tpdp_tensor send = tpdp_tensor_1d(part[s->host], dtype, m);
-    tpdp_tensor recv = tpdp_tensor_1d(both, dtype, 2 * m);
-    st = tpdp_allgather(s->cross, &send, &recv);
-    reduce(dtype, part, 2, dst, s->size, 0, 0, m, divisor);
-    return st;
-  }
-  char **own = &s->regions[s->rank];
   reduce(dtype, s->regions, s->size, own, 1, off, lo, hi, 0);
-  tpdp_tensor slice = tpdp_tensor_1d(*own + off + (size_t)lo * es, dtype, m);
-  st = tpdp_allreduce(s->cross, &slice, &slice, TPDP_OP_SUM);
-  reduce(dtype, own, 1, s->regions, s->size, off, lo, hi, divisor);
+  tpdp_status st = TPDP_SUCCESS;
+  if (hi > lo) {
+    const size_t es = tpdp_dtype_size(dtype);
+    tpdp_tensor slice =
+        tpdp_tensor_1d(*own + off + (size_t)lo * es, dtype, hi - lo);
+    st = tpdp_allreduce(s->cross, &slice, &slice, TPDP_OP_SUM);
+  }
+  reduce(dtype, own, 1, s->regions, s->size, off, lo, hi, avg ? s->total : 0);
   return st;
 }
 

@@ -308,13 +308,11 @@ TPDP_API tpdp_reducer_options tpdp_reducer_options_default(void);
  * MPI; TPDP_SHM=0 (on any rank) keeps them in the reducer's own memory.
  * The grad views then point into that segment. On several hosts the
  * reduction is hierarchical: each host's ranks sum their buffers in the
- * segment, each local rank combines its slice of that sum over MPI with
- * the same local rank of the other hosts (two hosts: one exchange, the two
- * sums added in host order; more: an allreduce), and writes the result
- * into its host's buffers. Numerical guarantee (f32/f64 SUM and AVG buckets): on one
+ * segment, each local rank allreduces its slice of that sum over MPI with
+ * the same local rank of the other hosts, and writes the result into its
+ * host's buffers. Numerical guarantee (f32/f64 SUM and AVG buckets): on one
  * host the sum is taken in rank order, on several each host's sum in
- * local-rank order and then the hosts' sums (in host order with two hosts,
- * in MPI's order with more), so results are
+ * local-rank order and then the hosts' sums in MPI's order, so results are
  * bit-identical to another run or path wherever that summation order is the
  * same (with two hosts always to ((g0 + g1) + (g2 + g3)) for 2 x 2 ranks);
  * against the flat MPI path (TPDP_SHM=0, MPI's order) they differ by at
