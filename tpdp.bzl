@@ -130,6 +130,31 @@ def tpdp_mpi_test(name, srcs, np, deps = [], data = [], args = [], tags = [], **
         **kwargs
     )
 
+def tpdp_multihost_test(name, srcs, ranks_per_host = 2, deps = [], data = [],
+                        args = [], tags = [], **kwargs):
+    """A GoogleTest run on 2 simulated hosts x `ranks_per_host` MPI ranks
+    (scripts/multihost: network, UTS and mount namespaces on this machine)
+    through tests/multihost_test.sh. Where namespaces cannot be made (not
+    root, no privileges) its cases report skipped, with the reason.
+
+    Tagged exclusive and "multihost" (`bazel test --test_tag_filters=multihost`
+    runs them alone)."""
+    native.cc_binary(
+        name = name + "_bin",
+        srcs = srcs,
+        copts = TPDP_TEST_COPTS,
+        deps = deps + ["//tests:test_util", "//tests:mpi_main", "@gtest//:gtest"],
+        testonly = True,
+    )
+    native.sh_test(
+        name = name,
+        srcs = ["//tests:multihost_test.sh"],
+        args = [str(ranks_per_host), "$(location :%s_bin)" % name] + args,
+        data = data + [":%s_bin" % name, "//scripts:multihost"],
+        tags = tags + ["exclusive", "mpi", "multihost"],
+        **kwargs
+    )
+
 # nvcc, for every .cu file (tpdp_cuda_object). scripts/gpu-check builds the
 # same objects without Bazel and reads both lists from this file: keep the
 # `NAME = [` ... `]` form with one quoted flag per line.

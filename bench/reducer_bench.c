@@ -17,6 +17,11 @@
  *     prints "raw_ms X tpdp_ms Y buckets B raw_async_ms Z tpdp_nodiv_ms W
  *     ring_avg_ms V"
  *     (medians, max over ranks).
+ *   reducer_bench multihost [--steps N]   (bench/multihost.sh)
+ *     per step, alternating: raw (as above), hier = the reducer with its
+ *     shared-memory buckets (hierarchical across hosts), flat = the reducer
+ *     made with TPDP_SHM=0 (its buckets through MPI alone); prints
+ *     "raw_ms X hier_ms Y flat_ms Z buckets B" (medians, max over ranks).
  *   reducer_bench rss view|copy [--steps N]
  *     only the reducer in that mode (view: the gradients live in the
  *     buckets; copy: the caller owns separate gradient buffers), then
@@ -154,6 +159,61 @@ int main(int argc, char **argv) {
     OK(tpdp_reducer_destroy(r));
     free(pbuf);
     free(gbuf);
+    tpdp_finalize();
+    return 0;
+  }
+
+  if (strcmp(mode, "multihost") == 0) {
+    static tpdp_reducer_param pf[NT];
+    float *pbuf_f = NULL, *gbuf_f = NULL;
+    if (make_params(0, ps, &pbuf, &gbuf) != 0 ||
+        make_params(0, pf, &pbuf_f, &gbuf_f) != 0)
+      return die("alloc");
+    tpdp_reducer *rh = NULL, *rf = NULL;
+    OK(tpdp_reducer_create(world, ps, NT, NULL, &rh));
+    setenv("TPDP_SHM", "0", 1); /* read at create, alike on every rank */
+    OK(tpdp_reducer_create(world, pf, NT, NULL, &rf));
+    unsetenv("TPDP_SHM");
+    int64_t nb = tpdp_reducer_num_buckets(rh);
+    size_t *bbytes = (size_t *)calloc((size_t)nb, sizeof *bbytes);
+    float *raw = (float *)calloc((size_t)NT * NUMEL, sizeof(float));
+    double *t[3];
+    for (int k = 0; k < 3; k++) t[k] = (double *)calloc((size_t)steps, 8);
+    if (!bbytes || !raw || !t[0] || !t[1] || !t[2]) return die("alloc");
+    for (int64_t b = 0; b < nb; b++)
+      OK(tpdp_reducer_bucket(rh, b, NULL, NULL, &bbytes[b], NULL));
+    for (int s = -2; s < steps; s++) { /* two warm-up steps */
+      for (int k = 0; k < 3; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        if (k == 0) {
+          size_t off = 0;
+          for (int64_t b = 0; b < nb; b++) {
+            MPI_Allreduce(MPI_IN_PLACE, (char *)raw + off, (int)(bbytes[b] / 4),
+                          MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+            off += bbytes[b];
+          }
+        } else if (reducer_step(k == 1 ? rh : rf)) {
+          return 1;
+        }
+        if (s >= 0) t[k][s] = MPI_Wtime() - t0;
+      }
+    }
+    double ms[3];
+    for (int k = 0; k < 3; k++)
+      ms[k] = max_over_ranks(median(t[k], steps) * 1e3);
+    if (rank == 0)
+      printf("raw_ms %.2f hier_ms %.2f flat_ms %.2f buckets %lld\n", ms[0],
+             ms[1], ms[2], (long long)nb);
+    OK(tpdp_reducer_destroy(rh));
+    OK(tpdp_reducer_destroy(rf));
+    for (int k = 0; k < 3; k++) free(t[k]);
+    free(bbytes);
+    free(raw);
+    free(pbuf);
+    free(gbuf);
+    free(pbuf_f);
+    free(gbuf_f);
     tpdp_finalize();
     return 0;
   }

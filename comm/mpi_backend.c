@@ -152,6 +152,80 @@ static MPI_Op mpi_op(tpdp_reduce_op op, tpdp_dtype dtype) {
 static MPI_Comm board_comm = MPI_COMM_NULL;
 static MPI_Win board_win = MPI_WIN_NULL;
 
+/* Across hosts (comm/watchdog.h): each round the watchdog thread sends a
+ * copy of its region to every rank on another host, on a communicator of
+ * its own, without blocking: a round whose previous sends have not all
+ * completed (a peer stopped, a slow network) sends nothing. */
+#define MIRROR_TAG 7411
+static MPI_Comm mirror_comm = MPI_COMM_NULL;
+static int *mirror_peers; /* world ranks on other hosts */
+static int mirror_n;
+static MPI_Request *mirror_req;
+static watch_region mirror_copy; /* what the pending sends send */
+
+static void mirror_exchange(const watch_region *mine, watch_region *remote,
+                            int *arrived) {
+  int done = 1;
+  if (mirror_n > 0 && MPI_Testall(mirror_n, mirror_req, &done,
+                                  MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+    done = 0;
+  if (done && mine != NULL) {
+    memcpy(&mirror_copy, mine, sizeof mirror_copy);
+    for (int i = 0; i < mirror_n; i++)
+      if (MPI_Isend(&mirror_copy, (int)sizeof mirror_copy, MPI_BYTE,
+                    mirror_peers[i], MIRROR_TAG, mirror_comm,
+                    &mirror_req[i]) != MPI_SUCCESS)
+        mirror_req[i] = MPI_REQUEST_NULL;
+  }
+  for (;;) { /* everything that has arrived; the latest copy wins */
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, MIRROR_TAG, mirror_comm, &flag, &status) !=
+            MPI_SUCCESS ||
+        !flag)
+      break;
+    int src = status.MPI_SOURCE;
+    if (MPI_Recv(&remote[src], (int)sizeof *remote, MPI_BYTE, src, MIRROR_TAG,
+                 mirror_comm, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      break;
+    arrived[src] = 1;
+  }
+}
+
+static void free_mirror(void) {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  for (int i = 0; !finalized && i < mirror_n; i++)
+    if (mirror_req[i] != MPI_REQUEST_NULL) MPI_Request_free(&mirror_req[i]);
+  if (!finalized && mirror_comm != MPI_COMM_NULL) MPI_Comm_free(&mirror_comm);
+  mirror_comm = MPI_COMM_NULL;
+  free(mirror_peers);
+  free(mirror_req);
+  mirror_peers = NULL;
+  mirror_req = NULL;
+  mirror_n = 0;
+}
+
+/* The ranks on other hosts than this one's `n` board members `world`, and
+ * the communicator the copies travel on; none with one host, or without
+ * MPI_THREAD_MULTIPLE (the watchdog thread would call MPI beside the
+ * caller's). */
+static tpdp_status make_mirror(const int *world, int n, int world_size) {
+  if (n >= world_size || thread_level < MPI_THREAD_MULTIPLE)
+    return TPDP_SUCCESS;
+  CHECK(TPDP_CALLOC(mirror_peers, (size_t)(world_size - n)));
+  CHECK(TPDP_CALLOC(mirror_req, (size_t)(world_size - n)));
+  for (int q = 0; q < world_size; q++) {
+    int local = 0;
+    for (int i = 0; i < n; i++) local |= world[i] == q;
+    if (!local) mirror_peers[mirror_n++] = q;
+  }
+  for (int i = 0; i < mirror_n; i++) mirror_req[i] = MPI_REQUEST_NULL;
+  MPI_CHECK(NULL, MPI_Comm_dup, MPI_COMM_WORLD, &mirror_comm);
+  MPI_CHECK(NULL, MPI_Comm_set_errhandler, mirror_comm, MPI_ERRORS_RETURN);
+  return TPDP_SUCCESS;
+}
+
 /* After a timeout (the watchdog has printed why): the job ends through
  * MPI, the last step issue 13 allows for a rank stuck inside MPI, which no
  * status can reach. The watchdog thread calls it while another thread may
@@ -161,6 +235,7 @@ static void abort_job(void) { MPI_Abort(MPI_COMM_WORLD, TPDP_ERR_TIMEOUT); }
 static tpdp_status free_board(void) {
   core_first_error f;
   core_first_error_init(&f);
+  free_mirror();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && board_win != MPI_WIN_NULL)
@@ -218,6 +293,12 @@ static tpdp_status start_watchdog(void) {
     for (int q = 0; q < n; q++)
       if (world[q] == cfg.world_rank) cfg.my_region = q;
     cfg.abort_job = abort_job;
+    MPI_Comm_size(MPI_COMM_WORLD, &cfg.world_size);
+    st = make_mirror(world, n, cfg.world_size);
+    if (st == TPDP_SUCCESS && mirror_comm != MPI_COMM_NULL)
+      cfg.exchange = mirror_exchange;
+  }
+  if (st == TPDP_SUCCESS) {
     st = comm_watchdog_start(&cfg); /* copies the arrays */
   }
   free(regions);

@@ -85,21 +85,26 @@ void comm_live_remove(const void *obj);
 /* ------------------------- shared memory among one host's ranks (shm.c)
  *
  * For the library's own buffers that every rank of a host-memory
- * communicator lays out alike (the reducer's bucket arena): a segment that
- * all ranks map, one region of `bytes` per rank, and an allreduce in it
- * that reads the peers' buffers directly (see shm.c for why it is faster
- * than MPI on one host). Not for user buffers: a collective takes this
- * path only through comm_allreduce_shm, which every rank calls alike. */
+ * communicator lays out alike (the reducer's bucket arena): a segment per
+ * host that its ranks map, one region of `bytes` per rank, and an
+ * allreduce in it that reads the peers' buffers directly (see shm.c for
+ * why it is faster than MPI on one host), hierarchical across hosts (each
+ * local rank's slice allreduced over MPI with its namesakes on the other
+ * hosts). Not for user buffers: a collective takes this path only through
+ * comm_allreduce_shm, which every rank calls alike. */
 typedef struct comm_shm comm_shm;
 
 /* Collective over `comm`: a segment with a region of `bytes` for each
  * rank, zero-filled, or *out = NULL (and success) where there can be none:
- * one rank, a device communicator, ranks on several hosts, TPDP_SHM=0 on
- * any rank, or a rank that could not map it (/dev/shm full: the reason is
- * logged at INFO). The same on every rank. Errors: those of the exchange
- * (TPDP_ERR_MPI), TPDP_ERR_OUT_OF_MEMORY. */
+ * one rank, a device communicator, one rank on a host or hosts holding
+ * different numbers of ranks, TPDP_SHM=0 on any rank, or a rank that could
+ * not map it (/dev/shm full: the reason is logged at INFO). The same on
+ * every rank. On several hosts it also makes a communicator per local rank
+ * (tpdp_comm_split: collective), destroyed by comm_shm_free. Errors: those
+ * of the exchange and the split (TPDP_ERR_MPI), TPDP_ERR_OUT_OF_MEMORY. */
 tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out);
-/* Unmap (local; NULL: no-op). Peers keep their mappings. */
+/* Unmap and destroy the cross-host communicator (local; NULL: no-op).
+ * Peers keep their mappings. */
 void comm_shm_free(comm_shm *s);
 /* This rank's region, and its usable size. */
 void *comm_shm_region(const comm_shm *s);

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* Shared memory among the ranks of a host-memory communicator that all run
- * on one host, and the allreduce that works in it (see comm/services.h).
+/* Shared memory among the ranks of a host-memory communicator on each of
+ * its hosts, and the allreduce that works in it (see comm/services.h).
  *
  * Why: a blocking allreduce through Open MPI on one host copies each
  * message through the kernel (CMA) or a bounce buffer and adds it in a
@@ -27,7 +27,17 @@
  * lets the caller touch its buffer again, and lets the next call reuse the
  * slot. Every rank numbers its calls alike because, like any collective,
  * they are made in the same order on every rank. A waiter spins briefly,
- * then sleeps on the counter as a process-shared futex. */
+ * then sleeps on the counter as a process-shared futex.
+ *
+ * Across hosts (hierarchical, as NCCL and Horovod do): every host has a
+ * segment of its own among its ranks, made when every host holds the same
+ * number (two or more) of the communicator's ranks. Local rank r sums
+ * slice r of its host's buffers into its own buffer, allreduces that slice
+ * over MPI with the local ranks r of the other hosts (`cross`: one
+ * communicator per local rank, one rank per host), scales it for AVG and
+ * writes it into every buffer of its host. Each rank thus sends 1/local
+ * size of the message across hosts, and every local rank's slice crosses
+ * at once. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* MADV_REMOVE */
 #endif
@@ -81,8 +91,10 @@ typedef struct {
 struct comm_shm {
   char *map;
   size_t map_bytes;
-  size_t bytes; /* usable bytes of each region */
-  int rank, size;
+  size_t bytes;     /* usable bytes of each region */
+  int rank, size;   /* this rank among its host's ranks, and their number */
+  int total;        /* ranks of the communicator, all hosts together */
+  tpdp_comm *cross; /* the local ranks `rank` of every host; NULL: one host */
   shm_slot *slots;
   char **regions; /* every rank's region in this process */
   uint32_t seq;   /* calls so far (wraps; compared as a difference) */
@@ -174,23 +186,59 @@ typedef struct {
   uint64_t nonce;
 } shm_record;
 
-/* More ranks than this on one host get no segment (the exchange's records
- * live on the stack, so that a rank short of memory still takes part). */
+/* More ranks than this get no segment (the exchange's records live on the
+ * stack, so that a rank short of memory still takes part). */
 #define SHM_MAX_RANKS 256
 
+/* Where rank q stands among the hosts: the lowest rank on its host (whose
+ * segment it maps), its local rank and the number of ranks on its host. */
+typedef struct {
+  int leader, local_rank, local_size, host; /* host: index, in rank order */
+} shm_place;
+
+/* 1 if no rank below o shares its host. */
+static int first_on_host(const shm_record *all, int o) {
+  for (int q = 0; q < o; q++)
+    if (all[q].host == all[o].host) return 0;
+  return 1;
+}
+
+static shm_place place_of(const shm_record *all, int size, int q) {
+  shm_place p = {-1, 0, 0, 0};
+  for (int o = 0; o < size; o++) {
+    if (all[o].host != all[q].host) continue;
+    if (p.leader < 0) p.leader = o;
+    if (o < q) p.local_rank++;
+    p.local_size++;
+  }
+  for (int o = 0; o < p.leader; o++) /* hosts whose first rank comes earlier */
+    if (first_on_host(all, o)) p.host++;
+  return p;
+}
+
+/* Why there is no segment, naming rank *who, or NULL. */
 static const char *refusal(const shm_record *all, int size, int *who) {
   for (int q = 0; q < size; q++) {
     *who = q;
     if (!all[q].ok)
       return all[q].err == ENOMEM ? "out of memory" : "TPDP_SHM=0";
-    if (all[q].host != all[0].host) return "on another host than rank 0";
     if (all[q].bytes != all[0].bytes) return "asked for another size";
   }
+  const shm_place p0 = place_of(all, size, 0);
+  for (int q = 0; q < size; q++) {
+    *who = q;
+    const shm_place p = place_of(all, size, q);
+    if (p.local_size != p0.local_size)
+      return "on a host with another number of ranks than rank 0's";
+  }
+  *who = 0;
+  if (p0.local_size < 2) return "alone on its host (one rank per host)";
   return NULL;
 }
 
 void comm_shm_free(comm_shm *s) {
   if (s == NULL) return;
+  if (s->cross != NULL) (void)tpdp_comm_destroy(s->cross);
   if (s->map != NULL) munmap(s->map, s->map_bytes);
   free(s->regions);
   free(s);
@@ -227,7 +275,8 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   /* Rank 0's file until it is unlinked: every way out unlinks it (an
    * exchange that fails, e.g. short of memory, included). */
   char name[SHM_NAME_BYTES] = "";
-  /* Step 1: every rank willing, able, on one host, asking the same. */
+  /* Step 1: every rank willing, able, asking the same, as many ranks on
+   * every host, two or more. */
   CHECK_GOTO(comm_host_allgather(comm, &mine, sizeof mine, all), st, done);
   int who = 0;
   const char *why = refusal(all, comm->size, &who);
@@ -236,17 +285,20 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
               comm->rank, who, why);
     goto done;
   }
+  const shm_place me = place_of(all, comm->size, comm->rank);
+  const int leader = me.leader;
+  const int hosts = comm->size / me.local_size;
   const size_t stride = round_up(bytes > 0 ? bytes : 1, SHM_PAGE);
-  const size_t ctl = control_bytes(comm->size);
-  const size_t total = ctl + stride * (size_t)comm->size;
-  const uint64_t nonce = all[0].nonce;
+  const size_t ctl = control_bytes(me.local_size);
+  const size_t total = ctl + stride * (size_t)me.local_size;
+  const uint64_t nonce = all[leader].nonce;
   char segment[SHM_NAME_BYTES];
-  segment_name(segment, all[0].pid, all[0].counter, nonce);
+  segment_name(segment, all[leader].pid, all[leader].counter, nonce);
   s->map_bytes = total;
-  /* Step 2: rank 0 creates and says how it went; step 3: the others map
-   * and say how it went. */
+  /* Step 2: each host's first rank creates its host's segment and says how
+   * it went; step 3: the others map it and say how it went. */
   int err = 0;
-  if (comm->rank == 0) {
+  if (comm->rank == leader) {
     err = map_segment(segment, total, 1, &s->map);
     if (err == 0) memcpy(name, segment, sizeof name);
     if (err == 0)
@@ -256,15 +308,15 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   mine.ok = err == 0;
   mine.err = err;
   CHECK_GOTO(comm_host_allgather(comm, &mine, sizeof mine, all), st, done);
-  if (comm->rank != 0 && all[0].ok) {
+  if (comm->rank != leader && all[leader].ok) {
     err = map_segment(segment, total, 0, &s->map);
     if (err == 0 &&
         atomic_load_explicit((_Atomic uint64_t *)&((shm_header *)s->map)->nonce,
                              memory_order_acquire) != nonce)
       err = ESTALE; /* a namesake on another host */
   }
-  mine.ok = all[0].ok && err == 0;
-  mine.err = err ? err : all[0].err;
+  mine.ok = all[leader].ok && err == 0;
+  mine.err = err ? err : all[leader].err;
   CHECK_GOTO(comm_host_allgather(comm, &mine, sizeof mine, all), st, done);
   if (name[0] != '\0') shm_unlink(name);
   name[0] = '\0';
@@ -276,11 +328,16 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
         comm->name, comm->rank, total, q, strerror(all[q].err));
     goto done;
   }
-  s->rank = comm->rank;
-  s->size = comm->size;
+  /* Every rank saw the same records: all of them get here, or none. */
+  if (hosts > 1)
+    CHECK_GOTO(tpdp_comm_split(comm, me.local_rank, me.host, &s->cross), st,
+               done);
+  s->rank = me.local_rank;
+  s->size = me.local_size;
+  s->total = comm->size;
   s->bytes = bytes;
   s->slots = (shm_slot *)(s->map + sizeof(shm_header));
-  for (int q = 0; q < comm->size; q++)
+  for (int q = 0; q < me.local_size; q++)
     s->regions[q] = s->map + ctl + stride * (size_t)q;
   /* This rank's region is mapped now (its pages are zeros), as the
    * reducer's private arenas are (core_mem_alloc_zeroed): a first touch
@@ -289,11 +346,12 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
    * iteration: every process counts the shared pages it has touched in
    * its RSS, so mapping them all here would count every region in every
    * rank's RSS (PSS splits them). */
-  core_mem_populate(s->regions[comm->rank], stride);
+  core_mem_populate(s->regions[s->rank], stride);
   *out = s;
   s = NULL;
-  TPDP_INFO("%s (rank %d): shared-memory segment of %d x %zu bytes", comm->name,
-            comm->rank, comm->size, stride);
+  TPDP_INFO("%s (rank %d): shared-memory segment of %d x %zu bytes%s",
+            comm->name, comm->rank, me.local_size, stride,
+            hosts > 1 ? " on each host (hierarchical across hosts)" : "");
 done:
   if (name[0] != '\0') shm_unlink(name);
   comm_shm_free(s);
@@ -364,35 +422,72 @@ static void publish(_Atomic uint32_t *c, uint32_t seq) {
 
 #define SHM_CHUNK 1024 /* elements summed per pass: stays in L1 */
 
-/* dst[q][i] = (sum over q of src[q][i]) * scale, i in [lo, hi), summed in
- * rank order so that the result does not depend on who computes it. */
-#define SHM_REDUCE(name, T)                                                    \
-  static void name(char **regions, int p, int64_t off, int64_t lo, int64_t hi, \
-                   int avg) {                                                  \
-    T acc[SHM_CHUNK];                                                          \
-    const T inv = (T)1 / (T)p;                                                 \
-    const int pow2 = (p & (p - 1)) == 0;                                       \
-    for (int64_t c = lo; c < hi; c += SHM_CHUNK) {                             \
-      const int64_t n = hi - c < SHM_CHUNK ? hi - c : SHM_CHUNK;               \
-      const T *restrict a = (const T *)(regions[0] + off) + c;                 \
-      for (int64_t i = 0; i < n; i++) acc[i] = a[i];                           \
-      for (int q = 1; q < p; q++) {                                            \
-        const T *restrict b = (const T *)(regions[q] + off) + c;               \
-        for (int64_t i = 0; i < n; i++) acc[i] += b[i];                        \
-      }                                                                        \
-      if (avg && pow2) {                                                       \
-        for (int64_t i = 0; i < n; i++) acc[i] *= inv;                         \
-      } else if (avg) {                                                        \
-        for (int64_t i = 0; i < n; i++) acc[i] /= (T)p;                        \
-      }                                                                        \
-      for (int q = 0; q < p; q++) {                                            \
-        T *restrict d = (T *)(regions[q] + off) + c;                           \
-        for (int64_t i = 0; i < n; i++) d[i] = acc[i];                         \
-      }                                                                        \
-    }                                                                          \
+/* dst[q][i] = (sum over q of src[q][i]) / divisor (0: no division), for
+ * the `ndst` buffers of dst and i in [lo, hi), the buffers at offset `off`
+ * of each region; summed in the order of src so that the result does not
+ * depend on who computes it. */
+#define SHM_REDUCE(name, T)                                                \
+  static void name(char *const *src, int nsrc, char *const *dst, int ndst, \
+                   int64_t off, int64_t lo, int64_t hi, int divisor) {     \
+    T acc[SHM_CHUNK];                                                      \
+    const T inv = divisor > 0 ? (T)1 / (T)divisor : (T)1;                  \
+    const int pow2 = (divisor & (divisor - 1)) == 0;                       \
+    for (int64_t c = lo; c < hi; c += SHM_CHUNK) {                         \
+      const int64_t n = hi - c < SHM_CHUNK ? hi - c : SHM_CHUNK;           \
+      const T *restrict a = (const T *)(src[0] + off) + c;                 \
+      for (int64_t i = 0; i < n; i++) acc[i] = a[i];                       \
+      for (int q = 1; q < nsrc; q++) {                                     \
+        const T *restrict b = (const T *)(src[q] + off) + c;               \
+        for (int64_t i = 0; i < n; i++) acc[i] += b[i];                    \
+      }                                                                    \
+      if (divisor > 1 && pow2) {                                           \
+        for (int64_t i = 0; i < n; i++) acc[i] *= inv;                     \
+      } else if (divisor > 1) {                                            \
+        for (int64_t i = 0; i < n; i++) acc[i] /= (T)divisor;              \
+      }                                                                    \
+      for (int q = 0; q < ndst; q++) {                                     \
+        T *restrict d = (T *)(dst[q] + off) + c;                           \
+        for (int64_t i = 0; i < n; i++) d[i] = acc[i];                     \
+      }                                                                    \
+    }                                                                      \
   }
 SHM_REDUCE(reduce_f32, float)
 SHM_REDUCE(reduce_f64, double)
+
+static void reduce(tpdp_dtype dtype, char *const *src, int nsrc,
+                   char *const *dst, int ndst, int64_t off, int64_t lo,
+                   int64_t hi, int divisor) {
+  if (dtype == TPDP_F32)
+    reduce_f32(src, nsrc, dst, ndst, off, lo, hi, divisor);
+  else
+    reduce_f64(src, nsrc, dst, ndst, off, lo, hi, divisor);
+}
+
+/* This rank's slice [lo, hi) of the buffer at `off`, reduced over every
+ * rank of every host into every buffer of this host. One host: the sum of
+ * its buffers in local-rank order. Several: that sum into this rank's own
+ * buffer, an MPI allreduce of the slice with the same local rank of the
+ * other hosts, then the scaled result into every buffer of the host (also
+ * after a failed allreduce, so that no peer waits; the error returned). */
+static tpdp_status reduce_slice(comm_shm *s, tpdp_dtype dtype, int64_t off,
+                                int64_t lo, int64_t hi, int avg) {
+  char **own = &s->regions[s->rank];
+  if (s->cross == NULL) {
+    reduce(dtype, s->regions, s->size, s->regions, s->size, off, lo, hi,
+           avg ? s->size : 0);
+    return TPDP_SUCCESS;
+  }
+  reduce(dtype, s->regions, s->size, own, 1, off, lo, hi, 0);
+  tpdp_status st = TPDP_SUCCESS;
+  if (hi > lo) {
+    const size_t es = tpdp_dtype_size(dtype);
+    tpdp_tensor slice =
+        tpdp_tensor_1d(*own + off + (size_t)lo * es, dtype, hi - lo);
+    st = tpdp_allreduce(s->cross, &slice, &slice, TPDP_OP_SUM);
+  }
+  reduce(dtype, own, 1, s->regions, s->size, off, lo, hi, avg ? s->total : 0);
+  return st;
+}
 
 /* The first peer whose call differs from this rank's, or -1. */
 static int differing_peer(const comm_shm *s) {
@@ -449,18 +544,18 @@ tpdp_status comm_shm_allreduce(comm_shm *s, const tpdp_comm *comm,
   int q = valid ? differing_peer(s) : s->rank;
   shm_call other = {0, 0, 0, 0};
   if (q >= 0) other = s->slots[q].call; /* read before the peer moves on */
+  /* Every host splits alike (the same local size): slice r of every host
+   * holds the same elements, which `cross` reduces; one that is empty is
+   * empty on every host, whose ranks r then all skip the cross-host call. */
+  tpdp_status st = TPDP_SUCCESS;
   if (q < 0 && n > 0) {
     const int p = s->size;
     const int64_t lo = n * s->rank / p, hi = n * (s->rank + 1) / p;
-    int avg = op == TPDP_OP_AVG;
-    if (t->dtype == TPDP_F32)
-      reduce_f32(s->regions, p, off, lo, hi, avg);
-    else
-      reduce_f64(s->regions, p, off, lo, hi, avg);
+    st = reduce_slice(s, t->dtype, off, lo, hi, op == TPDP_OP_AVG);
   }
   publish(&me->done, seq);
   wait_all(s, offsetof(shm_slot, done), seq);
-  if (q < 0) return TPDP_SUCCESS;
+  if (q < 0) return st;
   char mine[200], theirs[200] = "";
   describe_call(mine, sizeof mine, s->rank,
                 (shm_call){off, n, (int32_t)t->dtype, (int32_t)op}, valid, s,

@@ -25,6 +25,11 @@ static struct {
   int stop;
   pthread_cond_t wake; /* stop */
   pthread_t thread;
+  /* The latest copy of each remote rank's region (cfg.exchange), its
+   * times turned into this host's clock, and 1 where one has arrived. */
+  watch_region *remote;
+  int *heard;
+  int *arrived; /* scratch for the exchange */
 } wd = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static _Atomic double timeout_cache = -1;
@@ -210,6 +215,9 @@ static void report(core_strbuf *b, comm_watch *w, int64_t seq, double since,
     watch_region *r = NULL;
     for (int i = 0; world >= 0 && i < cfg->nregions; i++)
       if (cfg->region_world[i] == world) r = cfg->regions[i];
+    const int remote = r == NULL && world >= 0 && wd.heard != NULL &&
+                       world < cfg->world_size && wd.heard[world];
+    if (remote) r = &wd.remote[world];
     if (r == NULL) {
       unknown++;
       continue;
@@ -222,6 +230,8 @@ static void report(core_strbuf *b, comm_watch *w, int64_t seq, double since,
     int other_op = started == seq && s && atomic_load(&s->op) != op;
     if (started >= seq && !stalled && !other_op) continue; /* arrived */
     core_sb_printf(b, missing ? "; rank %d" : " Not arrived: rank %d", world);
+    /* Several hosts: every rank's host is named. */
+    if (cfg->exchange != NULL) core_sb_printf(b, " on host %s", r->host);
     if (world != q) core_sb_printf(b, " (rank %d of '%s')", q, c->name);
     if (other_op) {
       core_sb_printf(b, " called %s #%lld instead",
@@ -231,8 +241,9 @@ static void report(core_strbuf *b, comm_watch *w, int64_t seq, double since,
       if (stalled)
         core_sb_printf(b,
                        "%s is not responding (stopped or hung: no sign of "
-                       "life for %.0f s);",
-                       started >= seq ? "" : " and", quiet);
+                       "life for %.0f s%s);",
+                       started >= seq ? "" : " and", quiet,
+                       remote ? ", as of its last report from its host" : "");
       else
         core_sb_puts(b, ":");
       core_sb_puts(b, " ");
@@ -247,8 +258,32 @@ static void report(core_strbuf *b, comm_watch *w, int64_t seq, double since,
                  " Every rank has arrived: one may have died, or the ranks' "
                  "calls do not match (counts, roots).");
   if (unknown)
-    core_sb_printf(b, " %d rank(s) on other hosts: state unknown.", unknown);
+    core_sb_printf(b,
+                   " %d rank(s) on other hosts never heard from: state "
+                   "unknown.",
+                   unknown);
   core_sb_puts(b, " Aborting the job.\n");
+}
+
+/* Send this rank's region to the other hosts' ranks and take in what they
+ * sent: each copy's times (the sender's clock) moved to this host's, as
+ * if its heartbeat were now. Called with wd.mu held. */
+static void exchange(double now) {
+  if (wd.cfg.exchange == NULL || wd.remote == NULL) return;
+  const int n = wd.cfg.world_size;
+  memset(wd.arrived, 0, (size_t)n * sizeof *wd.arrived);
+  wd.cfg.exchange(my_region(), wd.remote, wd.arrived);
+  for (int q = 0; q < n; q++) {
+    if (!wd.arrived[q]) continue;
+    watch_region *r = &wd.remote[q];
+    const double shift = now - atomic_load(&r->heartbeat_s);
+    atomic_store(&r->heartbeat_s, now);
+    for (int i = 0; i < WATCH_SLOTS; i++)
+      atomic_store(&r->slots[i].entered_s,
+                   atomic_load(&r->slots[i].entered_s) + shift);
+    r->host[WATCH_NAME_MAX - 1] = '\0';
+    wd.heard[q] = 1;
+  }
 }
 
 /* One round: the first call blocked past the timeout, reported, ends the
@@ -283,6 +318,7 @@ static void *watchdog_main(void *arg) {
     double now = core_now_s();
     watch_region *me = my_region();
     if (me != NULL) atomic_store(&me->heartbeat_s, now);
+    exchange(now);
     /* After a long gap this process was itself stopped (SIGSTOP) or
      * starved: its waits look long for that reason alone. Give the peers
      * a round to see its heartbeat first. */
@@ -305,6 +341,11 @@ static void free_config(void) {
   for (comm_watch *w = wd.head; w != NULL; w = w->next) w->slot = &w->own;
   free(wd.cfg.regions);
   free((void *)wd.cfg.region_world);
+  free(wd.remote);
+  free(wd.heard);
+  free(wd.arrived);
+  wd.remote = NULL;
+  wd.heard = wd.arrived = NULL;
   memset(&wd.cfg, 0, sizeof wd.cfg);
 }
 
@@ -320,10 +361,20 @@ tpdp_status comm_watchdog_start(const comm_watchdog_config *cfg) {
     memcpy(regions, cfg->regions, (size_t)n * sizeof *regions);
     memcpy(world, cfg->region_world, (size_t)n * sizeof *world);
   }
+  watch_region *remote = NULL;
+  int *heard = NULL, *arrived = NULL;
+  if (cfg->exchange != NULL && cfg->world_size > 0) {
+    CHECK_GOTO(TPDP_CALLOC(remote, (size_t)cfg->world_size), st, fail);
+    CHECK_GOTO(TPDP_CALLOC(heard, (size_t)cfg->world_size), st, fail);
+    CHECK_GOTO(TPDP_CALLOC(arrived, (size_t)cfg->world_size), st, fail);
+  }
   pthread_mutex_lock(&wd.mu);
   wd.cfg = *cfg;
   wd.cfg.regions = regions;
   wd.cfg.region_world = world;
+  wd.remote = remote;
+  wd.heard = heard;
+  wd.arrived = arrived;
   /* A tenth of the timeout between rounds, between 0.1 and 1 s. */
   wd.poll_s = fmin(1.0, fmax(0.1, cfg->timeout_s / 10));
   wd.stop = 0;
@@ -333,6 +384,9 @@ tpdp_status comm_watchdog_start(const comm_watchdog_config *cfg) {
     atomic_store(&me->pid, (int32_t)getpid());
     atomic_store(&me->finalizing, 0);
     atomic_store(&me->heartbeat_s, core_now_s());
+    if (gethostname(me->host, sizeof me->host - 1) != 0)
+      snprintf(me->host, sizeof me->host, "(unknown)");
+    me->host[sizeof me->host - 1] = '\0';
   }
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -356,6 +410,10 @@ tpdp_status comm_watchdog_start(const comm_watchdog_config *cfg) {
   return TPDP_SUCCESS;
 fail:
   free(regions);
+  free(world);
+  free(remote);
+  free(heard);
+  free(arrived);
   return st;
 }
 

@@ -27,9 +27,19 @@
  * its region: a rank stopped by SIGSTOP, or hung outside tpdp, stops
  * stamping and shows as "not responding".
  *
- * Nothing here calls MPI: the backend hands the board's regions and an
- * abort function to comm_watchdog_start, so this file builds without MPI
- * too (scripts/gpu-check).
+ * Across hosts the board is not shared memory: each round, every rank's
+ * watchdog sends a copy of its region to the ranks on other hosts and
+ * keeps the latest copy it received from each (the backend's `exchange`,
+ * non-blocking MPI on a communicator of its own). A remote rank's copy
+ * says what it was doing when it last sent; one that stops sending
+ * (stopped, hung, dead, or its host unreachable) shows as "not responding"
+ * once its last copy is older than a few rounds. What the watchdog cannot
+ * know about such a rank is why it went silent, nor anything it did after
+ * its last copy.
+ *
+ * Nothing here calls MPI: the backend hands the board's regions, the
+ * exchange and an abort function to comm_watchdog_start, so this file
+ * builds without MPI too (scripts/gpu-check).
  */
 #ifndef TPDP_COMM_WATCHDOG_H
 #define TPDP_COMM_WATCHDOG_H
@@ -69,6 +79,7 @@ typedef struct {
   _Atomic int32_t pid;
   _Atomic int32_t finalizing; /* in tpdp_finalize */
   _Atomic double heartbeat_s; /* the watchdog's last round */
+  char host[WATCH_NAME_MAX];  /* the rank's host name */
   watch_slot slots[WATCH_SLOTS];
 } watch_region;
 
@@ -169,6 +180,14 @@ typedef struct {
   /* Ends the job after a timeout, with the message already printed (the
    * MPI backend: MPI_Abort). Does not return. */
   void (*abort_job)(void);
+  /* With ranks on other hosts (NULL: none): called by the watchdog
+   * thread each round; sends a copy of `mine` to every rank on another
+   * host and stores each copy that has arrived since in remote[world
+   * rank] (world_size entries), setting arrived[world rank] = 1. Never
+   * blocks. */
+  void (*exchange)(const watch_region *mine, watch_region *remote,
+                   int *arrived);
+  int world_size;
 } comm_watchdog_config;
 
 /* Read TPDP_TIMEOUT_S from the environment (and keep it for
