@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "comm/services.h"
 #include "core/check.h"
@@ -118,10 +119,46 @@ static int full_is_persistent(const tpdp_fsdp_unit *u) { return u->level <= 2; }
 static int grad_is_persistent(const tpdp_fsdp_unit *u) { return u->level == 1; }
 
 /* n elements of dtype dt, zeroed; counted as transient when `transient`. */
+/* The units' buffers. Large ones are mapped (mmap), so that a freed one
+ * goes back to the system at once: malloc keeps blocks below its mmap
+ * threshold (up to 32 MiB, raised as large blocks are freed) in its heap,
+ * where a step's transient buffers of varying sizes would pile up and
+ * raise the peak RSS. A 64-byte header before the data records the
+ * mapping's size (0: from calloc). Zeroed either way. */
+#define BUF_HEADER 64
+#define BUF_MAP_MIN ((size_t)1 << 20)
+
+static void *buf_alloc(size_t bytes) {
+  size_t total = bytes + BUF_HEADER, mapped = 0;
+  char *base;
+  if (bytes >= BUF_MAP_MIN) {
+    base = mmap(NULL, total, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    mapped = total;
+  } else {
+    base = calloc(1, total);
+    if (base == NULL) return NULL;
+  }
+  memcpy(base, &mapped, sizeof mapped);
+  return base + BUF_HEADER;
+}
+
+static void buf_free(void *p) {
+  if (p == NULL) return;
+  char *base = (char *)p - BUF_HEADER;
+  size_t mapped;
+  memcpy(&mapped, base, sizeof mapped);
+  if (mapped)
+    munmap(base, mapped);
+  else
+    free(base);
+}
+
 static tpdp_status alloc_elems(tpdp_fsdp_unit *u, int64_t n, tpdp_dtype dt,
                                int transient, void **out) {
   int64_t bytes = n * (int64_t)tpdp_dtype_size(dt);
-  *out = calloc((size_t)(bytes > 0 ? bytes : 1), 1);
+  *out = buf_alloc((size_t)bytes);
   if (*out == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "unit %s on rank %d: %lld bytes for its buffers", u->label,
@@ -133,7 +170,7 @@ static tpdp_status alloc_elems(tpdp_fsdp_unit *u, int64_t n, tpdp_dtype dt,
 static void free_elems(tpdp_fsdp_unit *u, void **p, int64_t n, tpdp_dtype dt,
                        int transient) {
   if (*p == NULL) return;
-  free(*p);
+  buf_free(*p);
   *p = NULL;
   if (transient) u->group->transient -= n * (int64_t)tpdp_dtype_size(dt);
 }
@@ -599,14 +636,14 @@ static void unit_free(void *vu) {
     tpdp_param_release(u->p[i].param);
   }
   free(u->p);
-  free(u->shard);
-  free(u->shard_grad);
-  free(u->full);
-  free(u->full_grad);
-  free(u->gather_buf);
-  free(u->gather_send);
-  free(u->rs_send);
-  free(u->rs_recv);
+  buf_free(u->shard);
+  buf_free(u->shard_grad);
+  buf_free(u->full);
+  buf_free(u->full_grad);
+  buf_free(u->gather_buf);
+  buf_free(u->gather_send);
+  buf_free(u->rs_send);
+  buf_free(u->rs_recv);
   u->magic = 0;
   free(u);
 }
