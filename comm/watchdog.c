@@ -352,8 +352,8 @@ static void free_config(void) {
 tpdp_status comm_watchdog_start(const comm_watchdog_config *cfg) {
   if (cfg->timeout_s <= 0 || wd.running) return TPDP_SUCCESS;
   tpdp_status st = TPDP_SUCCESS;
-  watch_region **regions = NULL;
-  int *world = NULL;
+  watch_region **regions = NULL, *remote = NULL;
+  int *world = NULL, *heard = NULL, *arrived = NULL;
   int n = cfg->nregions;
   if (n > 0) {
     CHECK(TPDP_CALLOC(regions, (size_t)n));
@@ -361,8 +361,6 @@ tpdp_status comm_watchdog_start(const comm_watchdog_config *cfg) {
     memcpy(regions, cfg->regions, (size_t)n * sizeof *regions);
     memcpy(world, cfg->region_world, (size_t)n * sizeof *world);
   }
-  watch_region *remote = NULL;
-  int *heard = NULL, *arrived = NULL;
   if (cfg->exchange != NULL && cfg->world_size > 0) {
     CHECK_GOTO(TPDP_CALLOC(remote, (size_t)cfg->world_size), st, fail);
     CHECK_GOTO(TPDP_CALLOC(heard, (size_t)cfg->world_size), st, fail);
