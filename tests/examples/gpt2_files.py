@@ -158,6 +158,20 @@ MPIRUN = ["mpirun", "--oversubscribe", "--bind-to", "none", "--mca",
           "mpi_yield_when_idle", "1", "--timeout", "300"]
 
 
+def losses(out):
+    """{step: loss} of train_gpt2's step lines."""
+    got = {}
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[0] == "step" and f[2] == "loss":
+            got[int(f[1])] = float(f[3])
+    return got
+
+
+def rel(a, b):
+    return abs(a - b) / max(abs(b), 1.0)
+
+
 def run_train(binary, args, np):
     """train_gpt2 on np ranks (np 1: no mpirun): (exit code, stdout,
     stderr)."""

@@ -35,19 +35,6 @@ CASES = ["check dp=2 across hosts, tp=2 within",
          "resume on one host, dp=1,tp=2"]
 
 
-def losses(out):
-    got = {}
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) == 4 and f[0] == "step" and f[2] == "loss":
-            got[int(f[1])] = float(f[3])
-    return got
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1.0)
-
-
 def outside(argv):
     """Run this script inside the simulated hosts; skipped where they
     cannot be made."""
@@ -98,7 +85,7 @@ def main():
         cases.append((name, time.time() - start, fail))
 
     rc, out, err = train(data + MODEL + ["--steps", "10"], 1, 1)
-    ref = losses(out)
+    ref = gf.losses(out)
     if rc != 0 or sorted(ref) != list(range(10)):
         print(out[-2000:] + err[-2000:])
         return gf.finish("Gpt2Multihost", "gpt2 multihost",
@@ -117,10 +104,10 @@ def main():
         rc, out, err = train(data + MODEL + [
             "--dp", "2", "--tp", "2", "--steps", "6", "--save-every", "3",
             "--save", ck], 4, 2)
-        got = losses(out)
+        got = gf.losses(out)
         if rc != 0 or "checkpoint: step 6 saved" not in out:
             return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
-        worst = max(rel(got[s], ref[s]) for s in range(6))
+        worst = max(gf.rel(got[s], ref[s]) for s in range(6))
         print("  steps 0..5 max rel diff %.3e" % worst)
         if worst > 1e-4:
             return "losses %s vs one process %s" % (got, ref)
@@ -131,14 +118,14 @@ def main():
         def fn():
             rc, out, err = train(["--load", ck, "--steps", "10", "--dp",
                                   str(dp), "--tp", str(tp), "--check"], np_, 1)
-            got = losses(out)
+            got = gf.losses(out)
             if rc != 0 or "check: ok" not in out:
                 return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
             if "checkpoint: resumed at step 6" not in out:
                 return "no 'resumed at step 6' line:\n" + out[-1500:]
             if sorted(got) != [6, 7, 8, 9]:
                 return "printed steps %s, not 6..9" % sorted(got)
-            worst = max(rel(got[s], ref[s]) for s in got)
+            worst = max(gf.rel(got[s], ref[s]) for s in got)
             print("  steps 6..9 max rel diff %.3e" % worst)
             if worst > 1e-4:
                 return "losses %s vs one process %s" % (got, ref)

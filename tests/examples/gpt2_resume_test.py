@@ -43,20 +43,6 @@ MODEL = ["--layers", "2", "--embd", "20", "--heads", "5", "--vocab", "259",
 N_LAYER, N_EMBD, VOCAB, N_POS = 2, 20, 259, 16
 
 
-def losses(out):
-    """{step: loss} of train_gpt2's step lines."""
-    got = {}
-    for line in out.splitlines():
-        f = line.split()
-        if len(f) == 4 and f[0] == "step" and f[2] == "loss":
-            got[int(f[1])] = float(f[3])
-    return got
-
-
-def rel(a, b):
-    return abs(a - b) / max(abs(b), 1.0)
-
-
 def main():
     binary, make_tokens, tpdp = sys.argv[1], sys.argv[2], sys.argv[3]
     tmp = tempfile.mkdtemp(prefix="gpt2_resume_")
@@ -78,7 +64,7 @@ def main():
 
     rc, out, err = gf.run_train(binary, data + MODEL + [
         "--dp", "2", "--tp", "2", "--steps", "10"], 4)
-    full = losses(out)
+    full = gf.losses(out)
     if rc != 0 or sorted(full) != list(range(10)):
         print(out[-2000:] + err[-2000:])
         return gf.finish("Gpt2Resume", "gpt2 resume",
@@ -88,11 +74,11 @@ def main():
         rc, out, err = gf.run_train(binary, data + MODEL + [
             "--dp", "2", "--tp", "2", "--steps", "6", "--save-every", "3",
             "--save", ck], 4)
-        got = losses(out)
+        got = gf.losses(out)
         if rc != 0 or "checkpoint: step 3 saved" not in out or \
                 "checkpoint: step 6 saved" not in out:
             return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
-        if any(rel(got[s], full[s]) > 1e-4 for s in range(6)):
+        if any(gf.rel(got[s], full[s]) > 1e-4 for s in range(6)):
             return "steps 0..5 differ from the uninterrupted run: %s" % got
         return None
     case("save dp=2,tp=2 after step 5", save)
@@ -104,14 +90,14 @@ def main():
             rc, out, err = gf.run_train(binary, [
                 "--load", ck, "--steps", "10", "--dp", str(dp), "--tp",
                 str(tp), "--check"] + list(extra), np_)
-            got = losses(out)
+            got = gf.losses(out)
             if rc != 0 or "check: ok" not in out:
                 return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
             if "checkpoint: resumed at step 6" not in out:
                 return "no 'resumed at step 6' line:\n" + out[-1500:]
             if sorted(got) != [6, 7, 8, 9]:
                 return "printed steps %s, not 6..9" % sorted(got)
-            worst = max(rel(got[s], full[s]) for s in got)
+            worst = max(gf.rel(got[s], full[s]) for s in got)
             print("  steps 6..9 max rel diff %.3e" % worst)
             if worst > 1e-4:
                 return "losses %s vs uninterrupted %s" % (got, full)
@@ -196,12 +182,12 @@ def main():
         rc, out, err = gf.run_train(binary, [
             "--model", hf, "--data", shifted, "--batch", "4", "--seq", "5",
             "--steps", "1"], 1)
-        got = losses(out)
+        got = gf.losses(out)
         if rc != 0 or 0 not in got:
             return "rc=%d\n%s%s" % (rc, out[-1500:], err[-1500:])
         want = resumed.get((1, 1), full)[6]
         print("  first loss %.6f, resumed step 6 %.6f" % (got[0], want))
-        if rel(got[0], want) > 1e-5:
+        if gf.rel(got[0], want) > 1e-5:
             return "first loss %.6f, resumed step 6 %.6f" % (got[0], want)
         return None
     case("train_gpt2 --model on the consolidated file", train_from_consolidated)
@@ -215,7 +201,7 @@ def main():
     rc, out, err = gf.run_train(binary, data + model12 + [
         "--dp", "2", "--tp", "2", "--steps", "10", "--save-every", "3",
         "--save", os.path.join(tmp, "z_ref")], 4)
-    full12 = losses(out)
+    full12 = gf.losses(out)
     chain = [(4, 2, 2, 3, 3, None), (1, 1, 1, 0, 5, "z3"),
              (3, 3, 1, 1, 7, "z0"), (4, 4, 1, 2, 10, "z1")]
 
@@ -231,14 +217,14 @@ def main():
             if steps == 10:
                 args.append("--check")
             r, o, e = gf.run_train(binary, args, np_)
-            got = losses(o)
+            got = gf.losses(o)
             first = 0 if load is None else {"z3": 3, "z0": 5, "z1": 7}[load]
             if r != 0 or sorted(got) != list(range(first, steps)):
                 return "rc=%d steps %s\n%s%s" % (r, sorted(got), o[-1500:],
                                                   e[-1500:])
             if steps == 10 and "check: ok" not in o:
                 return "--check failed:\n" + o[-1500:]
-            worst = max(rel(got[s], full12[s]) for s in got)
+            worst = max(gf.rel(got[s], full12[s]) for s in got)
             print("  steps %d..%d max rel diff %.3e" % (first, steps - 1,
                                                         worst))
             return None if worst <= 1e-4 else "losses %s vs %s" % (got, full12)
