@@ -53,6 +53,13 @@ typedef struct {
   /* An in-place allreduce of a buffer inside this shared-memory segment
    * of the communicator (comm_allreduce_shm); NULL otherwise. */
   comm_shm *shm;
+  /* Allgather and reduce-scatter: either flat buffer in pieces
+   * (comm_allgather_pieces_async); NULL: the tensor's own memory. Only for
+   * a backend with `pieces` set. */
+  const comm_pieces *send_pieces, *recv_pieces;
+  /* Reduce-scatter over pieces: room for the peers' contributions. */
+  void *scratch;
+  int64_t scratch_elems;
 } tpdp_coll_args;
 
 typedef struct tpdp_comm_ops {
@@ -64,6 +71,8 @@ typedef struct tpdp_comm_ops {
   tpdp_status (*destroy)(tpdp_comm *comm);
   /* May be NULL (host-memory backends): then a no-op. */
   tpdp_status (*order_after)(tpdp_comm *comm, void *stream);
+  /* 1: `collective` takes send_pieces / recv_pieces (comm_supports_pieces). */
+  int pieces;
 } tpdp_comm_ops;
 
 struct tpdp_comm {

@@ -356,17 +356,19 @@ static tpdp_status run_blocking(tpdp_comm *comm, tpdp_coll_args *args) {
  * (TPDP_OP_SUM and 0 for a collective that has none). Defines
  * tpdp_allreduce, tpdp_allgather, tpdp_reduce_scatter, tpdp_broadcast,
  * tpdp_alltoall and their _async forms. */
-#define COLLECTIVE(name, kind, op, root, ...)                          \
-  tpdp_status tpdp_##name(tpdp_comm *comm, __VA_ARGS__) {              \
-    TPDP_API_ENTRY;                                                    \
-    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, NULL}; \
-    return run_blocking(comm, &args);                                  \
-  }                                                                    \
-  tpdp_status tpdp_##name##_async(tpdp_comm *comm, __VA_ARGS__,        \
-                                  tpdp_work **work) {                  \
-    TPDP_API_ENTRY;                                                    \
-    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, NULL}; \
-    return run_collective(comm, &args, work);                          \
+#define COLLECTIVE(name, kind, op, root, ...)                   \
+  tpdp_status tpdp_##name(tpdp_comm *comm, __VA_ARGS__) {       \
+    TPDP_API_ENTRY;                                             \
+    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, \
+                           NULL,   NULL, NULL, NULL, 0};        \
+    return run_blocking(comm, &args);                           \
+  }                                                             \
+  tpdp_status tpdp_##name##_async(tpdp_comm *comm, __VA_ARGS__, \
+                                  tpdp_work **work) {           \
+    TPDP_API_ENTRY;                                             \
+    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, \
+                           NULL,   NULL, NULL, NULL, 0};        \
+    return run_collective(comm, &args, work);                   \
   }
 
 COLLECTIVE(allreduce, TPDP_COLL_ALLREDUCE, op, 0, const tpdp_tensor *send,
@@ -387,20 +389,132 @@ tpdp_status comm_allreduce_shm(tpdp_comm *comm, comm_shm *shm, tpdp_tensor *t,
     return TPDP_ERR(TPDP_ERR_INTERNAL,
                     "shared-memory allreduce without a segment on a "
                     "host-memory communicator");
-  tpdp_coll_args args = {TPDP_COLL_ALLREDUCE, t, t, op, 0, 0, shm};
+  tpdp_coll_args args = {
+      TPDP_COLL_ALLREDUCE, t, t, op, 0, 0, shm, NULL, NULL, NULL, 0};
   return run_blocking(comm, &args);
+}
+
+int comm_supports_pieces(const tpdp_comm *comm) {
+  return comm != NULL && comm->ops->pieces;
+}
+
+int64_t comm_reduce_scatter_pieces_scratch(const tpdp_comm *comm, int64_t block,
+                                           int recv_in_send) {
+  int slots = comm->size - (recv_in_send ? 1 : 2);
+  return slots > 0 ? slots * block : 0;
+}
+
+/* A pieces list must cover its tensor's elements exactly. */
+static tpdp_status check_pieces(const tpdp_comm *comm, const comm_pieces *p,
+                                const tpdp_tensor *t, const char *role) {
+  if (p == NULL) return TPDP_SUCCESS;
+  if (p->n < 0 || (p->n > 0 && p->piece == NULL))
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER,
+                    "%s pieces: %d pieces at %p (%s, rank %d)", role, p->n,
+                    (const void *)p->piece, comm->name, comm->rank);
+  int64_t total = 0;
+  for (int i = 0; i < p->n; i++) {
+    if (p->piece[i].count < 0)
+      return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                      "%s piece %d has count %lld (%s, rank %d)", role, i,
+                      (long long)p->piece[i].count, comm->name, comm->rank);
+    total += p->piece[i].count;
+  }
+  if (total != tpdp_tensor_numel(t))
+    return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                    "%s pieces cover %lld elements, the %s buffer has %lld "
+                    "(%s, rank %d)",
+                    role, (long long)total, role,
+                    (long long)tpdp_tensor_numel(t), comm->name, comm->rank);
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status run_pieces(tpdp_comm *comm, tpdp_coll_args *args,
+                              tpdp_work **work) {
+  if (comm == NULL)
+    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "communicator is NULL");
+  if (!comm->ops->pieces)
+    return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                    "%s: the %s backend has no collectives over pieces of "
+                    "memory",
+                    comm->name, comm->ops->backend);
+  CHECK(comm_check_alive(comm));
+  comm->seq++;
+  tpdp_status st = check_collective(comm, args, work);
+  if (st == TPDP_SUCCESS)
+    st = check_pieces(comm, args->send_pieces, args->send, "send");
+  if (st == TPDP_SUCCESS)
+    st = check_pieces(comm, args->recv_pieces, args->recv, "recv");
+  if (st == TPDP_SUCCESS && args->kind == TPDP_COLL_REDUCE_SCATTER &&
+      !((args->recv->dtype == TPDP_F32 || args->recv->dtype == TPDP_F64) &&
+        (args->op == TPDP_OP_SUM || args->op == TPDP_OP_AVG)))
+    st = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                  "reduce-scatter over pieces takes f32/f64 SUM/AVG, not %s "
+                  "%s (%s, rank %d)",
+                  tpdp_dtype_name(args->recv->dtype),
+                  tpdp_reduce_op_name(args->op), comm->name, comm->rank);
+  if (comm->debug_collectives) st = comm_fp_check(comm, args, st);
+  CHECK(st);
+  return comm->ops->collective(comm, args, work);
+}
+
+tpdp_status comm_allgather_pieces_async(
+    tpdp_comm *comm, const tpdp_tensor *send, const comm_pieces *send_pieces,
+    tpdp_tensor *recv, const comm_pieces *recv_pieces, tpdp_work **work) {
+  TPDP_API_ENTRY_AS("tpdp_allgather_async");
+  tpdp_coll_args args = {
+      TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0, 0, NULL, send_pieces,
+      recv_pieces,         NULL, 0};
+  return run_pieces(comm, &args, work);
+}
+
+tpdp_status comm_reduce_scatter_pieces_async(
+    tpdp_comm *comm, const tpdp_tensor *send, const comm_pieces *send_pieces,
+    tpdp_tensor *recv, const comm_pieces *recv_pieces, tpdp_reduce_op op,
+    void *scratch, int64_t scratch_elems, tpdp_work **work) {
+  TPDP_API_ENTRY_AS("tpdp_reduce_scatter_async");
+  tpdp_coll_args args = {TPDP_COLL_REDUCE_SCATTER,
+                         send,
+                         recv,
+                         op,
+                         0,
+                         0,
+                         NULL,
+                         send_pieces,
+                         recv_pieces,
+                         scratch,
+                         scratch_elems};
+  return run_pieces(comm, &args, work);
 }
 
 tpdp_status tpdp_barrier(tpdp_comm *comm) {
   TPDP_API_ENTRY;
-  tpdp_coll_args args = {
-      TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0, NULL};
+  tpdp_coll_args args = {TPDP_COLL_BARRIER,
+                         NULL,
+                         NULL,
+                         TPDP_OP_SUM,
+                         0,
+                         0,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         0};
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work) {
   TPDP_API_ENTRY;
-  tpdp_coll_args args = {
-      TPDP_COLL_BARRIER, NULL, NULL, TPDP_OP_SUM, 0, 0, NULL};
+  tpdp_coll_args args = {TPDP_COLL_BARRIER,
+                         NULL,
+                         NULL,
+                         TPDP_OP_SUM,
+                         0,
+                         0,
+                         NULL,
+                         NULL,
+                         NULL,
+                         NULL,
+                         0};
   return run_collective(comm, &args, work);
 }
 

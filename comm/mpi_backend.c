@@ -25,8 +25,15 @@ typedef struct {
   comm_watch watch; /* TPDP_TIMEOUT_S (comm/watchdog.h) */
 } mpi_comm_impl;
 
+typedef struct pieces_sum pieces_sum;
+
 typedef struct {
   MPI_Request request;
+  /* The requests waited for: &request, or one per peer and direction
+   * (collectives over pieces). */
+  MPI_Request *reqs;
+  int nreqs, cap_reqs;
+  pieces_sum *sum; /* reduce-scatter over pieces: the sum at completion */
   int done;
   /* post-processing once the data is in place */
   int divide;           /* AVG: divide recv by the comm size */
@@ -515,6 +522,415 @@ static void divide_by(tpdp_tensor *t, int size) {
   }
 }
 
+/* ---------------------------------------------------------- pieces
+ *
+ * Allgather and reduce-scatter over pieces of memory (comm/services.h):
+ * every pair of ranks exchanges its blocks directly, each side describing
+ * its memory with a derived datatype (MPI_Type_create_hindexed), so the
+ * data goes from the sender's parameters or gradients to the receiver's
+ * without a packed copy on either side. On one host Open MPI's shared
+ * memory transport moves such a message as fast as a contiguous one
+ * (measured on the 2-core VM, 118 MB between 2 ranks: 33 ms either way),
+ * and the reduce-scatter, a message each way and one add, took 48 ms
+ * where MPI_Reduce_scatter_block took 215 ms. */
+
+#define PIECES_TAG 7412
+/* Ranks a reduce-scatter over pieces takes (its sum keeps one pointer per
+ * rank on the stack). */
+#define TPDP_MAX_PIECES_RANKS 1024
+
+/* A run of elements in memory. */
+typedef struct {
+  char *ptr;
+  int64_t n;
+} seg;
+
+/* The memory of flat range [lo, hi) of `p` (NULL: contiguous at base),
+ * holes left out: *out (malloc'd, *nout runs; NULL when none). */
+static tpdp_status segments(const comm_pieces *p, char *base, size_t es,
+                            int64_t lo, int64_t hi, seg **out, int *nout) {
+  *out = NULL;
+  *nout = 0;
+  comm_piece whole = {0, hi};
+  comm_pieces one = {&whole, 1};
+  if (p == NULL) p = &one;
+  int n = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    int64_t f = 0;
+    n = 0;
+    for (int i = 0; i < p->n; i++) {
+      const comm_piece *c = &p->piece[i];
+      int64_t a = lo > f ? lo : f, b = hi < f + c->count ? hi : f + c->count;
+      if (b > a && c->offset >= 0) {
+        if (pass == 1)
+          (*out)[n] = (seg){base + (size_t)(c->offset + (a - f)) * es, b - a};
+        n++;
+      }
+      f += c->count;
+    }
+    if (pass == 0) {
+      if (n == 0) return TPDP_SUCCESS;
+      CHECK(TPDP_CALLOC(*out, (size_t)n));
+    }
+  }
+  *nout = n;
+  return TPDP_SUCCESS;
+}
+
+static int64_t segs_elems(const seg *s, int n) {
+  int64_t t = 0;
+  for (int i = 0; i < n; i++) t += s[i].n;
+  return t;
+}
+
+/* The derived datatype of `n` runs relative to `base` (MPI_BYTE with
+ * *count 0 when there are none). */
+static tpdp_status segs_type(const tpdp_comm *comm, const seg *s, int n,
+                             const char *base, MPI_Datatype el,
+                             MPI_Datatype *type, int *count) {
+  *type = MPI_BYTE;
+  *count = 0;
+  if (n == 0) return TPDP_SUCCESS;
+  int *len = NULL;
+  MPI_Aint *disp = NULL;
+  tpdp_status st = TPDP_SUCCESS;
+  if (TPDP_CALLOC(len, (size_t)n) != TPDP_SUCCESS ||
+      TPDP_CALLOC(disp, (size_t)n) != TPDP_SUCCESS) {
+    st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "%d runs of a datatype on %s", n,
+                  comm->name);
+    goto done;
+  }
+  for (int i = 0; i < n; i++) {
+    if (s[i].n > INT_MAX) {
+      st = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                    "a piece of %lld elements on %s exceeds the MPI "
+                    "backend's limit of %d",
+                    (long long)s[i].n, comm->name, INT_MAX);
+      goto done;
+    }
+    len[i] = (int)s[i].n;
+    disp[i] = (MPI_Aint)(s[i].ptr - base);
+  }
+  st = mpi_status(MPI_Type_create_hindexed(n, len, disp, el, type),
+                  "MPI_Type_create_hindexed", comm);
+  if (st == TPDP_SUCCESS) {
+    st = mpi_status(MPI_Type_commit(type), "MPI_Type_commit", comm);
+    if (st != TPDP_SUCCESS) MPI_Type_free(type);
+  }
+  if (st == TPDP_SUCCESS) *count = 1;
+done:
+  free(len);
+  free(disp);
+  return st;
+}
+
+/* Post a receive (send: 0) of the runs `s` from (to) `peer` into the next
+ * request of w. MPI may free a datatype once the operation is posted. */
+static tpdp_status alloc_reqs(const tpdp_comm *comm, mpi_work_impl *w) {
+  (void)comm;
+  w->reqs = NULL;
+  w->nreqs = 0;
+  w->cap_reqs = 0;
+  return TPDP_SUCCESS;
+}
+
+/* Room for one more request. */
+static tpdp_status grow_reqs(mpi_work_impl *w) {
+  if (w->nreqs < w->cap_reqs) return TPDP_SUCCESS;
+  int cap = w->cap_reqs ? 2 * w->cap_reqs : 8;
+  MPI_Request *r = realloc(w->reqs, (size_t)cap * sizeof *r);
+  if (r == NULL)
+    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "%d MPI requests", cap);
+  for (int i = w->cap_reqs; i < cap; i++) r[i] = MPI_REQUEST_NULL;
+  w->reqs = r;
+  w->cap_reqs = cap;
+  return TPDP_SUCCESS;
+}
+
+/* Elements per message of a collective over pieces (see post): at most
+ * TPDP_PIECES_MSG_BYTES (default 1 MiB; every rank must see the same
+ * value, since both sides cut the stream alike). One message per peer
+ * ran at the raw rate in a loop of its own, but inside GPT-2's dp=2 step
+ * the transfers took 1-3.5 times as long from step to step (2-core VM:
+ * --zero 1 at 1390-1810 ms/step); cut into 0.5-1 MiB messages they kept
+ * the raw rate (1370-1450 ms/step; 2 MiB and up drifted again at
+ * --zero 3). */
+static int64_t pieces_msg_elems(size_t es) {
+  static long bytes = -1;
+  if (bytes < 0) bytes = core_env_long("TPDP_PIECES_MSG_BYTES", 1L << 20);
+  int64_t n = bytes / (long)es;
+  return n > 0 ? n : 1;
+}
+
+static size_t tpdp_dtype_size_of_mpi(MPI_Datatype el) {
+  int size = 1;
+  MPI_Type_size(el, &size);
+  return (size_t)size;
+}
+
+/* Post the runs `s` as receives (send: 0) from (sends to) `peer`, one
+ * message per pieces_msg_elems elements: both sides cut the same element
+ * stream at the same places. MPI may free a datatype once the operation is
+ * posted. */
+static tpdp_status post(const tpdp_comm *comm, mpi_work_impl *w, int send,
+                        const seg *s, int n, char *base, MPI_Datatype el,
+                        int peer) {
+  const int64_t m = pieces_msg_elems(tpdp_dtype_size_of_mpi(el));
+  MPI_Comm mc = ((mpi_comm_impl *)comm->impl)->comm;
+  seg *part = NULL;
+  CHECK(TPDP_CALLOC(part, (size_t)(n > 0 ? n : 1)));
+  tpdp_status st = TPDP_SUCCESS;
+  int i = 0;
+  int64_t di = 0;
+  const size_t es = tpdp_dtype_size_of_mpi(el);
+  do {
+    int np = 0;
+    int64_t left = m;
+    while (i < n && left > 0) {
+      int64_t take = s[i].n - di < left ? s[i].n - di : left;
+      part[np++] = (seg){s[i].ptr + di * es, take};
+      left -= take;
+      if ((di += take) == s[i].n) i++, di = 0;
+    }
+    MPI_Datatype type;
+    int count;
+    st = segs_type(comm, part, np, base, el, &type, &count);
+    if (st != TPDP_SUCCESS) break;
+    st = grow_reqs(w);
+    if (st != TPDP_SUCCESS) {
+      if (type != MPI_BYTE) MPI_Type_free(&type);
+      break;
+    }
+    MPI_Request *r = &w->reqs[w->nreqs];
+    int rc = send ? MPI_Isend(base, count, type, peer, PIECES_TAG, mc, r)
+                  : MPI_Irecv(base, count, type, peer, PIECES_TAG, mc, r);
+    if (type != MPI_BYTE) MPI_Type_free(&type);
+    if (rc != MPI_SUCCESS) {
+      st = mpi_status(rc, send ? "MPI_Isend" : "MPI_Irecv", comm);
+      break;
+    }
+    w->nreqs++;
+  } while (i < n);
+  free(part);
+  return st;
+}
+
+/* After a failure while posting: cancel what was posted. */
+static void unpost(mpi_work_impl *w) {
+  for (int i = 0; i < w->nreqs; i++)
+    if (w->reqs[i] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&w->reqs[i]);
+      MPI_Request_free(&w->reqs[i]);
+    }
+  free(w->reqs);
+  w->reqs = &w->request;
+  w->nreqs = 1;
+}
+
+static tpdp_status holes_differ(const tpdp_comm *comm, const char *what,
+                                int64_t a, int64_t b) {
+  return TPDP_ERR(TPDP_ERR_SHAPE_MISMATCH,
+                  "%s over pieces on %s (rank %d): this rank's block has %lld "
+                  "elements outside holes in one buffer and %lld in the "
+                  "other; holes must lie at the same flat positions",
+                  what, comm->name, comm->rank, (long long)a, (long long)b);
+}
+
+/* Copy the elements of runs `src` into runs `dst` (as many in all). */
+static void copy_segs(const seg *dst, int nd, const seg *src, int ns,
+                      size_t es) {
+  int64_t di = 0, si = 0;
+  for (int i = 0, j = 0; i < nd && j < ns;) {
+    int64_t n = dst[i].n - di < src[j].n - si ? dst[i].n - di : src[j].n - si;
+    memcpy(dst[i].ptr + di * es, src[j].ptr + si * es, (size_t)n * es);
+    if ((di += n) == dst[i].n) i++, di = 0;
+    if ((si += n) == src[j].n) j++, si = 0;
+  }
+}
+
+static tpdp_status allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
+                                    mpi_work_impl *w) {
+  const int p = comm->size, me = comm->rank;
+  const size_t es = tpdp_dtype_size(a->recv->dtype);
+  const MPI_Datatype el = mpi_dtype(a->recv->dtype);
+  const int64_t S = tpdp_tensor_numel(a->send);
+  char *sbase = (char *)a->send->data, *rbase = (char *)a->recv->data;
+  seg *ss = NULL, *rs = NULL;
+  int nss = 0, nrs = 0;
+  tpdp_status st = segments(a->send_pieces, sbase, es, 0, S, &ss, &nss);
+  if (st == TPDP_SUCCESS) st = alloc_reqs(comm, w);
+  for (int pass = 0; pass < 2 && st == TPDP_SUCCESS; pass++) /* recvs first */
+    for (int q = 0; q < p && st == TPDP_SUCCESS; q++) {
+      if (q == me) continue;
+      if (pass == 0) {
+        st = segments(a->recv_pieces, rbase, es, q * S, (q + 1) * S, &rs, &nrs);
+        if (st == TPDP_SUCCESS) st = post(comm, w, 0, rs, nrs, rbase, el, q);
+        free(rs);
+        rs = NULL;
+      } else {
+        st = post(comm, w, 1, ss, nss, sbase, el, q);
+      }
+    }
+  /* This rank's own block: copied unless it is the same memory. */
+  if (st == TPDP_SUCCESS)
+    st = segments(a->recv_pieces, rbase, es, me * S, (me + 1) * S, &rs, &nrs);
+  if (st == TPDP_SUCCESS && segs_elems(ss, nss) != segs_elems(rs, nrs))
+    st = holes_differ(comm, "allgather", segs_elems(ss, nss),
+                      segs_elems(rs, nrs));
+  if (st == TPDP_SUCCESS) {
+    int same = nss == nrs;
+    for (int i = 0; same && i < nss; i++)
+      same = ss[i].ptr == rs[i].ptr && ss[i].n == rs[i].n;
+    if (!same) copy_segs(rs, nrs, ss, nss, es);
+  }
+  free(ss);
+  free(rs);
+  if (st != TPDP_SUCCESS && w->reqs != &w->request) unpost(w);
+  return st;
+}
+
+/* A reduce-scatter's sum, run when its messages are in: each element of
+ * this rank's block is the sum over ranks, in rank order, of their
+ * contributions: its own (in the send buffer), the first peer's (received
+ * straight into the result when that does not overlap the send buffer)
+ * and the others' (in scratch). */
+struct pieces_sum {
+  tpdp_dtype dtype;
+  int avg, size, me;
+  seg *own, *out;
+  int nown, nout;
+  int out_peer; /* whose contribution arrived in `out`; -1: none */
+  char **slot;  /* [size]: the others' contributions, contiguous */
+};
+
+#define SUM_CHUNK 1024
+
+#define PIECES_SUM(name, T)                                               \
+  static void name(const pieces_sum *s) {                                 \
+    T acc[SUM_CHUNK];                                                     \
+    const T *src[TPDP_MAX_PIECES_RANKS];                                  \
+    int64_t k = 0, oi = 0, di = 0;                                        \
+    for (int i = 0, j = 0; i < s->nown && j < s->nout;) {                 \
+      int64_t n = s->own[i].n - oi < s->out[j].n - di ? s->own[i].n - oi  \
+                                                      : s->out[j].n - di; \
+      if (n > SUM_CHUNK) n = SUM_CHUNK;                                   \
+      T *d = (T *)s->out[j].ptr + di;                                     \
+      for (int q = 0; q < s->size; q++)                                   \
+        src[q] = q == s->me         ? (const T *)s->own[i].ptr + oi       \
+                 : q == s->out_peer ? d                                   \
+                                    : (const T *)s->slot[q] + k;          \
+      for (int64_t e = 0; e < n; e++) acc[e] = src[0][e];                 \
+      for (int q = 1; q < s->size; q++)                                   \
+        for (int64_t e = 0; e < n; e++) acc[e] += src[q][e];              \
+      if (s->avg && s->size > 1)                                          \
+        for (int64_t e = 0; e < n; e++) acc[e] /= (T)s->size;             \
+      memcpy(d, acc, (size_t)n * sizeof(T));                              \
+      k += n;                                                             \
+      if ((oi += n) == s->own[i].n) i++, oi = 0;                          \
+      if ((di += n) == s->out[j].n) j++, di = 0;                          \
+    }                                                                     \
+  }
+PIECES_SUM(pieces_sum_f32, float)
+PIECES_SUM(pieces_sum_f64, double)
+
+static void pieces_sum_run(const pieces_sum *s) {
+  if (s->dtype == TPDP_F32)
+    pieces_sum_f32(s);
+  else
+    pieces_sum_f64(s);
+}
+
+static void pieces_sum_free(pieces_sum *s) {
+  if (s == NULL) return;
+  free(s->own);
+  free(s->out);
+  free(s->slot);
+  free(s);
+}
+
+static tpdp_status reduce_scatter_pieces(tpdp_comm *comm,
+                                         const tpdp_coll_args *a,
+                                         mpi_work_impl *w) {
+  const int p = comm->size, me = comm->rank;
+  const size_t es = tpdp_dtype_size(a->recv->dtype);
+  const MPI_Datatype el = mpi_dtype(a->recv->dtype);
+  const int64_t n = tpdp_tensor_numel(a->recv);
+  char *sbase = (char *)a->send->data, *rbase = (char *)a->recv->data;
+  if (p > TPDP_MAX_PIECES_RANKS)
+    return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                    "reduce-scatter over pieces on %s: %d ranks, at most %d",
+                    comm->name, p, TPDP_MAX_PIECES_RANKS);
+  pieces_sum *s = NULL;
+  seg *all = NULL, *peer = NULL;
+  int nall = 0, npeer = 0;
+  tpdp_status st = TPDP_CALLOC(s, 1);
+  if (st != TPDP_SUCCESS) return st;
+  s->dtype = a->recv->dtype;
+  s->avg = a->op == TPDP_OP_AVG;
+  s->size = p;
+  s->me = me;
+  s->out_peer = -1;
+  st = segments(a->send_pieces, sbase, es, me * n, (me + 1) * n, &s->own,
+                &s->nown);
+  if (st == TPDP_SUCCESS)
+    st = segments(a->recv_pieces, rbase, es, 0, n, &s->out, &s->nout);
+  const int64_t c = segs_elems(s->out, s->nout);
+  if (st == TPDP_SUCCESS && segs_elems(s->own, s->nown) != c)
+    st = holes_differ(comm, "reduce-scatter", segs_elems(s->own, s->nown), c);
+  /* The first peer's contribution goes straight into the result when the
+   * result lies outside the send buffer. */
+  if (st == TPDP_SUCCESS)
+    st = segments(a->send_pieces, sbase, es, 0, p * n, &all, &nall);
+  if (st == TPDP_SUCCESS && p > 1 && nall > 0 && s->nout > 0) {
+    char *lo = all[0].ptr, *hi = all[0].ptr;
+    for (int i = 0; i < nall; i++) {
+      if (all[i].ptr < lo) lo = all[i].ptr;
+      if (all[i].ptr + all[i].n * es > hi) hi = all[i].ptr + all[i].n * es;
+    }
+    int overlap = 0;
+    for (int i = 0; i < s->nout; i++)
+      overlap |= s->out[i].ptr < hi && s->out[i].ptr + s->out[i].n * es > lo;
+    if (!overlap) s->out_peer = me == 0 ? 1 : 0;
+  }
+  if (st == TPDP_SUCCESS) st = TPDP_CALLOC(s->slot, (size_t)p);
+  const int64_t need =
+      comm_reduce_scatter_pieces_scratch(comm, c, s->out_peer < 0);
+  if (st == TPDP_SUCCESS &&
+      (a->scratch_elems < need || (need > 0 && a->scratch == NULL)))
+    st = TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                  "reduce-scatter over pieces on %s (rank %d): scratch of "
+                  "%lld elements, it needs %lld",
+                  comm->name, me, (long long)a->scratch_elems, (long long)need);
+  for (int q = 0, k = 0; st == TPDP_SUCCESS && q < p; q++)
+    if (q != me && q != s->out_peer)
+      s->slot[q] = (char *)a->scratch + (size_t)(k++) * (size_t)c * es;
+  if (st == TPDP_SUCCESS) st = alloc_reqs(comm, w);
+  for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
+    if (q == me) continue;
+    if (q == s->out_peer) {
+      st = post(comm, w, 0, s->out, s->nout, rbase, el, q);
+    } else {
+      seg one = {s->slot[q], c};
+      st = post(comm, w, 0, &one, c > 0, s->slot[q], el, q);
+    }
+  }
+  for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
+    if (q == me) continue;
+    st = segments(a->send_pieces, sbase, es, q * n, (q + 1) * n, &peer, &npeer);
+    if (st == TPDP_SUCCESS) st = post(comm, w, 1, peer, npeer, sbase, el, q);
+    free(peer);
+    peer = NULL;
+  }
+  free(all);
+  if (st != TPDP_SUCCESS) {
+    if (w->reqs != &w->request) unpost(w);
+    pieces_sum_free(s);
+    return st;
+  }
+  w->sum = s;
+  return TPDP_SUCCESS;
+}
+
 static void finish(tpdp_work *work) {
   mpi_work_impl *w = (mpi_work_impl *)work->impl;
   if (w->done) return;
@@ -522,6 +938,7 @@ static void finish(tpdp_work *work) {
   if (w->move_dst != NULL && w->move_bytes > 0)
     memmove(w->move_dst, w->move_src, w->move_bytes);
   if (w->divide) divide_by(&w->avg_view, work->comm->size);
+  if (w->sum != NULL) pieces_sum_run(w->sum);
 }
 
 static tpdp_status mpi_work_wait(tpdp_work *work) {
@@ -529,7 +946,7 @@ static tpdp_status mpi_work_wait(tpdp_work *work) {
   if (!w->done) {
     comm_watch_block(w->watch, w->seq, work->kind, w->dtype, w->count,
                      core_now_s());
-    int rc = MPI_Wait(&w->request, MPI_STATUS_IGNORE);
+    int rc = MPI_Waitall(w->nreqs, w->reqs, MPI_STATUSES_IGNORE);
     comm_watch_end(w->watch, w->seq);
     if (rc != MPI_SUCCESS) {
       w->done = 1; /* the request is over, failed: never wait on it again */
@@ -544,7 +961,7 @@ static tpdp_status mpi_work_test(tpdp_work *work, int *done) {
   mpi_work_impl *w = (mpi_work_impl *)work->impl;
   if (!w->done) {
     int flag = 0;
-    int rc = MPI_Test(&w->request, &flag, MPI_STATUS_IGNORE);
+    int rc = MPI_Testall(w->nreqs, w->reqs, &flag, MPI_STATUSES_IGNORE);
     if (flag || rc != MPI_SUCCESS) comm_watch_finish(w->watch, w->seq);
     if (rc != MPI_SUCCESS) {
       w->done = 1;
@@ -562,6 +979,8 @@ static tpdp_status mpi_work_release(tpdp_work *work) {
   mpi_work_impl *w = (mpi_work_impl *)work->impl;
   free(w->scratch);
   w->scratch = NULL;
+  if (w->reqs != &w->request) free(w->reqs);
+  pieces_sum_free(w->sum);
   work->impl = NULL; /* w lives in the same allocation as work */
   return TPDP_SUCCESS;
 }
@@ -771,6 +1190,8 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   work->impl = w;
   work->ops = &mpi_work_ops;
   w->request = MPI_REQUEST_NULL;
+  w->reqs = &w->request;
+  w->nreqs = 1;
 
   const tpdp_tensor *send = a->send;
   tpdp_tensor *recv = a->recv;
@@ -797,6 +1218,13 @@ static tpdp_status mpi_collective(tpdp_comm *comm, const tpdp_coll_args *a,
   w->seq =
       b ? comm_watch_begin(w->watch, a->kind, w->dtype, w->count)
         : comm_watch_enter(w->watch, a->kind, w->dtype, w->count, core_now_s());
+  if (a->send_pieces != NULL || a->recv_pieces != NULL) {
+    st = a->kind == TPDP_COLL_ALLGATHER ? allgather_pieces(comm, a, w)
+                                        : reduce_scatter_pieces(comm, a, w);
+    if (st != TPDP_SUCCESS) goto fail;
+    *out = work;
+    return TPDP_SUCCESS;
+  }
   switch (a->kind) {
     case TPDP_COLL_ALLREDUCE: {
       if (a->shm != NULL) {
@@ -912,4 +1340,5 @@ static const tpdp_comm_ops mpi_ops = {
     .collective = mpi_collective,
     .split = mpi_split,
     .destroy = mpi_destroy,
+    .pieces = 1,
 };

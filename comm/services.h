@@ -123,6 +123,54 @@ int comm_shm_supports(tpdp_dtype dtype, tpdp_reduce_op op);
 tpdp_status comm_allreduce_shm(tpdp_comm *comm, comm_shm *shm, tpdp_tensor *t,
                                tpdp_reduce_op op);
 
+/* ------------------------- collectives over pieces of memory (comm.c)
+ *
+ * An allgather or reduce-scatter whose flat buffer is not one block of
+ * memory: the flat buffer (rank by rank, as tpdp_allgather's and
+ * tpdp_reduce_scatter's) is given as a list of pieces, each `count`
+ * elements at `offset` elements from the tensor's data, or a hole
+ * (offset < 0): flat positions no rank sends or receives (padding). The
+ * tensor gives the flat buffer's base, dtype and element count (the
+ * pieces' counts add up to it). Holes must lie at the same flat positions
+ * on every rank. What it saves is the copy into and out of a packed
+ * buffer: fully sharded units gather straight into their parameters and
+ * reduce straight out of their gradients (dp/fsdp.c). The MPI backend runs
+ * it as point-to-point messages with derived datatypes; other backends
+ * have no such path (comm_supports_pieces). The pieces must stay valid
+ * until the work is waited for. */
+typedef struct {
+  int64_t offset; /* elements from the tensor's data; < 0: a hole */
+  int64_t count;
+} comm_piece;
+
+typedef struct {
+  const comm_piece *piece;
+  int n;
+} comm_pieces;
+
+/* 1 if `comm`'s backend runs the calls below. */
+int comm_supports_pieces(const tpdp_comm *comm);
+/* tpdp_allgather_async with either buffer in pieces (NULL: the tensor's
+ * own contiguous memory). Any dtype. This rank's block is copied locally
+ * unless its send and recv pieces are the same memory. */
+tpdp_status comm_allgather_pieces_async(
+    tpdp_comm *comm, const tpdp_tensor *send, const comm_pieces *send_pieces,
+    tpdp_tensor *recv, const comm_pieces *recv_pieces, tpdp_work **work);
+/* tpdp_reduce_scatter_async likewise: f32 or f64, SUM or AVG, summed in
+ * rank order. `scratch` holds the peers' contributions to this rank's
+ * block (its elements outside holes, c): size - 2 blocks of c when the
+ * recv pieces lie outside the send buffer (the first peer's goes straight
+ * into them), size - 1 when they are this rank's own block inside it;
+ * comm_reduce_scatter_pieces_scratch says how many elements. */
+tpdp_status comm_reduce_scatter_pieces_async(
+    tpdp_comm *comm, const tpdp_tensor *send, const comm_pieces *send_pieces,
+    tpdp_tensor *recv, const comm_pieces *recv_pieces, tpdp_reduce_op op,
+    void *scratch, int64_t scratch_elems, tpdp_work **work);
+/* The scratch elements it needs: `block` elements outside holes in this
+ * rank's block, `recv_in_send`: its recv pieces lie in the send buffer. */
+int64_t comm_reduce_scatter_pieces_scratch(const tpdp_comm *comm, int64_t block,
+                                           int recv_in_send);
+
 /* ------------------------------------- bounded waits (watchdog.c) */
 
 /* TPDP_TIMEOUT_S in seconds, 0 for no bound (unset: 600; 0 or negative:

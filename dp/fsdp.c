@@ -5,6 +5,7 @@
  * backward hooks. CPU (MPI) memory only. */
 #include "tpdp/fsdp.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,19 @@ struct tpdp_fsdp_unit {
    * reduce-scatter's packed input (and its output before the f32 cast) */
   void *gather_buf, *gather_send, *rs_send, *rs_recv;
   tpdp_work *gather_work, *rs_work;
+  /* Host memory over MPI: the collectives run over pieces of memory
+   * (comm_allgather_pieces_async), gathering straight into the full
+   * tensors and reducing straight out of the full gradients, with no
+   * packed copy. The flat layout rank by rank as pieces: every rank's rows
+   * in the full tensors (full_pc), this rank's in its shard (shard_pc) and
+   * in the full tensors (mine_pc); padding rows are holes. */
+  int pieces;
+  comm_piece *full_pc, *shard_pc, *mine_pc;
+  int n_full_pc, n_shard_pc, n_mine_pc;
+  int rs_pieces; /* the reduce-scatter in flight keeps full_grad until done */
+  void *rs_scratch; /* its room for the peers' contributions */
+  int64_t rs_scratch_elems;
+  int reduced; /* this step's reduce-scatter has started */
   gather_state gather;
   tpdp_handle_state state;
   int grads_pending; /* full_grad holds values not yet reduced */
@@ -118,24 +132,94 @@ static void transient_add(tpdp_fsdp_unit *u, int64_t bytes) {
 static int full_is_persistent(const tpdp_fsdp_unit *u) { return u->level <= 2; }
 static int grad_is_persistent(const tpdp_fsdp_unit *u) { return u->level == 1; }
 
-/* n elements of dtype dt, zeroed; counted as transient when `transient`. */
-/* The units' buffers. Large ones are mapped (mmap), so that a freed one
- * goes back to the system at once: malloc keeps blocks below its mmap
- * threshold (up to 32 MiB, raised as large blocks are freed) in its heap,
- * where a step's transient buffers of varying sizes would pile up and
- * raise the peak RSS. A 64-byte header before the data records the
- * mapping's size (0: from calloc). Zeroed either way. */
+/* The units' buffers. Large ones are mapped (mmap), so that they never
+ * pile up in malloc's heap (which keeps blocks below its mmap threshold,
+ * up to 32 MiB, raised as large blocks are freed). A freed mapping is kept
+ * for the next request of about its size, as PyTorch's caching allocator
+ * keeps device memory: the units ask for the same sizes every step, and a
+ * fresh mapping costs a page fault and a page of zeros for every 4 KiB
+ * touched (on the 2-core VM, 500 MB took 270 ms to touch fresh against
+ * 20 ms to write again). The cache empties when the last unit is freed.
+ * A 64-byte header before the data records the mapping's size (0: from
+ * calloc). */
 #define BUF_HEADER 64
 #define BUF_MAP_MIN ((size_t)1 << 20)
+#define BUF_CACHE_MAX 64
+#define BUF_PAGE ((size_t)4096)
 
-static void *buf_alloc(size_t bytes) {
+static struct {
+  pthread_mutex_t mu;
+  char *base[BUF_CACHE_MAX];
+  size_t total[BUF_CACHE_MAX];
+  int n;
+  int live_units;
+} buf_cache = {PTHREAD_MUTEX_INITIALIZER, {0}, {0}, 0, 0};
+
+/* A cached mapping of `total` bytes or a little more (at most 1/8), the
+ * smallest such; NULL if none. */
+static char *cache_take(size_t total, size_t *got) {
+  char *base = NULL;
+  pthread_mutex_lock(&buf_cache.mu);
+  int best = -1;
+  for (int i = 0; i < buf_cache.n; i++) {
+    size_t t = buf_cache.total[i];
+    if (t >= total && t - total <= total / 8 &&
+        (best < 0 || t < buf_cache.total[best]))
+      best = i;
+  }
+  if (best >= 0) {
+    base = buf_cache.base[best];
+    *got = buf_cache.total[best];
+    buf_cache.n--;
+    buf_cache.base[best] = buf_cache.base[buf_cache.n];
+    buf_cache.total[best] = buf_cache.total[buf_cache.n];
+  }
+  pthread_mutex_unlock(&buf_cache.mu);
+  return base;
+}
+
+static void cache_put(char *base, size_t total) {
+  pthread_mutex_lock(&buf_cache.mu);
+  int kept = buf_cache.live_units > 0 && buf_cache.n < BUF_CACHE_MAX;
+  if (kept) {
+    buf_cache.base[buf_cache.n] = base;
+    buf_cache.total[buf_cache.n++] = total;
+  }
+  pthread_mutex_unlock(&buf_cache.mu);
+  if (!kept) munmap(base, total);
+}
+
+static void cache_units(int delta) {
+  pthread_mutex_lock(&buf_cache.mu);
+  buf_cache.live_units += delta;
+  int empty = buf_cache.live_units == 0;
+  int n = empty ? buf_cache.n : 0;
+  char *base[BUF_CACHE_MAX];
+  size_t total[BUF_CACHE_MAX];
+  for (int i = 0; i < n; i++) {
+    base[i] = buf_cache.base[i];
+    total[i] = buf_cache.total[i];
+  }
+  if (empty) buf_cache.n = 0;
+  pthread_mutex_unlock(&buf_cache.mu);
+  for (int i = 0; i < n; i++) munmap(base[i], total[i]);
+}
+
+/* `bytes` of memory, zeroed when `zero` (fresh mappings always are). */
+static void *buf_alloc(size_t bytes, int zero) {
   size_t total = bytes + BUF_HEADER, mapped = 0;
   char *base;
   if (bytes >= BUF_MAP_MIN) {
-    base = mmap(NULL, total, PROT_READ | PROT_WRITE,
-                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) return NULL;
-    mapped = total;
+    total = (total + BUF_PAGE - 1) / BUF_PAGE * BUF_PAGE;
+    base = cache_take(total, &mapped);
+    if (base != NULL) {
+      if (zero) memset(base + BUF_HEADER, 0, bytes);
+    } else {
+      base = mmap(NULL, total, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (base == MAP_FAILED) return NULL;
+      mapped = total;
+    }
   } else {
     base = calloc(1, total);
     if (base == NULL) return NULL;
@@ -150,15 +234,17 @@ static void buf_free(void *p) {
   size_t mapped;
   memcpy(&mapped, base, sizeof mapped);
   if (mapped)
-    munmap(base, mapped);
+    cache_put(base, mapped);
   else
     free(base);
 }
 
+/* n elements of dtype dt (zeroed when `zero`); counted as transient when
+ * `transient`. */
 static tpdp_status alloc_elems(tpdp_fsdp_unit *u, int64_t n, tpdp_dtype dt,
-                               int transient, void **out) {
+                               int transient, int zero, void **out) {
   int64_t bytes = n * (int64_t)tpdp_dtype_size(dt);
-  *out = buf_alloc((size_t)bytes);
+  *out = buf_alloc((size_t)bytes, zero);
   if (*out == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
                     "unit %s on rank %d: %lld bytes for its buffers", u->label,
@@ -267,7 +353,7 @@ static tpdp_status set_grads(tpdp_fsdp_unit *u, int full) {
 /* The full gradients, zeroed unless they hold an accumulation. */
 static tpdp_status zeroed_full_grad(tpdp_fsdp_unit *u) {
   if (u->full_grad == NULL)
-    return alloc_elems(u, u->full_elems, u->pdt, !grad_is_persistent(u),
+    return alloc_elems(u, u->full_elems, u->pdt, !grad_is_persistent(u), 1,
                        &u->full_grad);
   if (!u->grads_pending)
     memset(u->full_grad, 0, (size_t)u->full_elems * tpdp_dtype_size(u->pdt));
@@ -287,19 +373,54 @@ static tpdp_status zeroed_full_grad(tpdp_fsdp_unit *u) {
     CHECK(as_unit_st_);                    \
   } while (0)
 
+/* The flat layout as pieces (see tpdp_fsdp_unit.pieces): rank q's rows of
+ * each parameter at `base(i) + q * chunk * row` for every q in [q0, q1),
+ * each followed by a hole for its padding. */
+static tpdp_status make_pieces(const tpdp_fsdp_unit *u, int q0, int q1,
+                               int in_full, comm_piece **out, int *n) {
+  CHECK(TPDP_CALLOC(*out, (size_t)(2 * u->np * (q1 - q0))));
+  int k = 0;
+  for (int q = q0; q < q1; q++)
+    for (int i = 0; i < u->np; i++) {
+      const fsdp_param *p = &u->p[i];
+      int64_t rows = rows_of(p, q);
+      int64_t off =
+          in_full ? p->full_off + q * p->chunk * p->row_elems : p->shard_off;
+      if (rows > 0) (*out)[k++] = (comm_piece){off, rows * p->row_elems};
+      if (rows < p->chunk)
+        (*out)[k++] = (comm_piece){-1, (p->chunk - rows) * p->row_elems};
+    }
+  *n = k;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status build_pieces(tpdp_fsdp_unit *u) {
+  u->pieces = comm_supports_pieces(u->comm);
+  if (!u->pieces) return TPDP_SUCCESS;
+  CHECK(make_pieces(u, 0, u->nranks, 1, &u->full_pc, &u->n_full_pc));
+  CHECK(make_pieces(u, u->rank, u->rank + 1, 0, &u->shard_pc, &u->n_shard_pc));
+  CHECK(make_pieces(u, u->rank, u->rank + 1, 1, &u->mine_pc, &u->n_mine_pc));
+  return TPDP_SUCCESS;
+}
+
+/* The reduce-scatter goes over pieces when it needs no cast: the full
+ * gradients are then the send buffer as they are. */
+static int reduces_over_pieces(const tpdp_fsdp_unit *u) {
+  return u->pieces && u->pdt == TPDP_F32 && u->rdt == TPDP_F32;
+}
+
 /* Start the all-gather of the shards, in param_dtype (the f32 shard cast
  * into a send buffer first when that differs). */
 static tpdp_status gather_start(tpdp_fsdp_unit *u) {
   if (u->gather != GATHER_NONE) return TPDP_SUCCESS;
   int64_t S = u->shard_elems, n = S * u->nranks;
   if (u->full == NULL)
-    CHECK(alloc_elems(u, u->full_elems, u->pdt, !full_is_persistent(u),
+    CHECK(alloc_elems(u, u->full_elems, u->pdt, !full_is_persistent(u), 0,
                       &u->full));
-  CHECK(alloc_elems(u, n, u->pdt, 1, &u->gather_buf));
   void *send_buf = u->shard;
-  if (u->pdt != TPDP_F32 || u->shard_in_full) {
+  if (u->pdt != TPDP_F32 || (u->shard_in_full && !u->pieces)) {
     /* this rank's rows, padded, in param_dtype */
-    CHECK(alloc_elems(u, S, u->pdt, 1, &u->gather_send));
+    CHECK(alloc_elems(u, S, u->pdt, 1, 1, &u->gather_send));
     for (int i = 0; i < u->np; i++) {
       const fsdp_param *q = &u->p[i];
       convert(at(u->gather_send, u->pdt, q->shard_off), u->pdt,
@@ -307,17 +428,33 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
     }
     send_buf = u->gather_send;
   }
-  tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
-  tpdp_tensor recv = tpdp_tensor_1d(u->gather_buf, u->pdt, n);
-  AS_UNIT(u, tpdp_allgather_async(u->comm, &send, &recv, &u->gather_work));
+  if (u->pieces) {
+    /* Straight into the full tensors; this rank's rows are there already
+     * when they live inside them. */
+    int in_full = send_buf == u->shard && u->shard_in_full;
+    if (in_full) send_buf = u->full;
+    comm_pieces sp = {in_full ? u->mine_pc : u->shard_pc,
+                      in_full ? u->n_mine_pc : u->n_shard_pc};
+    comm_pieces rp = {u->full_pc, u->n_full_pc};
+    tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
+    tpdp_tensor recv = tpdp_tensor_1d(u->full, u->pdt, n);
+    AS_UNIT(u, comm_allgather_pieces_async(u->comm, &send, &sp, &recv, &rp,
+                                           &u->gather_work));
+  } else {
+    CHECK(alloc_elems(u, n, u->pdt, 1, 0, &u->gather_buf));
+    tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
+    tpdp_tensor recv = tpdp_tensor_1d(u->gather_buf, u->pdt, n);
+    AS_UNIT(u, tpdp_allgather_async(u->comm, &send, &recv, &u->gather_work));
+  }
   u->gather = GATHER_IN_FLIGHT;
   u->group->cur.allgathers++;
   u->group->cur.bytes_allgathered += n * (int64_t)tpdp_dtype_size(u->pdt);
   return TPDP_SUCCESS;
 }
 
-/* Wait for the all-gather (starting it if needed) and copy each rank's rows
- * out of the padded flat layout into the full tensors. */
+/* Wait for the all-gather (starting it if needed) and, from a packed
+ * buffer, copy each rank's rows out of the padded flat layout into the
+ * full tensors. */
 static tpdp_status gather_finish(tpdp_fsdp_unit *u) {
   if (u->gather == GATHER_DONE) return TPDP_SUCCESS;
   CHECK(gather_start(u));
@@ -325,13 +462,14 @@ static tpdp_status gather_finish(tpdp_fsdp_unit *u) {
   u->gather_work = NULL;
   AS_UNIT(u, tpdp_work_wait(w));
   size_t es = tpdp_dtype_size(u->pdt);
-  for (int r = 0; r < u->nranks; r++)
-    for (int i = 0; i < u->np; i++) {
-      const fsdp_param *q = &u->p[i];
-      memcpy(at(u->full, u->pdt, q->full_off + r * q->chunk * q->row_elems),
-             at(u->gather_buf, u->pdt, r * u->shard_elems + q->shard_off),
-             (size_t)(rows_of(q, r) * q->row_elems) * es);
-    }
+  if (u->gather_buf != NULL)
+    for (int r = 0; r < u->nranks; r++)
+      for (int i = 0; i < u->np; i++) {
+        const fsdp_param *q = &u->p[i];
+        memcpy(at(u->full, u->pdt, q->full_off + r * q->chunk * q->row_elems),
+               at(u->gather_buf, u->pdt, r * u->shard_elems + q->shard_off),
+               (size_t)(rows_of(q, r) * q->row_elems) * es);
+      }
   free_elems(u, &u->gather_buf, u->shard_elems * u->nranks, u->pdt, 1);
   free_elems(u, &u->gather_send, u->shard_elems, u->pdt, 1);
   u->gather = GATHER_DONE;
@@ -345,32 +483,62 @@ static tpdp_status reshard(tpdp_fsdp_unit *u) {
   return TPDP_SUCCESS;
 }
 
-/* Pack the full gradients rank by rank (padding zero) in reduce_dtype and
- * start the reduce-scatter (AVG) into the gradient shard (through a
- * reduce_dtype buffer, cast to f32 at the end, when that is not f32). */
+static tpdp_status reduce_finish(tpdp_fsdp_unit *u);
+
+/* Start the reduce-scatter (AVG) of the full gradients into the gradient
+ * shard. Over pieces: straight from the full gradients, which stay until
+ * it is done (so one at a time is in flight: the others are finished
+ * first). Otherwise: packed rank by rank (padding zero) in reduce_dtype,
+ * through a reduce_dtype buffer cast to f32 at the end when that is not
+ * f32. */
 static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
   int64_t S = u->shard_elems, n = S * u->nranks;
-  CHECK(alloc_elems(u, n, u->rdt, 1, &u->rs_send));
-  for (int r = 0; r < u->nranks; r++)
-    for (int i = 0; i < u->np; i++) {
-      const fsdp_param *q = &u->p[i];
-      convert(
-          at(u->rs_send, u->rdt, r * S + q->shard_off), u->rdt,
-          at(u->full_grad, u->pdt, q->full_off + r * q->chunk * q->row_elems),
-          u->pdt, rows_of(q, r) * q->row_elems);
-    }
-  if (!grad_is_persistent(u))
-    free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
   u->grads_pending = 0;
-  void *recv_buf = u->shard_grad;
-  if (u->rdt != TPDP_F32 || u->grad_in_full) {
-    CHECK(alloc_elems(u, S, u->rdt, 1, &u->rs_recv));
-    recv_buf = u->rs_recv;
+  u->reduced = 1;
+  if (reduces_over_pieces(u)) {
+    fsdp_group *g = u->group;
+    for (int i = 0; i < g->nunits; i++)
+      if (g->units[i] != u) CHECK(reduce_finish(g->units[i]));
+    comm_pieces sp = {u->full_pc, u->n_full_pc};
+    comm_pieces rp = {u->grad_in_full ? u->mine_pc : u->shard_pc,
+                      u->grad_in_full ? u->n_mine_pc : u->n_shard_pc};
+    tpdp_tensor send = tpdp_tensor_1d(u->full_grad, TPDP_F32, n);
+    tpdp_tensor recv = tpdp_tensor_1d(
+        u->grad_in_full ? u->full_grad : (void *)u->shard_grad, TPDP_F32, S);
+    int64_t mine = 0; /* this rank's elements */
+    for (int i = 0; i < u->np; i++)
+      mine += rows_of(&u->p[i], u->rank) * u->p[i].row_elems;
+    u->rs_scratch_elems =
+        comm_reduce_scatter_pieces_scratch(u->comm, mine, u->grad_in_full);
+    if (u->rs_scratch_elems > 0)
+      CHECK(
+          alloc_elems(u, u->rs_scratch_elems, TPDP_F32, 1, 0, &u->rs_scratch));
+    AS_UNIT(u, comm_reduce_scatter_pieces_async(
+                   u->comm, &send, &sp, &recv, &rp, TPDP_OP_AVG, u->rs_scratch,
+                   u->rs_scratch_elems, &u->rs_work));
+    u->rs_pieces = 1;
+  } else {
+    CHECK(alloc_elems(u, n, u->rdt, 1, 1, &u->rs_send));
+    for (int r = 0; r < u->nranks; r++)
+      for (int i = 0; i < u->np; i++) {
+        const fsdp_param *q = &u->p[i];
+        convert(
+            at(u->rs_send, u->rdt, r * S + q->shard_off), u->rdt,
+            at(u->full_grad, u->pdt, q->full_off + r * q->chunk * q->row_elems),
+            u->pdt, rows_of(q, r) * q->row_elems);
+      }
+    if (!grad_is_persistent(u))
+      free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
+    void *recv_buf = u->shard_grad;
+    if (u->rdt != TPDP_F32 || u->grad_in_full) {
+      CHECK(alloc_elems(u, S, u->rdt, 1, 0, &u->rs_recv));
+      recv_buf = u->rs_recv;
+    }
+    tpdp_tensor send = tpdp_tensor_1d(u->rs_send, u->rdt, n);
+    tpdp_tensor recv = tpdp_tensor_1d(recv_buf, u->rdt, S);
+    AS_UNIT(u, tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
+                                         &u->rs_work));
   }
-  tpdp_tensor send = tpdp_tensor_1d(u->rs_send, u->rdt, n);
-  tpdp_tensor recv = tpdp_tensor_1d(recv_buf, u->rdt, S);
-  AS_UNIT(u, tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
-                                       &u->rs_work));
   u->group->cur.reduce_scatters++;
   u->group->cur.bytes_reduce_scattered += n * (int64_t)tpdp_dtype_size(u->rdt);
   return TPDP_SUCCESS;
@@ -390,6 +558,10 @@ static tpdp_status reduce_finish(tpdp_fsdp_unit *u) {
       convert(grad_rows(u, q), TPDP_F32, at(u->rs_recv, u->rdt, q->shard_off),
               u->rdt, rows_of(q, u->rank) * q->row_elems);
     }
+  if (u->rs_pieces && !grad_is_persistent(u) && !u->grads_pending)
+    free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
+  u->rs_pieces = 0;
+  free_elems(u, &u->rs_scratch, u->rs_scratch_elems, TPDP_F32, 1);
   free_elems(u, &u->rs_send, u->shard_elems * u->nranks, u->rdt, 1);
   free_elems(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
   return st;
@@ -426,7 +598,10 @@ static tpdp_status progress(fsdp_group *g) {
     tpdp_fsdp_unit *v = g->units[i];
     int done = 0;
     if (v->gather_work) AS_UNIT(v, tpdp_work_test(v->gather_work, &done));
+    done = 0;
     if (v->rs_work) AS_UNIT(v, tpdp_work_test(v->rs_work, &done));
+    /* done: its full gradients can go now */
+    if (done && v->rs_pieces) CHECK(reduce_finish(v));
   }
   return TPDP_SUCCESS;
 }
@@ -442,7 +617,7 @@ static tpdp_status on_forward_begin(tpdp_module *m, void *ctx) {
                      "forward (a second forward during backward, "
                      "e.g. activation recomputation, is not "
                      "supported)"));
-  if (u->rs_work != NULL)
+  if (u->reduced)
     return TPDP_ERR(TPDP_ERR_STATE,
                     "fully sharded unit %s on rank %d: forward after a synced "
                     "backward; call tpdp_fsdp_finalize first",
@@ -644,8 +819,13 @@ static void unit_free(void *vu) {
   buf_free(u->gather_send);
   buf_free(u->rs_send);
   buf_free(u->rs_recv);
+  buf_free(u->rs_scratch);
+  free(u->full_pc);
+  free(u->shard_pc);
+  free(u->mine_pc);
   u->magic = 0;
   free(u);
+  cache_units(-1);
 }
 
 /* Move every unit of `from` into `to`. */
@@ -737,19 +917,20 @@ static tpdp_status build_shard(tpdp_fsdp_unit *u) {
   u->shard_in_full = u->level <= 2 && u->pdt == TPDP_F32;
   u->grad_in_full = u->level == 1 && u->pdt == TPDP_F32;
   if (u->shard_in_full) /* persistent; the other ranks' rows come later */
-    CHECK(alloc_elems(u, foff, TPDP_F32, 0, &u->full));
+    CHECK(alloc_elems(u, foff, TPDP_F32, 0, 1, &u->full));
   else
-    CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard));
+    CHECK(alloc_elems(u, soff, TPDP_F32, 0, 1, (void **)&u->shard));
   if (u->grad_in_full)
-    CHECK(alloc_elems(u, foff, TPDP_F32, 0, &u->full_grad));
+    CHECK(alloc_elems(u, foff, TPDP_F32, 0, 1, &u->full_grad));
   else
-    CHECK(alloc_elems(u, soff, TPDP_F32, 0, (void **)&u->shard_grad));
+    CHECK(alloc_elems(u, soff, TPDP_F32, 0, 1, (void **)&u->shard_grad));
   for (int i = 0; i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     const float *src = tpdp_param_tensor(q->param)->data;
     memcpy(shard_rows(u, q), src + u->rank * q->chunk * q->row_elems,
            (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
   }
+  CHECK(build_pieces(u));
   return point_at_shard(u);
 }
 
@@ -773,6 +954,7 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "fully sharded unit");
   }
   u->magic = FSDP_MAGIC;
+  cache_units(+1);
   u->module = module;
   u->comm = dp;
   u->rank = tpdp_comm_rank(dp);
@@ -933,7 +1115,7 @@ tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root) {
   tpdp_fsdp_unit *prev = NULL;
   for (int i = 0; i < g->nunits; i++) {
     tpdp_fsdp_unit *u = g->units[i];
-    if (u->rs_work != NULL) continue;
+    if (u->reduced) continue;
     CHECK(zeroed_full_grad(u));
     CHECK(reduce_start(u));
     if (prev) CHECK(reduce_finish(prev));
@@ -951,6 +1133,7 @@ tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root) {
     core_first_error_add(&f, set_grads(u, 0));
     u->state = TPDP_HANDLE_IDLE;
     u->forwarded = 0;
+    u->reduced = 0;
   }
   g->norder = 0;
   g->last = g->cur;

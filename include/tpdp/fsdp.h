@@ -12,7 +12,15 @@
  * to c, all parameters of a unit back to back (the rank's flat shard of S
  * elements), so every rank sends the same bytes: one flat all-gather
  * (S per rank, rank by rank) and one flat reduce-scatter per unit and step.
- * What callers see (shard views, gradients) is unpadded.
+ * What callers see (shard views, gradients) is unpadded. On the MPI
+ * backend the flat buffers are never built: the all-gather writes every
+ * rank's rows straight into the full tensors and the reduce-scatter reads
+ * them straight out of the full gradients (point-to-point messages with
+ * derived datatypes, padding left out), except where a cast to
+ * param_dtype or reduce_dtype needs a buffer anyway. Buffers of 1 MiB and
+ * more are kept from step to step for the next request of their size
+ * (their pages stay mapped, as PyTorch's caching allocator keeps device
+ * memory), and freed with the last unit.
  *
  * Life cycle of a unit u (hooks on u's module; the framework calls
  * tpdp_module_forward_begin/end and tpdp_module_backward_begin/end around
@@ -62,8 +70,8 @@
  *
  * Numerics: with f32 param_dtype and reduce_dtype (the defaults) gather
  * and reduce-scatter move f32 exactly, and the gradient is
- * tpdp_reduce_scatter's AVG (MPI's sum then a division), equal to the
- * reducer's allreduce AVG up to summation order. bf16/f16 (mixed
+ * the sum over ranks in rank order, then divided by the dp size, equal
+ * to the reducer's allreduce AVG up to summation order. bf16/f16 (mixed
  * precision, see the options) round as PyTorch's casts do.
  */
 #ifndef TPDP_FSDP_H

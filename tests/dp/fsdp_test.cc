@@ -168,7 +168,8 @@ TEST_P(Levels, ShardsByTheChunkRuleAndTrainsLikeOneProcess) {
                       : level == 2 ? full + shards
                                    : 2 * shards);
   EXPECT_EQ(st.persistent_bytes, want);
-  EXPECT_GT(st.peak_transient_bytes, 0);
+  // Level 1 holds nothing transient on one rank (nothing to exchange).
+  if (level > 1 || n > 1) EXPECT_GT(st.peak_transient_bytes, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, Levels, ::testing::Values(1, 2, 3));
