@@ -90,11 +90,11 @@ int main(int argc, char **argv) {
       for (int k = 0; k < 4; k++) {
         int in = shapes[k][0], out = shapes[k][1];
         nn_conv1d_fwd(X, W, NULL, Y, N, in, out);
-        nn_conv1d_bwd(X, W, Y, dX, dW, NULL, N, in, out, 0.0f);
+        nn_conv1d_bwd(X, W, Y, dX, dW, NULL, N, in, out, 0.0f, 0.0f);
         flop += 6.0 * N * in * out;
       }
     nn_linear_fwd(X, W, Y, N, C, V);
-    nn_linear_bwd(X, W, Y, dX, dW, N, C, V);
+    nn_linear_bwd(X, W, Y, dX, dW, N, C, V, 0.0f);
     flop += 6.0 * N * C * V;
     double dt = ex_now() - t0;
     if (r > 0 && dt < best) best = dt;

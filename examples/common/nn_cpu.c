@@ -145,7 +145,8 @@ void nn_conv1d_fwd(const float *X, const float *W, const float *b, float *Y,
 }
 
 void nn_conv1d_bwd(const float *X, const float *W, const float *dY, float *dX,
-                   float *dW, float *db, int N, int in, int out, float beta) {
+                   float *dW, float *db, int N, int in, int out, float beta,
+                   float grad_beta) {
   if (dX && (int64_t)N * in > 0) {
     if (out == 0) {
       if (beta == 0.0f) memset(dX, 0, sizeof(float) * (size_t)N * (size_t)in);
@@ -155,14 +156,16 @@ void nn_conv1d_bwd(const float *X, const float *W, const float *dY, float *dX,
     }
   }
   if (dW && (int64_t)in * out > 0) {
-    if (N == 0)
-      memset(dW, 0, sizeof(float) * (size_t)in * (size_t)out);
-    else
+    if (N == 0) {
+      if (grad_beta == 0.0f)
+        memset(dW, 0, sizeof(float) * (size_t)in * (size_t)out);
+    } else {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, N, 1.0f, X,
-                  in, dY, out, 0.0f, dW, out);
+                  in, dY, out, grad_beta, dW, out);
+    }
   }
   if (db) {
-    memset(db, 0, sizeof(float) * (size_t)out);
+    if (grad_beta == 0.0f) memset(db, 0, sizeof(float) * (size_t)out);
     for (int i = 0; i < N; i++) {
       const float *dy = dY + (int64_t)i * out;
       for (int j = 0; j < out; j++) db[j] += dy[j];
@@ -182,7 +185,7 @@ void nn_linear_fwd(const float *X, const float *W, float *Y, int N, int in,
 }
 
 void nn_linear_bwd(const float *X, const float *W, const float *dY, float *dX,
-                   float *dW, int N, int in, int out) {
+                   float *dW, int N, int in, int out, float grad_beta) {
   if (dX && (int64_t)N * in > 0) {
     if (out == 0)
       memset(dX, 0, sizeof(float) * (size_t)N * (size_t)in);
@@ -191,11 +194,13 @@ void nn_linear_bwd(const float *X, const float *W, const float *dY, float *dX,
                   dY, out, W, in, 0.0f, dX, in);
   }
   if (dW && (int64_t)out * in > 0) {
-    if (N == 0)
-      memset(dW, 0, sizeof(float) * (size_t)out * (size_t)in);
-    else
+    if (N == 0) {
+      if (grad_beta == 0.0f)
+        memset(dW, 0, sizeof(float) * (size_t)out * (size_t)in);
+    } else {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dY,
-                  out, X, in, 0.0f, dW, in);
+                  out, X, in, grad_beta, dW, in);
+    }
   }
 }
 
@@ -220,9 +225,11 @@ void nn_layernorm_fwd(const float *X, const float *g, const float *b, float *Y,
 
 void nn_layernorm_bwd(const float *X, const float *g, const float *mean,
                       const float *rstd, const float *dY, float *dX, float *dg,
-                      float *db, int N, int C) {
-  memset(dg, 0, sizeof(float) * (size_t)C);
-  memset(db, 0, sizeof(float) * (size_t)C);
+                      float *db, int N, int C, float grad_beta) {
+  if (grad_beta == 0.0f) {
+    memset(dg, 0, sizeof(float) * (size_t)C);
+    memset(db, 0, sizeof(float) * (size_t)C);
+  }
   for (int i = 0; i < N; i++) {
     const float *x = X + (int64_t)i * C, *dy = dY + (int64_t)i * C;
     float *dx = dX + (int64_t)i * C;

@@ -67,26 +67,29 @@ const char *nn_blas_better_core(void);
 void nn_conv1d_fwd(const float *X, const float *W, const float *b, float *Y,
                    int N, int in, int out);
 /* Backward of nn_conv1d_fwd: dX = dY W^T (beta 0 overwrites, 1 adds),
- * dW = X^T dY and db = column sums of dY (overwritten). Any of dX, dW, db
- * may be NULL. */
+ * dW = X^T dY and db = column sums of dY (grad_beta 0 overwrites them, 1
+ * adds: gradient accumulation). Any of dX, dW, db may be NULL. */
 void nn_conv1d_bwd(const float *X, const float *W, const float *dY, float *dX,
-                   float *dW, float *db, int N, int in, int out, float beta);
+                   float *dW, float *db, int N, int in, int out, float beta,
+                   float grad_beta);
 
 /* Y[N, out] = X[N, in] W^T, W [out, in] (torch.nn.Linear, no bias). */
 void nn_linear_fwd(const float *X, const float *W, float *Y, int N, int in,
                    int out);
-/* dX = dY W (overwritten), dW = dY^T X (overwritten); either may be NULL. */
+/* dX = dY W (overwritten), dW = dY^T X (grad_beta 0 overwrites, 1 adds);
+ * either may be NULL. */
 void nn_linear_bwd(const float *X, const float *W, const float *dY, float *dX,
-                   float *dW, int N, int in, int out);
+                   float *dW, int N, int in, int out, float grad_beta);
 
 /* LayerNorm over the last dim (eps), biased variance as torch. mean, rstd:
  * [N], kept for the backward. */
 void nn_layernorm_fwd(const float *X, const float *g, const float *b, float *Y,
                       float *mean, float *rstd, int N, int C, float eps);
-/* dX += LayerNorm's input gradient; dg, db overwritten. */
+/* dX += LayerNorm's input gradient; dg, db overwritten (grad_beta 0) or
+ * added to (1). */
 void nn_layernorm_bwd(const float *X, const float *g, const float *mean,
                       const float *rstd, const float *dY, float *dX, float *dg,
-                      float *db, int N, int C);
+                      float *db, int N, int C, float grad_beta);
 
 /* GELU, tanh approximation (Hugging Face "gelu_new", torch
  * gelu(approximate="tanh")). */

@@ -153,6 +153,7 @@ static int cpu_forward(trainer *t, const int32_t *inputs, float loss_scale) {
 
 static int cpu_backward(trainer *t) {
   cpu_state *c = t->dev;
+  c->model.accumulate = t->accumulate;
   return gpt2_backward(&c->model, &c->ops, &t->tm.model);
 }
 

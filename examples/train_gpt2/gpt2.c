@@ -212,6 +212,8 @@ int gpt2_model_init(gpt2_model *m, const gpt2_dims *d, float **P, float **G) {
   ok &= m->name != NULL;
   CPU_BUFFERS(ALLOC)
 #undef ALLOC
+  m->rep_scratch = calloc(2 * (size_t)s.C, sizeof(float));
+  ok &= m->rep_scratch != NULL;
   if (!ok) {
     gpt2_model_free(m);
     return -1;
@@ -223,6 +225,7 @@ void gpt2_model_free(gpt2_model *m) {
 #define FREE(name, count) free(m->name);
   CPU_BUFFERS(FREE)
 #undef FREE
+  free(m->rep_scratch);
   memset(m, 0, sizeof *m);
 }
 
@@ -432,16 +435,25 @@ int gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
 #define READY(i) CALL(t, 0, ops->grad_ready(ops->ctx, (i)))
 
 /* Sequence parallelism leaves the gradients of replicated parameters used
- * on sequence shards partial: sum them over TP before they are final. */
-#define READY_REPLICATED(i)                                   \
-  do {                                                        \
-    if (d->sp) CALL(t, 1, ops->allreduce(ops->ctx, G[i], C)); \
-    READY(i);                                                 \
+ * on sequence shards partial: sum them over TP before they are final.
+ * Accumulating, only this micro-batch's partial sums may be summed (the
+ * earlier ones are already whole): the replicated gradients (all C wide)
+ * are then computed into m->rep_scratch (slot 0 or 1), summed over TP
+ * there and added to m->G. */
+#define REP_ACC (m->accumulate && d->sp)
+#define REP(i, slot) (REP_ACC ? m->rep_scratch + (slot)*C : G[i])
+#define READY_REPLICATED(i, slot)                           \
+  do {                                                      \
+    float *g_ = REP(i, slot);                               \
+    if (d->sp) CALL(t, 1, ops->allreduce(ops->ctx, g_, C)); \
+    if (g_ != G[i])                                         \
+      for (int k_ = 0; k_ < C; k_++) G[i][k_] += g_[k_];    \
+    READY(i);                                               \
   } while (0)
 
-/* dst[C] = column sums of src [rows, C] */
-static void colsum(const float *src, float *dst, int rows, int C) {
-  memset(dst, 0, sizeof(float) * (size_t)C);
+/* dst[C] = column sums of src [rows, C], added to dst when `add`. */
+static void colsum(const float *src, float *dst, int rows, int C, int add) {
+  if (!add) memset(dst, 0, sizeof(float) * (size_t)C);
   for (int i = 0; i < rows; i++)
     for (int k = 0; k < C; k++) dst[k] += src[(int64_t)i * C + k];
 }
@@ -454,19 +466,22 @@ int gpt2_backward(gpt2_model *m, const gpt2_ops *ops, gpt2_timers *t) {
   float **P = m->P, **G = m->G;
   double start = ex_now(), paused = 0;
   const int lnf = gpt2_lnf_param(&d->c);
+  /* accumulating: add into G (the replicated gradients under sequence
+   * parallelism go through rep_scratch, overwritten, see REP) */
+  const float gb = m->accumulate ? 1.0f : 0.0f, rb = REP_ACC ? 0.0f : gb;
 
   /* head (tied to wte): logits = lnf wte^T; m->logits holds dlogits */
   const float *lnf_in = d->sp ? m->lnfg : m->lnf;
   nn_linear_bwd(lnf_in, P[GPT2_WTE], m->logits, m->dtmp, G[GPT2_WTE], N, C,
-                d->vl);
+                d->vl, gb);
   const float *dln = NULL;
   CALL(t, 1, reduce_out(m, ops, m->dtmp, m->tmp2, &dln));
   memset(m->dresid, 0, sizeof(float) * (size_t)Nl * (size_t)C);
   const float *xL = m->resid + (int64_t)L * Nl * C;
   nn_layernorm_bwd(xL, P[lnf], m->lnf_stats, m->lnf_stats + Nl, dln, m->dresid,
-                   G[lnf], G[lnf + 1], Nl, C);
-  READY_REPLICATED(lnf);
-  READY_REPLICATED(lnf + 1);
+                   REP(lnf, 0), REP(lnf + 1, 1), Nl, C, rb);
+  READY_REPLICATED(lnf, 0);
+  READY_REPLICATED(lnf + 1, 1);
 
   for (int l = L - 1; l >= 0; l--) {
     const int64_t o_l = (int64_t)l * Nl * C, o_g = (int64_t)l * N * C;
@@ -486,46 +501,47 @@ int gpt2_backward(gpt2_model *m, const gpt2_ops *ops, gpt2_timers *t) {
       CALL(t, 0, ops->block(ops->ctx, GPT2_BLOCK_BACKWARD_BEGIN, l));
     /* MLP: x_out = r2 + sum_tp(fcg Wmo) + bmo */
     int i_mo_b = gpt2_block_param(l, GPT2_MO_B);
-    colsum(m->dresid, G[i_mo_b], Nl, C);
-    READY_REPLICATED(i_mo_b);
+    colsum(m->dresid, REP(i_mo_b, 0), Nl, C, rb != 0.0f);
+    READY_REPLICATED(i_mo_b, 0);
     CALL(t, 1, gather_in(m, ops, m->dresid, m->dfull, &dy));
     int i_mo_w = gpt2_block_param(l, GPT2_MO_W);
-    nn_conv1d_bwd(fcg, P[i_mo_w], dy, m->dfc, G[i_mo_w], NULL, N, F, C, 0.0f);
+    nn_conv1d_bwd(fcg, P[i_mo_w], dy, m->dfc, G[i_mo_w], NULL, N, F, C, 0.0f,
+                  gb);
     READY(i_mo_w);
     nn_gelu_bwd(fch, m->dfc, (int64_t)N * F);
     int i_fc_w = gpt2_block_param(l, GPT2_FC_W);
     nn_conv1d_bwd(ln2_in, P[i_fc_w], m->dfc, m->dtmp, G[i_fc_w], G[i_fc_w + 1],
-                  N, C, F, 0.0f);
+                  N, C, F, 0.0f, gb);
     READY(i_fc_w);
     READY(i_fc_w + 1);
     CALL(t, 1, reduce_out(m, ops, m->dtmp, m->tmp2, &dred));
     int i_ln2 = gpt2_block_param(l, GPT2_LN2_W);
-    nn_layernorm_bwd(r2, P[i_ln2], st2, st2 + Nl, dred, m->dresid, G[i_ln2],
-                     G[i_ln2 + 1], Nl, C);
-    READY_REPLICATED(i_ln2);
-    READY_REPLICATED(i_ln2 + 1);
+    nn_layernorm_bwd(r2, P[i_ln2], st2, st2 + Nl, dred, m->dresid,
+                     REP(i_ln2, 0), REP(i_ln2 + 1, 1), Nl, C, rb);
+    READY_REPLICATED(i_ln2, 0);
+    READY_REPLICATED(i_ln2 + 1, 1);
 
     /* attention: r2 = x + sum_tp(atty Wao) + bao */
     int i_ao_b = gpt2_block_param(l, GPT2_AO_B);
-    colsum(m->dresid, G[i_ao_b], Nl, C);
-    READY_REPLICATED(i_ao_b);
+    colsum(m->dresid, REP(i_ao_b, 0), Nl, C, rb != 0.0f);
+    READY_REPLICATED(i_ao_b, 0);
     CALL(t, 1, gather_in(m, ops, m->dresid, m->dfull, &dy));
     int i_ao_w = gpt2_block_param(l, GPT2_AO_W);
-    nn_conv1d_bwd(atty, P[i_ao_w], dy, m->datty, G[i_ao_w], NULL, N, E, C,
-                  0.0f);
+    nn_conv1d_bwd(atty, P[i_ao_w], dy, m->datty, G[i_ao_w], NULL, N, E, C, 0.0f,
+                  gb);
     READY(i_ao_w);
     attention_bwd(d, qkv, att, m->datty, m->dqkv, m->dscore);
     int i_qkv = gpt2_block_param(l, GPT2_QKV_W);
     nn_conv1d_bwd(ln1_in, P[i_qkv], m->dqkv, m->dtmp, G[i_qkv], G[i_qkv + 1], N,
-                  C, 3 * E, 0.0f);
+                  C, 3 * E, 0.0f, gb);
     READY(i_qkv);
     READY(i_qkv + 1);
     CALL(t, 1, reduce_out(m, ops, m->dtmp, m->tmp2, &dred));
     int i_ln1 = gpt2_block_param(l, GPT2_LN1_W);
-    nn_layernorm_bwd(x, P[i_ln1], st1, st1 + Nl, dred, m->dresid, G[i_ln1],
-                     G[i_ln1 + 1], Nl, C);
-    READY_REPLICATED(i_ln1);
-    READY_REPLICATED(i_ln1 + 1);
+    nn_layernorm_bwd(x, P[i_ln1], st1, st1 + Nl, dred, m->dresid, REP(i_ln1, 0),
+                     REP(i_ln1 + 1, 1), Nl, C, rb);
+    READY_REPLICATED(i_ln1, 0);
+    READY_REPLICATED(i_ln1 + 1, 1);
     if (ops->block)
       CALL(t, 0, ops->block(ops->ctx, GPT2_BLOCK_BACKWARD_END, l));
   }
@@ -534,7 +550,8 @@ int gpt2_backward(gpt2_model *m, const gpt2_ops *ops, gpt2_timers *t) {
   const float *dx0 = NULL;
   CALL(t, 1, gather_in(m, ops, m->dresid, m->dfull, &dx0));
   float *dwpe = G[GPT2_WPE];
-  memset(dwpe, 0, sizeof(float) * (size_t)d->c.n_positions * (size_t)C);
+  if (!m->accumulate)
+    memset(dwpe, 0, sizeof(float) * (size_t)d->c.n_positions * (size_t)C);
   for (int b = 0; b < d->B; b++)
     for (int p = 0; p < d->T; p++) {
       const float *g = dx0 + ((int64_t)b * d->T + p) * C;

@@ -177,6 +177,10 @@ typedef struct {
   float **P, **G; /* [num_params] local parameters / gradients (caller's) */
   const int32_t *inputs, *targets;
   float loss_scale;
+  /* Gradient accumulation: the backward adds into m->G instead of
+   * overwriting it (the micro-batches after a step's first). */
+  int accumulate;
+  float *rep_scratch; /* [2C]: see gpt2_backward */
   /* activations (see gpt2.c) */
   float *x0, *resid, *resid2, *ln1, *ln2, *ln1_stats, *ln2_stats, *ln1g, *ln2g;
   float *qkv, *att, *atty, *fch, *fcg, *lnf, *lnf_stats, *lnfg, *logits;
@@ -196,7 +200,8 @@ int64_t gpt2_activation_bytes(const gpt2_dims *d);
 int gpt2_forward(gpt2_model *m, const int32_t *inputs, const int32_t *targets,
                  float loss_scale, const gpt2_ops *ops, double *loss_sum,
                  gpt2_timers *t);
-/* Backward after gpt2_forward: overwrites every m->G[i], calling
+/* Backward after gpt2_forward: overwrites every m->G[i] (adds into it with
+ * m->accumulate), calling
  * ops->grad_ready(i) as soon as gradient i is final (reverse order; wte
  * last, after both of its uses). */
 int gpt2_backward(gpt2_model *m, const gpt2_ops *ops, gpt2_timers *t);

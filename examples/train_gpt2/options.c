@@ -45,6 +45,11 @@ static void usage(FILE *out) {
       "                   also the parameters between uses (--device cpu;\n"
       "                   --save/--load hold the shards: resume on any\n"
       "                   mesh and level)\n"
+      "  --accum K        gradient accumulation: K micro-batches of --batch\n"
+      "                   rows per optimizer step, gradients reduced once,\n"
+      "                   after the last (PyTorch's no_sync /\n"
+      "                   set_requires_gradient_sync(False) for the others;\n"
+      "                   --device cpu; default 1)\n"
       "  --check          also train in one process on rank 0 and compare;\n"
       "                   exit 1 if loss or parameters differ by > 1e-4\n"
       "  --quiet          print only the summary lines\n"
@@ -76,6 +81,7 @@ int parse_options(int argc, char **argv, options *o) {
   o->shape = (gpt2_config){4, 128, 4, 256, 256, 0};
   o->adamw = (nn_adamw_opts){3e-4, 0.9, 0.95, 1e-8};
   o->bucket_mib = 25;
+  o->accum = 1;
   o->seed = 1;
   const ex_flag flags[] = {
       {"data", EX_FLAG_STRING, &o->data, 0},
@@ -96,6 +102,7 @@ int parse_options(int argc, char **argv, options *o) {
       {"bucket-mib", EX_FLAG_DOUBLE, &o->bucket_mib, 0},
       {"zero", EX_FLAG_INT, &o->zero, 0},
       {"grad-clip", EX_FLAG_DOUBLE, &o->grad_clip, 0},
+      {"accum", EX_FLAG_INT, &o->accum, 0},
       {"check", EX_FLAG_SWITCH, &o->check, 0},
       {"quiet", EX_FLAG_SWITCH, &o->quiet, 0},
       {"seed", EX_FLAG_U64, &o->seed, G_SEED},
@@ -161,6 +168,14 @@ int check_options(const options *o, ex_error *e) {
                    "CUDA gradients yet)");
   if (o->zero < 0 || o->zero > 3)
     return ex_fail(e, "--zero must be 0, 1, 2 or 3, not %d", o->zero);
+  if (o->accum < 1)
+    return ex_fail(e, "--accum must be >= 1 (micro-batches per step), not %d",
+                   o->accum);
+  if (o->accum > 1 && strcmp(o->device, "cpu") != 0)
+    return ex_fail(e,
+                   "--accum %d runs on --device cpu only (the CUDA model "
+                   "overwrites its gradients)",
+                   o->accum);
   if (o->zero > 0 && strcmp(o->device, "cpu") != 0)
     return ex_fail(e,
                    "--zero %d runs on --device cpu only (fully sharded units "

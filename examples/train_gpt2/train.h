@@ -58,6 +58,7 @@ typedef struct {
   unsigned given;   /* G_* of the flags given */
   int zero;         /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
   double grad_clip; /* --grad-clip: max global gradient norm (0: off) */
+  int accum;        /* --accum: micro-batches per optimizer step */
 } options;
 
 /* 0, 1 after --help, 2 on a usage error (printed). */
@@ -91,6 +92,7 @@ typedef struct {
   tpdp_comm *comm; /* the host mesh's parent: world, or a 1-rank split */
   int rank;
   int print;      /* the tree report and step lines (rank 0, not --quiet) */
+  int accumulate; /* this backward adds into the gradients (--accum) */
   int summary;    /* the throughput / time / memory lines (rank 0) */
   int err_agreed; /* err is the same on every rank (rank 0 prints it) */
   gpt2_config c;

@@ -383,16 +383,18 @@ static int reducer_backward(trainer *t, tpdp_reducer_stats *rebuild,
 }
 
 /* Backward under fully sharded units (--zero 1-3): the root's backward
- * hooks around the model's (each block's run inside it), then finalize,
- * which leaves the tree viewing the shards and their averaged gradients. */
-static int fsdp_backward(trainer *t) {
+ * hooks around the model's (each block's run inside it), then, on a step's
+ * last micro-batch (`sync`), finalize, which leaves the tree viewing the
+ * shards and their averaged gradients. The others only accumulate. */
+static int fsdp_backward(trainer *t, int sync) {
   double h0 = ex_now();
+  TRY(tpdp_fsdp_set_requires_gradient_sync(t->fsdp, sync));
   TRY(tpdp_module_backward_begin(t->root));
   trainer_refresh_views(t);
   t->tm.hooks += ex_now() - h0;
   if (t->b->backward(t) != 0) return -1;
   TRY(tpdp_module_backward_end(t->root));
-  TRY(tpdp_fsdp_finalize(t->fsdp));
+  if (sync) TRY(tpdp_fsdp_finalize(t->fsdp));
   trainer_refresh_views(t);
   return 0;
 }
@@ -424,8 +426,11 @@ static int train(trainer *t, run_out *out) {
     ex_fail(&t->err, "out of memory");
     goto done;
   }
+  /* The loss is the mean over the step's global batch: --accum
+   * micro-batches of --batch rows, each split over dp. */
+  const int K = o->accum;
   const int64_t rows = (int64_t)t->dims.B * o->seq;
-  const float scale = 1.0f / (float)rows;
+  const float scale = 1.0f / ((float)rows * (float)K);
   tpdp_reducer_stats rs0 = {0, 0, 0, 0}, rebuild = {0, 0, 0, 0};
   times tm0;
   memset(&tm0, 0, sizeof tm0);
@@ -440,52 +445,71 @@ static int train(trainer *t, run_out *out) {
           tpdp_reducer_get_stats(t->reducer, &rs0) != TPDP_SUCCESS)
         goto done;
     }
-    /* Every rank reads the global batch and checks it; DP rank r takes rows
-     * r*B/D .. (r+1)*B/D-1. */
-    double h0 = ex_now();
-    int bad = tok_next_batch(&t->tok, (int64_t)o->batch * o->seq, t->c.vocab,
-                             tokens, &t->err) != 0;
-    if (agree(t, bad) != 0) goto done;
-    t->tm.data += ex_now() - h0;
-    const int32_t *in = tokens + (int64_t)t->dp_rank * rows;
-    h0 = ex_now();
-    tpdp_status st = tpdp_module_forward_begin(t->root);
-    if (st != TPDP_SUCCESS) {
-      tpdp_fail(t, "tpdp_module_forward_begin", st);
-      goto done;
-    }
-    if (o->zero > 0) trainer_refresh_views(t);
-    t->tm.hooks += ex_now() - h0;
-    if (t->b->forward(t, in, scale) != 0) goto done;
-    h0 = ex_now();
-    st = tpdp_module_forward_end(t->root);
-    if (st != TPDP_SUCCESS) {
-      tpdp_fail(t, "tpdp_module_forward_end", st);
-      goto done;
-    }
-    t->tm.hooks += ex_now() - h0;
-    if (o->zero > 0) {
-      if (fsdp_backward(t) != 0) goto done;
-    } else if (reducer_backward(t, &rebuild, &rebuild_s) != 0) {
-      goto done;
+    double loss_sum = 0;
+    for (int mb = 0; mb < K; mb++) {
+      /* Every rank reads the global batch and checks it; DP rank r takes
+       * rows r*B/D .. (r+1)*B/D-1. */
+      double h0 = ex_now();
+      int bad = tok_next_batch(&t->tok, (int64_t)o->batch * o->seq, t->c.vocab,
+                               tokens, &t->err) != 0;
+      if (agree(t, bad) != 0) goto done;
+      t->tm.data += ex_now() - h0;
+      const int32_t *in = tokens + (int64_t)t->dp_rank * rows;
+      h0 = ex_now();
+      tpdp_status st = tpdp_module_forward_begin(t->root);
+      if (st != TPDP_SUCCESS) {
+        tpdp_fail(t, "tpdp_module_forward_begin", st);
+        goto done;
+      }
+      if (o->zero > 0) trainer_refresh_views(t);
+      t->tm.hooks += ex_now() - h0;
+      if (t->b->forward(t, in, scale) != 0) goto done;
+      h0 = ex_now();
+      st = tpdp_module_forward_end(t->root);
+      if (st != TPDP_SUCCESS) {
+        tpdp_fail(t, "tpdp_module_forward_end", st);
+        goto done;
+      }
+      t->tm.hooks += ex_now() - h0;
+      /* The micro-batches after the first add into the gradients; only the
+       * last reduces them over dp (the others: no_sync). */
+      const int sync = mb == K - 1;
+      t->accumulate = mb > 0;
+      if (o->zero > 0) {
+        if (fsdp_backward(t, sync) != 0) goto done;
+      } else {
+        st =
+            t->reducer ? tpdp_reducer_set_sync(t->reducer, sync) : TPDP_SUCCESS;
+        if (st != TPDP_SUCCESS) {
+          tpdp_fail(t, "tpdp_reducer_set_sync", st);
+          goto done;
+        }
+        if (reducer_backward(t, &rebuild, &rebuild_s) != 0) goto done;
+      }
+      if (!sync) { /* the last micro-batch's loss: after the update */
+        double l = 0;
+        if (t->b->loss(t, &l) != 0) goto done;
+        loss_sum += l;
+      }
     }
     /* The optimizer reads the averaged gradients. */
     if (t->b->wait_dp(t) != 0) goto done;
     double grad_norm = 0;
     if (o->grad_clip > 0 && clip_gradients(t, &grad_norm) != 0) goto done;
-    h0 = ex_now();
+    double h0 = ex_now();
     if (t->b->optimizer_step(t, step + 1) != 0) goto done;
     t->tm.optim += ex_now() - h0;
-    double loss_sum = 0;
-    if (t->b->loss(t, &loss_sum) != 0) goto done;
+    double last_loss = 0;
+    if (t->b->loss(t, &last_loss) != 0) goto done;
+    loss_sum += last_loss;
     /* The step's loss: mean over the global batch (sum over DP ranks). */
     tpdp_tensor lt = tpdp_tensor_1d(&loss_sum, TPDP_F64, 1);
-    st = tpdp_allreduce(t->dp_comm, &lt, &lt, TPDP_OP_SUM);
+    tpdp_status st = tpdp_allreduce(t->dp_comm, &lt, &lt, TPDP_OP_SUM);
     if (st != TPDP_SUCCESS) {
       tpdp_fail(t, "tpdp_allreduce (loss)", st);
       goto done;
     }
-    out->losses[step] = loss_sum / ((double)o->batch * o->seq);
+    out->losses[step] = loss_sum / ((double)o->batch * o->seq * K);
     if (t->print) {
       if (o->grad_clip > 0)
         printf("step %d loss %.6f grad_norm %.6f%s\n", step, out->losses[step],
@@ -520,13 +544,13 @@ static int train(trainer *t, run_out *out) {
     double hooks = t->tm.hooks - tm0.hooks;
     double bookkeeping = total - comm - data;
     double overhead = hooks + bookkeeping;
-    double tokens_n = (double)n * o->batch * o->seq;
+    double tokens_n = (double)n * o->batch * o->seq * K;
     printf(
         "throughput: %.1f tokens/s, %.1f ms/step (steps %d..%d: %d x %d "
         "tokens in %.3f s; step %d, loading, checkpoints and the one-time "
         "bucket rebuild (%.3f s) excluded)\n",
         tokens_n / elapsed, 1e3 * elapsed / n, first + 1, o->steps - 1, n,
-        o->batch * o->seq, elapsed, first, rebuild_s);
+        o->batch * o->seq * K, elapsed, first, rebuild_s);
     times timed = t->tm;
     timed.model.compute -= tm0.model.compute;
     timed.model.tp_comm -= tm0.model.tp_comm;

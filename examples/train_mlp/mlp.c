@@ -206,17 +206,20 @@ static void linear_fwd(const float *X, const float *W, const float *bias,
 }
 
 /* dW[NO,NI] = dY^T X, dbias[NO] = sum_b dY (either may be NULL). */
+/* dW = dY^T X, dbias = column sums of dY: overwritten, or added to when
+ * `add` (gradient accumulation). */
 static void linear_bwd_params(const float *X, const float *dY, float *dW,
-                              float *dbias, int B, int NI, int NO) {
+                              float *dbias, int B, int NI, int NO, int add) {
   if (dW && (int64_t)NO * NI > 0) {
-    if (B == 0)
-      memset(dW, 0, sizeof(float) * (size_t)NO * (size_t)NI);
-    else
+    if (B == 0) {
+      if (!add) memset(dW, 0, sizeof(float) * (size_t)NO * (size_t)NI);
+    } else {
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, NO, NI, B, 1.0f, dY,
-                  NO, X, NI, 0.0f, dW, NI);
+                  NO, X, NI, add ? 1.0f : 0.0f, dW, NI);
+    }
   }
   if (dbias) {
-    for (int o = 0; o < NO; o++) dbias[o] = 0;
+    for (int o = 0; o < NO && !add; o++) dbias[o] = 0;
     for (int b = 0; b < B; b++)
       for (int o = 0; o < NO; o++) dbias[o] += dY[(int64_t)b * NO + o];
   }
@@ -256,8 +259,8 @@ static void layernorm_fwd(const float *X, const float *g, const float *bta,
 /* dX (added into) from dY; dg, db overwritten. */
 static void layernorm_bwd(const float *X, const float *g, const float *mean,
                           const float *rstd, const float *dY, float *dX,
-                          float *dg, float *db, int B, int H) {
-  for (int k = 0; k < H; k++) dg[k] = db[k] = 0;
+                          float *dg, float *db, int B, int H, int add) {
+  for (int k = 0; k < H && !add; k++) dg[k] = db[k] = 0;
   for (int b = 0; b < B; b++) {
     const float *x = X + (int64_t)b * H, *dy = dY + (int64_t)b * H;
     float mu = mean[b], r = rstd[b];
@@ -451,7 +454,8 @@ int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
   int64_t BH = (int64_t)B * H, BF = (int64_t)B * F;
   const float *hL = m->h + L * BH;
   /* m->logits holds dlogits since the forward */
-  linear_bwd_params(hL, m->logits, G[head], G[head + 1], B, H, C);
+  const int add = m->accumulate;
+  linear_bwd_params(hL, m->logits, G[head], G[head + 1], B, H, C, add);
   GRAD_READY(head);
   GRAD_READY(head + 1);
   linear_bwd_input(m->logits, P[head], m->dh, B, H, C, 0.0f);
@@ -461,14 +465,14 @@ int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
     BLOCK_EVENT(MLP_BLOCK_BACKWARD_BEGIN, l);
     /* z = allreduce(g W2^T) + b2; dz = dh (residual), replicated */
     linear_bwd_params(g, m->dh, G[mlp_block_param(l, BLK_FC2_W)],
-                      G[mlp_block_param(l, BLK_FC2_B)], B, F, H);
+                      G[mlp_block_param(l, BLK_FC2_B)], B, F, H, add);
     GRAD_READY(mlp_block_param(l, BLK_FC2_W));
     GRAD_READY(mlp_block_param(l, BLK_FC2_B));
     linear_bwd_input(m->dh, P[mlp_block_param(l, BLK_FC2_W)], m->da, B, F, H,
                      0.0f);
     gelu_bwd(a, m->da, BF);
     linear_bwd_params(y, m->da, G[mlp_block_param(l, BLK_FC1_W)],
-                      G[mlp_block_param(l, BLK_FC1_B)], B, H, F);
+                      G[mlp_block_param(l, BLK_FC1_B)], B, H, F, add);
     GRAD_READY(mlp_block_param(l, BLK_FC1_W));
     GRAD_READY(mlp_block_param(l, BLK_FC1_B));
     /* colwise input backward: dy is partial over TP ranks */
@@ -479,12 +483,12 @@ int mlp_backward(mlp_model *m, mlp_allreduce_fn allreduce, void *ar_ctx,
     layernorm_bwd(hin, P[mlp_block_param(l, BLK_LN_G)], m->mean + l * B,
                   m->rstd + l * B, m->dy, m->dh,
                   G[mlp_block_param(l, BLK_LN_G)],
-                  G[mlp_block_param(l, BLK_LN_B)], B, H);
+                  G[mlp_block_param(l, BLK_LN_B)], B, H, add);
     GRAD_READY(mlp_block_param(l, BLK_LN_G));
     GRAD_READY(mlp_block_param(l, BLK_LN_B));
     BLOCK_EVENT(MLP_BLOCK_BACKWARD_END, l);
   }
-  linear_bwd_params(m->x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H);
+  linear_bwd_params(m->x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H, add);
   GRAD_READY(MLP_IN_W);
   GRAD_READY(MLP_IN_B);
   t->compute += mlp_now() - start - paused;

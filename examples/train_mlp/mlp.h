@@ -85,6 +85,7 @@ typedef struct {
   float *y, *mean, *rstd, *a, *g, *tmp, *logits, *dh, *dy, *da;
   const int *labels;
   float loss_scale;
+  int accumulate; /* the backward adds into grad[] (gradient accumulation) */
   mlp_block_fn block_fn; /* NULL: none (set after mlp_model_init) */
   void *block_ctx;
 } mlp_model;
@@ -112,7 +113,8 @@ int mlp_forward(mlp_model *m, const float *x, const int *labels,
                 float loss_scale, mlp_allreduce_fn allreduce, void *ar_ctx,
                 double *loss_sum, mlp_timers *t);
 
-/* Backward after mlp_forward: gradients overwrite m->grad[i];
+/* Backward after mlp_forward: gradients overwrite m->grad[i] (are added to
+ * it with m->accumulate);
  * `on_grad_ready(i, ctx)` is called as soon as parameter i's gradient is
  * final (reverse order), so a DP reducer can start reducing while backward
  * goes on (its time is not counted in t). */

@@ -31,6 +31,7 @@ typedef struct {
   const char *load_dir; /* --load: resume from this checkpoint */
   unsigned given;       /* OPT_* bits of the model flags given */
   int zero;             /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
+  int accum;            /* --accum: micro-batches per optimizer step */
 } options;
 
 /* Model flags a checkpoint carries: given with --load, they must agree. */
@@ -92,6 +93,7 @@ typedef struct {
   int dp_rank;
   int f_local;     /* this TP rank's rows of F (the fc1 width) */
   int batch_local; /* this DP rank's rows of the global batch */
+  int accumulate;  /* this backward adds into the gradients (--accum) */
   /* The model's parameters as the reducer sees them, and the pointers the
    * model reads: the backend fills them in setup; the loop re-points
    * grad[i] at the reducer's buckets every step. */

@@ -54,8 +54,14 @@ static void usage(FILE *out) {
       "                  the optimizer state, 2 also the gradients, 3 also\n"
       "                  the parameters between uses (cpu; checkpoints\n"
       "                  resume on any mesh and level)\n"
+      "  --accum K       gradient accumulation: K micro-batches of --batch\n"
+      "                  rows per optimizer step (micro-batch k of step s\n"
+      "                  drawn as batch s*K+k), gradients reduced once,\n"
+      "                  after the last (cpu; default 1)\n"
       "  --check         also train in one process on rank 0 and compare;\n"
-      "                  exit 1 if loss or parameters differ by > 1e-4\n"
+      "                  exit 1 if loss or parameters differ by > 1e-4 (the\n"
+      "                  reference trains on each step's K micro-batches as\n"
+      "                  one batch, without accumulating)\n"
       "  --quiet         print only the summary lines\n"
       "  --save DIR      save a sharded checkpoint (model configuration,\n"
       "                  weights, AdamW state, step) into DIR when the run\n"
@@ -69,8 +75,8 @@ static void usage(FILE *out) {
 }
 
 static int parse_options(int argc, char **argv, options *o) {
-  *o = (options){1, 1,     2,    67, 32, 16,   10, 64,   40, 3e-3,
-                 1, "cpu", 25.0, 0,  0,  NULL, 0,  NULL, 0,  0};
+  *o = (options){1,     1,    2, 67, 32,   16, 10,   64, 40, 3e-3, 1,
+                 "cpu", 25.0, 0, 0,  NULL, 0,  NULL, 0,  0,  1};
   const ex_flag flags[] = {
       {"dp", EX_FLAG_INT, &o->dp, 0},
       {"tp", EX_FLAG_INT, &o->tp, 0},
@@ -91,6 +97,7 @@ static int parse_options(int argc, char **argv, options *o) {
       {"save-every", EX_FLAG_INT, &o->save_every, 0},
       {"load", EX_FLAG_STRING, &o->load_dir, 0},
       {"zero", EX_FLAG_INT, &o->zero, 0},
+      {"accum", EX_FLAG_INT, &o->accum, 0},
   };
   int rc =
       ex_parse_flags(argc, argv, "train_mlp", flags,
@@ -121,6 +128,12 @@ static int parse_options(int argc, char **argv, options *o) {
     bad =
         "--zero 1-3 runs on --device cpu only (fully sharded units on CUDA "
         "are not built yet)";
+  else if (o->accum < 1)
+    bad = "--accum must be >= 1 (micro-batches per step)";
+  else if (o->accum > 1 && strcmp(o->device, "cpu") != 0)
+    bad =
+        "--accum > 1 runs on --device cpu only (the CUDA model overwrites "
+        "its gradients)";
   if (bad) {
     fprintf(stderr, "train_mlp: %s\n", bad);
     return 2;
@@ -209,7 +222,9 @@ int train_grad_ready(int i, void *vctx) {
 /* ------------------------------------------------------------ reference */
 
 /* Trains the same model in this one process (tp = dp = 1, full batch):
- * per-step losses into ref_loss, final parameters into ref_params. */
+ * per-step losses into ref_loss, final parameters into ref_params. With
+ * --accum K each step trains on its K micro-batches as one batch of K times
+ * the rows (the same mean gradient, reached without accumulating). */
 static int train_reference(const options *o, const mlp_shape *s,
                            double *ref_loss, float **ref_params) {
   int np = mlp_num_params(s);
@@ -217,8 +232,9 @@ static int train_reference(const options *o, const mlp_shape *s,
   float **m1 = calloc((size_t)np, sizeof *m1),
         **m2 = calloc((size_t)np, sizeof *m2);
   int64_t *numel = calloc((size_t)np, sizeof *numel);
-  float *x = malloc(sizeof(float) * (size_t)o->batch * (size_t)s->d_in);
-  int *labels = malloc(sizeof(int) * (size_t)o->batch);
+  const int K = o->accum, rows = o->batch * K;
+  float *x = malloc(sizeof(float) * (size_t)rows * (size_t)s->d_in);
+  int *labels = malloc(sizeof(int) * (size_t)rows);
   int rc = 1;
   mlp_model m;
   memset(&m, 0, sizeof m);
@@ -235,17 +251,20 @@ static int train_reference(const options *o, const mlp_shape *s,
     if (!grad[i] || !m1[i] || !m2[i]) goto done;
     mlp_init_param(s, i, o->seed, ref_params[i]);
   }
-  if (mlp_model_init(&m, s, s->ffn, o->batch, ref_params, grad) != 0) goto done;
+  if (mlp_model_init(&m, s, s->ffn, rows, ref_params, grad) != 0) goto done;
   mlp_timers t = {0, 0};
   for (int step = 0; step < o->steps; step++) {
-    mlp_make_batch(s, o->seed, step, o->batch, x, labels);
+    for (int k = 0; k < K; k++)
+      mlp_make_batch(s, o->seed, step * K + k, o->batch,
+                     x + (size_t)k * o->batch * s->d_in,
+                     labels + (size_t)k * o->batch);
     double loss = 0;
-    mlp_forward(&m, x, labels, (float)o->batch, NULL, NULL, &loss, &t);
+    mlp_forward(&m, x, labels, (float)rows, NULL, NULL, &loss, &t);
     mlp_backward(&m, NULL, NULL, NULL, NULL, &t);
     for (int i = 0; i < np; i++)
       adamw_update(ref_params[i], grad[i], m1[i], m2[i], numel[i], (float)o->lr,
                    step + 1);
-    ref_loss[step] = loss / o->batch;
+    ref_loss[step] = loss / rows;
   }
   rc = 0;
 done:
@@ -366,7 +385,8 @@ fail:
 static int cpu_forward(trainer *t, const float *x, const int *labels,
                        double *loss_sum) {
   cpu_state *c = t->dev;
-  if (mlp_forward(&c->model, x, labels, (float)t->batch_local, tp_allreduce,
+  if (mlp_forward(&c->model, x, labels,
+                  (float)t->batch_local * (float)t->o.accum, tp_allreduce,
                   &c->tp, loss_sum, &c->timers) != 0)
     TRY(c->tp.status);
   return 0;
@@ -378,6 +398,7 @@ static int cpu_backward(trainer *t) {
   cpu_state *c = t->dev;
   /* --zero: the units reduce at the end of each block's backward. */
   mlp_grad_ready_fn ready = t->o.zero > 0 ? NULL : train_grad_ready;
+  c->model.accumulate = t->accumulate;
   if (mlp_backward(&c->model, tp_allreduce, &c->tp, ready, &t->dp,
                    &c->timers) != 0) {
     TRY(c->tp.status);
@@ -781,56 +802,70 @@ static int train(const options *opt, const train_backend *b, int *argc,
   int bl = t->batch_local;
   train_times tm = {0, 0, 0, 0, 0};
   double t_start = mlp_now();
+  const int K = o->accum;
   for (int step = start; step < o->steps; step++) {
-    /* Every rank draws the global batch; each DP rank takes its rows. */
-    double h0 = mlp_now();
-    mlp_make_batch(&t->s, o->seed, step, o->batch, xg, labels_g);
-    tm.data += mlp_now() - h0;
-    h0 = mlp_now();
-    TRY(tpdp_module_forward_begin(t->tree.root));
-    if (o->zero > 0) refresh_views(t);
-    tm.hooks += mlp_now() - h0;
     double loss_sum = 0;
-    h0 = mlp_now();
-    if (b->forward(t, xg + (size_t)t->dp_rank * bl * o->inputs,
-                   labels_g + (size_t)t->dp_rank * bl, &loss_sum) != 0)
-      goto fail;
-    tm.model += mlp_now() - h0;
-    h0 = mlp_now();
-    TRY(tpdp_module_forward_end(t->tree.root));
-    tm.hooks += mlp_now() - h0;
-    h0 = mlp_now();
-    if (o->zero == 0) {
-      TRY(tpdp_reducer_prepare(t->dp.reducer));
-      t->dp.seconds += mlp_now() - h0;
-      /* Gradients live in the reducer's buckets; they move once, when
-       * prepare rebuilds the buckets after the first step. */
-      if (wait_dp(t) != 0) goto fail;
-      for (int i = 0; i < np; i++) {
-        tpdp_tensor gv;
-        TRY(tpdp_reducer_grad_view(t->dp.reducer, i, &gv));
-        t->grad[i] = gv.data;
-        if (b->tree_holds_model)
-          TRY(tpdp_param_set_grad(t->tree.params[i], &gv));
+    for (int mb = 0; mb < K; mb++) {
+      /* Every rank draws the global batch; each DP rank takes its rows. */
+      double h0 = mlp_now();
+      mlp_make_batch(&t->s, o->seed, step * K + mb, o->batch, xg, labels_g);
+      tm.data += mlp_now() - h0;
+      h0 = mlp_now();
+      TRY(tpdp_module_forward_begin(t->tree.root));
+      if (o->zero > 0) refresh_views(t);
+      tm.hooks += mlp_now() - h0;
+      double mb_loss = 0;
+      h0 = mlp_now();
+      if (b->forward(t, xg + (size_t)t->dp_rank * bl * o->inputs,
+                     labels_g + (size_t)t->dp_rank * bl, &mb_loss) != 0)
+        goto fail;
+      loss_sum += mb_loss;
+      tm.model += mlp_now() - h0;
+      h0 = mlp_now();
+      TRY(tpdp_module_forward_end(t->tree.root));
+      tm.hooks += mlp_now() - h0;
+      /* The micro-batches after the first add into the gradients; only the
+       * last reduces them over dp (the others: no_sync). */
+      const int sync = mb == K - 1;
+      t->accumulate = mb > 0;
+      h0 = mlp_now();
+      if (o->zero == 0) {
+        TRY(tpdp_reducer_set_sync(t->dp.reducer, sync));
+        TRY(tpdp_reducer_prepare(t->dp.reducer));
+        t->dp.seconds += mlp_now() - h0;
+        /* Gradients live in the reducer's buckets; they move once, when
+         * prepare rebuilds the buckets after the first step. */
+        if (wait_dp(t) != 0) goto fail;
+        for (int i = 0; i < np; i++) {
+          tpdp_tensor gv;
+          TRY(tpdp_reducer_grad_view(t->dp.reducer, i, &gv));
+          t->grad[i] = gv.data;
+          if (b->tree_holds_model)
+            TRY(tpdp_param_set_grad(t->tree.params[i], &gv));
+        }
+      } else {
+        TRY(tpdp_fsdp_set_requires_gradient_sync(t->fsdp, sync));
       }
+      /* The root's backward hooks (each block's run inside the model). */
+      h0 = mlp_now();
+      TRY(tpdp_module_backward_begin(t->tree.root));
+      if (o->zero > 0) refresh_views(t);
+      tm.hooks += mlp_now() - h0;
+      h0 = mlp_now();
+      if (b->backward(t) != 0) goto fail;
+      tm.model += mlp_now() - h0;
+      h0 = mlp_now();
+      TRY(tpdp_module_backward_end(t->tree.root));
+      if (o->zero > 0) {
+        /* The units' reduce-scatters done, the tree views the shards. */
+        if (sync) TRY(tpdp_fsdp_finalize(t->fsdp));
+        refresh_views(t);
+      } else {
+        TRY(tpdp_reducer_finalize(t->dp.reducer));
+      }
+      tm.finalize += mlp_now() - h0;
     }
-    /* The root's backward hooks (each block's run inside the model). */
-    h0 = mlp_now();
-    TRY(tpdp_module_backward_begin(t->tree.root));
-    if (o->zero > 0) refresh_views(t);
-    tm.hooks += mlp_now() - h0;
-    h0 = mlp_now();
-    if (b->backward(t) != 0) goto fail;
-    tm.model += mlp_now() - h0;
-    h0 = mlp_now();
-    TRY(tpdp_module_backward_end(t->tree.root));
-    if (o->zero > 0) {
-      /* The units' reduce-scatters done, the tree views the shards. */
-      TRY(tpdp_fsdp_finalize(t->fsdp));
-      refresh_views(t);
-    } else {
-      TRY(tpdp_reducer_finalize(t->dp.reducer));
-    }
+    double h0 = mlp_now();
     /* The optimizer reads the averaged gradients. */
     if (wait_dp(t) != 0) goto fail;
     tm.finalize += mlp_now() - h0;
@@ -840,7 +875,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
     /* The step's loss: mean over the global batch (sum over DP ranks). */
     double lsum = loss_sum;
     if (b->sum_over_dp(t, &lsum) != 0) goto fail;
-    losses[step] = lsum / o->batch;
+    losses[step] = lsum / ((double)o->batch * K);
     if (t->rank == 0 && !o->quiet)
       printf("step %d loss %.6f\n", step, losses[step]);
     if (o->save_every > 0 && (step + 1) % o->save_every == 0 &&
@@ -864,8 +899,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
     printf(
         "throughput: %.1f samples/s (%d steps of %d samples in %.3f s; "
         "drawing the synthetic batches took another %.3f s, excluded)\n",
-        o->batch * (o->steps - start) / elapsed, o->steps - start, o->batch,
-        elapsed, tm.data);
+        (double)o->batch * K * (o->steps - start) / elapsed, o->steps - start,
+        o->batch * K, elapsed, tm.data);
     b->print_time(t, &tm, &rs);
     printf(
         "tpdp overhead: %.4f s (hooks %.4f, reducer bookkeeping %.4f) = "

@@ -249,10 +249,10 @@ TEST(Pieces, BadArgumentsAreRefusedOnEveryRank) {
   std::vector<uint16_t> half(S * n), half_out(S);
   tpdp_tensor hs = Flat(half.data(), TPDP_BF16, S * n);
   tpdp_tensor hr = Flat(half_out.data(), TPDP_BF16, S);
-  EXPECT_TPDP_ERROR(comm_reduce_scatter_pieces_async(w, &hs, &spl, &hr, &rpl,
-                                                     TPDP_OP_SUM, nullptr, 0,
-                                                     &work),
-                    TPDP_ERR_UNSUPPORTED, "f32/f64 SUM/AVG", "bf16");
+  EXPECT_TPDP_ERROR(
+      comm_reduce_scatter_pieces_async(w, &hs, &spl, &hr, &rpl, TPDP_OP_SUM,
+                                       nullptr, 0, &work),
+      TPDP_ERR_UNSUPPORTED, "f32/f64 SUM/AVG", "bf16");
   // Scratch too small for the peers' contributions (in place: size - 1).
   if (n > 1) {
     std::vector<comm_piece> in_place = Pieces(me, me + 1, n, true);

@@ -17,6 +17,11 @@ counts of 2 blocks + the root (U = 3 units) on every rank: U all-gathers
 per step at levels 1-2, 2U - 1 = 5 at level 3, and U reduce-scatters.
 The level-2 runs clip the gradients (--grad-clip 1, which clips every
 step of this model), so the global norm over each mesh is checked too.
+Gradient accumulation (--accum 3 micro-batches of 4 rows) with the reducer
+and at every level, on (2,1), (2,2), (4,1) and (2,2) with sequence
+parallelism: --check against one process with the same micro-batches,
+and the losses against one process trained on batches of 12 rows without
+accumulation (the same rows per step, so the same mean gradient).
 
 Usage: gpt2_equivalence_test.py TRAIN_GPT2_BINARY MAKE_TOKENS [--zero]
 """
@@ -40,38 +45,68 @@ ZERO_CASES = [(dp, tp, False, z) for dp, tp in [(2, 1), (3, 1), (4, 1),
               for z in (1, 2, 3)] + [(2, 2, True, z) for z in (1, 2, 3)]
 
 
+# (dp, tp, sp, zero) with --accum 3 --batch 4 (dp must divide 4).
+ACCUM_CASES = [(2, 1, False, 0), (2, 1, False, 1), (2, 2, False, 2),
+               (4, 1, False, 3), (2, 2, True, 3), (2, 2, True, 0)]
+
+
 def main():
     binary, make_tokens = sys.argv[1], sys.argv[2]
     zero = "--zero" in sys.argv[3:]
-    cases = ZERO_CASES if zero else [c + (0,) for c in CASES]
+    cases = ZERO_CASES + [c + (True,) for c in ACCUM_CASES] if zero \
+        else [c + (0,) for c in CASES]
+    cases = [c if len(c) == 5 else c + (False,) for c in cases]
     tmp = tempfile.mkdtemp(prefix="gpt2_equiv_")
     tokens = os.path.join(tmp, "tokens.bin")
     subprocess.run([sys.executable, make_tokens, os.path.abspath(__file__),
                     tokens], check=True, capture_output=True)
     results = []
-    for dp, tp, sp, z in cases:
+    big_batch = {}  # sp -> one process's losses on batches of 12 rows
+    for dp, tp, sp, z, accum in cases:
         name = "dp%d_tp%d%s" % (dp, tp, "_sp" if sp else "")
         if z:
             name += "_zero%d" % z
+        if accum:
+            name += "_accum3"
         args = ["--data", tokens, "--dp", str(dp), "--tp", str(tp),
                 "--layers", "2", "--embd", "20", "--heads", "5", "--vocab",
                 "259", "--positions", "16", "--batch", "4", "--seq", "5",
                 "--steps", "10", "--lr", "1e-3", "--weight-decay", "0.1",
                 "--seed", "7", "--bucket-mib", "0.001", "--check", "--quiet",
                 "--zero", str(z)]
-        if z:
+        if z and not accum:
             args[args.index("--batch") + 1] = "12"
-        if z == 2:  # clipping by the global norm over the whole mesh
+        if accum:
+            args += ["--accum", "3"]
+            args.remove("--quiet")  # the step lines: losses to compare
+        elif z == 2:  # clipping by the global norm over the whole mesh
             args += ["--grad-clip", "1"]
             args.remove("--quiet")  # the step lines show the clipping
         if sp:
             args += ["--sequence-parallel", "--inner", "83"]
         start = time.time()
+        if accum and sp not in big_batch:
+            ref = [a for a in args if a not in ("--check", "--sequence-parallel")]
+            for flag in ("--accum", "--dp", "--tp", "--zero"):
+                i = ref.index(flag)
+                del ref[i:i + 2]
+            ref[ref.index("--batch") + 1] = "12"
+            rrc, rout, rerr = gf.run_train(binary, ref, 1)
+            big_batch[sp] = gf.losses(rout) if rrc == 0 else None
         rc, out, err = gf.run_train(binary, args, dp * tp)
         line = next((l for l in out.splitlines() if l.startswith("check:")), "")
         fail = None
         if rc != 0 or "check: ok" not in out:
             fail = "%s rc=%d" % (line, rc)
+        elif accum:
+            got, want = gf.losses(out), big_batch[sp]
+            if want is None or sorted(got) != list(range(10)) or \
+                    sorted(want) != list(range(10)):
+                fail = "losses: got %s, one process %s" % (got, want)
+            else:
+                worst = max(gf.rel(got[k], want[k]) for k in range(10))
+                if worst > 1e-5:
+                    fail = "--accum 3 --batch 4 vs --batch 12: rel %.2e" % worst
         elif z:
             want = "per step %d all-gathers" % (5 if z == 3 else 3)
             got = [l for l in out.splitlines() if "] fsdp: zero %d," % z in l

@@ -47,10 +47,14 @@ TEST(NnCpu, GeluAndItsDerivative) {
   }
 }
 
-TEST(NnCpu, LayerNormMatchesDouble) {
+// grad_beta 0 overwrites dg and db; 1 adds to what they hold (0.25).
+class LayerNorm : public ::testing::TestWithParam<float> {};
+
+TEST_P(LayerNorm, MatchesDouble) {
+  const float grad_beta = GetParam();
   const int N = 3, C = 7;
   std::vector<float> X(N * C), g(C), b(C), Y(N * C), mean(N), rstd(N);
-  std::vector<float> dY(N * C), dX(N * C, 0.5f), dg(C), db(C);
+  std::vector<float> dY(N * C), dX(N * C, 0.5f), dg(C, 0.25f), db(C, 0.25f);
   for (int i = 0; i < N * C; i++) {
     X[i] = std::sin(0.7f * i) * 3.0f;
     dY[i] = std::cos(0.3f * i);
@@ -62,8 +66,9 @@ TEST(NnCpu, LayerNormMatchesDouble) {
   nn_layernorm_fwd(X.data(), g.data(), b.data(), Y.data(), mean.data(),
                    rstd.data(), N, C, 1e-5f);
   nn_layernorm_bwd(X.data(), g.data(), mean.data(), rstd.data(), dY.data(),
-                   dX.data(), dg.data(), db.data(), N, C);
-  std::vector<double> wdg(C, 0), wdb(C, 0);
+                   dX.data(), dg.data(), db.data(), N, C, grad_beta);
+  const double held = grad_beta == 0.0f ? 0.0 : 0.25;
+  std::vector<double> wdg(C, held), wdb(C, held);
   for (int i = 0; i < N; i++) {
     double mu = 0, var = 0;
     for (int k = 0; k < C; k++) mu += X[i * C + k];
@@ -91,6 +96,8 @@ TEST(NnCpu, LayerNormMatchesDouble) {
     EXPECT_NEAR(db[k], wdb[k], 1e-5);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(GradBeta, LayerNorm, ::testing::Values(0.0f, 1.0f));
 
 TEST(NnCpu, AdamWTwoStepsByHand) {
   nn_adamw_opts o = {0.1, 0.9, 0.95, 1e-8};
@@ -161,3 +168,43 @@ TEST(NnCpu, BlasAdviceOnlyWithoutAChoiceAndForAWideCpu) {
 }
 
 }  // namespace
+
+// dW and db after two backwards, the second with grad_beta 1: the sum of
+// both, worked out in double (gradient accumulation over micro-batches).
+TEST(NnCpu, Conv1dAndLinearAccumulateParameterGradients) {
+  const int N = 4, in = 3, out = 5;
+  std::vector<float> X1(N * in), X2(N * in), W(in * out), dY1(N * out),
+      dY2(N * out), dW(in * out), db(out), dWl(out * in);
+  for (int i = 0; i < N * in; i++) {
+    X1[i] = std::sin(0.5f * i);
+    X2[i] = std::cos(0.9f * i);
+  }
+  for (int i = 0; i < N * out; i++) {
+    dY1[i] = 0.1f * (i % 7) - 0.3f;
+    dY2[i] = std::sin(1.3f * i);
+  }
+  nn_conv1d_bwd(X1.data(), W.data(), dY1.data(), nullptr, dW.data(), db.data(),
+                N, in, out, 0.0f, 0.0f);
+  nn_conv1d_bwd(X2.data(), W.data(), dY2.data(), nullptr, dW.data(), db.data(),
+                N, in, out, 0.0f, 1.0f);
+  // Linear: W [out, in], dW = dY^T X.
+  nn_linear_bwd(X1.data(), W.data(), dY1.data(), nullptr, dWl.data(), N, in,
+                out, 0.0f);
+  nn_linear_bwd(X2.data(), W.data(), dY2.data(), nullptr, dWl.data(), N, in,
+                out, 1.0f);
+  for (int a = 0; a < in; a++)
+    for (int o = 0; o < out; o++) {
+      double want = 0;
+      for (int i = 0; i < N; i++)
+        want += (double)X1[i * in + a] * dY1[i * out + o] +
+                (double)X2[i * in + a] * dY2[i * out + o];
+      EXPECT_NEAR(dW[a * out + o], want, 1e-5) << a << "," << o;
+      EXPECT_NEAR(dWl[o * in + a], want, 1e-5) << o << "," << a;
+    }
+  for (int o = 0; o < out; o++) {
+    double want = 0;
+    for (int i = 0; i < N; i++)
+      want += (double)dY1[i * out + o] + dY2[i * out + o];
+    EXPECT_NEAR(db[o], want, 1e-5) << o;
+  }
+}

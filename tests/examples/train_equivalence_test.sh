@@ -13,7 +13,11 @@
 # ranks as 8, 8, 8, 6. Each run must also report the ZeRO collective
 # counts of 2 blocks + the root (U = 3 units): U all-gathers per step at
 # levels 1-2, U + (U - 1) = 5 at level 3 (the root stays gathered), and U
-# reduce-scatters.
+# reduce-scatters. Then gradient accumulation (--accum 3) with the reducer
+# and at each level: the reference trains each step's 3 micro-batches as
+# one batch of 3 x 24 rows, without accumulating; the collectives per step
+# are then 3 x 5 all-gathers at level 3 (each micro-batch gathers again)
+# and still 3 reduce-scatters.
 set -u
 bin="$1"
 mode="${2:-}"
@@ -28,6 +32,7 @@ if [ "$mode" = --zero ]; then
   for mesh in "2 1" "3 1" "4 1" "2 2" "1 2"; do
     for z in 1 2 3; do runs+=("$mesh $z"); done
   done
+  runs+=("2 1 0 3" "2 2 1 3" "3 1 2 3" "4 1 3 3" "2 2 3 3")
   flags=(--layers 2 --hidden 30 --width 12 --inputs 8 --classes 3 --batch 24
          --steps 10 --lr 0.01 --seed 7 --check)
 else
@@ -35,20 +40,25 @@ else
 fi
 for run in "${runs[@]}"; do
   set -- $run
-  dp=$1 tp=$2 zero=$3
+  dp=$1 tp=$2 zero=$3 accum=${4:-1}
   name="dp${dp}_tp${tp}"
   [ "$zero" = 0 ] || name="${name}_zero${zero}"
+  [ "$accum" = 1 ] || name="${name}_accum${accum}"
   start=$(date +%s.%N)
   out=$(mpirun -np $((dp * tp)) --oversubscribe --bind-to none \
         --mca mpi_yield_when_idle 1 --timeout 300 \
-        "$bin" --dp "$dp" --tp "$tp" --zero "$zero" "${flags[@]}" 2>&1)
+        "$bin" --dp "$dp" --tp "$tp" --zero "$zero" --accum "$accum" \
+        "${flags[@]}" 2>&1)
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo 0)
   line=$(echo "$out" | grep '^check:' | head -1)
   ok=0
   if [ $rc = 0 ] && echo "$out" | grep -q '^check: ok'; then ok=1; fi
   if [ "$zero" != 0 ]; then
-    gathers=$([ "$zero" = 3 ] && echo 5 || echo 3)
+    # level 3 gathers again in every micro-batch (5 each); levels 1-2 keep
+    # the parameters gathered until the step's update (3); the units
+    # reduce once per step
+    gathers=$([ "$zero" = 3 ] && echo $((5 * accum)) || echo 3)
     want="per step $gathers all-gathers (.*), 3 reduce-scatters"
     nlines=$(echo "$out" | grep -c "fsdp: zero $zero, .*$want")
     if [ "$nlines" != $((dp * tp)) ]; then
