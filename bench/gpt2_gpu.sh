@@ -16,12 +16,24 @@
 # are its train steps after the first (its own per-step times), as ours.
 #
 # usage: bench/gpt2_gpu.sh TRAIN_GPT2 [STEPS]   (default 12 steps)
+# Without TRAIN_GPT2 (as scripts/bench-all runs every bench) it prints
+# "gpt2_gpu: skipped: <reason>" and exits 0: scripts/gpu-check runs it on a
+# GPU with the --config=cuda build.
 # env:   LLMC_FP32   llm.c's train_gpt2_fp32 binary (optional)
 #        GPT2_GPU_WORK  work folder (default: a temporary one)
 # last line: gpt2_gpu: tf32_tokens_per_s <a> fp32_tokens_per_s <b>
 #            [llmc_tokens_per_s <c> ratio_vs_llmc <a/c>]
 set -uo pipefail
-BIN=${1:?usage: bench/gpt2_gpu.sh TRAIN_GPT2 [STEPS]}
+if [ $# -lt 1 ]; then
+  if nvidia-smi -L >/dev/null 2>&1; then
+    why="no TRAIN_GPT2 given (a --config=cuda build; scripts/gpu-check passes it)"
+  else
+    why="no GPU here (scripts/gpu-check runs it on a GPU machine)"
+  fi
+  echo "gpt2_gpu: skipped: $why"
+  exit 0
+fi
+BIN=$1
 STEPS=${2:-12}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=${GPT2_GPU_WORK:-$(mktemp -d)}
