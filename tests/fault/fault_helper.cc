@@ -12,6 +12,12 @@
 //   fault_helper reducer     20 reducer iterations on the world: two 2 Mi
 //                            f32 parameters in one bucket, marked, then
 //                            tpdp_reducer_finalize
+//   fault_helper fsdp        20 steps of two fully sharded units (level 3,
+//                            "blocks.0" and "blocks.1", 1 Mi f32 each,
+//                            and the root) on the world: forward and
+//                            backward hooks, then tpdp_fsdp_finalize;
+//                            the fault strikes before block 1's forward
+//                            (its all-gather)
 //   fault_helper save DIR V  save a checkpoint whose values depend on V
 //   fault_helper check DIR V load it and verify the values
 //
@@ -158,6 +164,65 @@ int Reducer(tpdp_comm *world, const Fault &f) {
   return rc;
 }
 
+// Fully sharded units over the world: a root with a small parameter and
+// two blocks of 1 Mi f32 each, level 3.
+int Fsdp(tpdp_comm *world, const Fault &f) {
+  const int64_t n = (int64_t)1 << 20;
+  std::vector<std::vector<float>> data = {std::vector<float>(16, 1.0f),
+                                          std::vector<float>(n, 1.0f),
+                                          std::vector<float>(n, 1.0f)};
+  tpdp_module *root = nullptr, *list = nullptr, *blocks[2] = {};
+  std::vector<tpdp_param *> params;
+  if (tpdp_module_create("Net", &root) ||
+      tpdp_module_create("ModuleList", &list) ||
+      tpdp_module_add_child(root, "blocks", list))
+    return Fail("tpdp_module_create");
+  for (int b = 0; b < 3; b++) {
+    tpdp_module *m = root;
+    if (b > 0) {
+      if (tpdp_module_create("Block", &blocks[b - 1]) ||
+          tpdp_module_add_child(list, std::to_string(b - 1).c_str(),
+                                blocks[b - 1]))
+        return Fail("tpdp_module_create");
+      m = blocks[b - 1];
+    }
+    tpdp_tensor t = Vec(data[b]);
+    tpdp_param *q = nullptr;
+    if (tpdp_param_create(&t, &q) || tpdp_module_add_param(m, "w", q))
+      return Fail("tpdp_param_create");
+    params.push_back(q);
+  }
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  tpdp_fsdp_unit *unit = nullptr, *top = nullptr;
+  for (tpdp_module *b : blocks)
+    if (tpdp_fully_shard(b, world, &o, &unit))
+      return Fail("tpdp_fully_shard");
+  if (tpdp_fully_shard(root, world, &o, &top)) return Fail("tpdp_fully_shard");
+  int rc = 0;
+  for (int it = 0; it < 20 && rc == 0; it++) {
+    if (tpdp_module_forward_begin(root)) rc = Fail("forward_begin");
+    for (int b = 0; b < 2 && rc == 0; b++) {
+      if (b == 1) Hits(f, it, "the forward of blocks.1");
+      if (tpdp_module_forward_begin(blocks[b]) ||
+          tpdp_module_forward_end(blocks[b]))
+        rc = Fail("the forward of a block");
+    }
+    if (rc == 0 && (tpdp_module_forward_end(root) ||
+                    tpdp_module_backward_begin(root)))
+      rc = Fail("forward_end / backward_begin");
+    for (int b = 1; b >= 0 && rc == 0; b--)
+      if (tpdp_module_backward_begin(blocks[b]) ||
+          tpdp_module_backward_end(blocks[b]))
+        rc = Fail("the backward of a block");
+    if (rc == 0 &&
+        (tpdp_module_backward_end(root) || tpdp_fsdp_finalize(top)))
+      rc = Fail("tpdp_fsdp_finalize");
+  }
+  for (tpdp_param *q : params) tpdp_param_release(q);
+  if (tpdp_module_destroy(root) && rc == 0) rc = Fail("tpdp_module_destroy");
+  return rc;
+}
+
 // A checkpoint of 2 Mi f32 per rank (w, sharded) and 5 (b, replicated)
 // whose values depend on `value`, so that a check tells which one a
 // directory holds.
@@ -238,6 +303,8 @@ int main(int argc, char **argv) {
     rc = Collectives(world, mode == "ring", f);
   else if (mode == "reducer")
     rc = Reducer(world, f);
+  else if (mode == "fsdp")
+    rc = Fsdp(world, f);
   else if ((mode == "save" || mode == "check") && argc == 4)
     rc = Checkpoint(world, mode == "save", argv[2], argv[3], f);
   // As a training program would: report, finalize, exit non-zero.

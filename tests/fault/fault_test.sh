@@ -42,6 +42,11 @@ case $test in
     "rank 1: tpdp_reducer_finalize failed: .*never marked ready" \
     "tpdp_allreduce \(on the reducer's communication thread\) timed out" \
     "Not arrived: rank 1 has not arrived: it is in tpdp_finalize" ;;
+  # SIGSTOP of rank 1 before a fully sharded unit's forward: rank 0,
+  # blocked in that unit's all-gather, times out naming the unit and rank 1.
+  fsdp_stop) set -- 2 fsdp stop:1:3 90 \
+    "\[rank 0\] tpdp ERROR: tpdp_module_forward_begin \(on the fully sharded unit blocks\.1\[Block\]\) timed out after [0-9]+ s \(TPDP_TIMEOUT_S=[0-9]+\): allgather f32 x 524288 #[0-9]+ on communicator 'world'" \
+    "Not arrived: rank 1 .*not responding" ;;
   # Across 2 simulated hosts x 2 ranks (run by multihost_fault_test.sh
   # inside scripts/multihost): rank 3, on the second host, stopped before
   # its allreduce on a dp=2,tp=2 mesh (tp inside each host, dp across).
