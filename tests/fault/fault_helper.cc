@@ -195,8 +195,7 @@ int Fsdp(tpdp_comm *world, const Fault &f) {
   tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
   tpdp_fsdp_unit *unit = nullptr, *top = nullptr;
   for (tpdp_module *b : blocks)
-    if (tpdp_fully_shard(b, world, &o, &unit))
-      return Fail("tpdp_fully_shard");
+    if (tpdp_fully_shard(b, world, &o, &unit)) return Fail("tpdp_fully_shard");
   if (tpdp_fully_shard(root, world, &o, &top)) return Fail("tpdp_fully_shard");
   int rc = 0;
   for (int it = 0; it < 20 && rc == 0; it++) {
@@ -207,15 +206,14 @@ int Fsdp(tpdp_comm *world, const Fault &f) {
           tpdp_module_forward_end(blocks[b]))
         rc = Fail("the forward of a block");
     }
-    if (rc == 0 && (tpdp_module_forward_end(root) ||
-                    tpdp_module_backward_begin(root)))
+    if (rc == 0 &&
+        (tpdp_module_forward_end(root) || tpdp_module_backward_begin(root)))
       rc = Fail("forward_end / backward_begin");
     for (int b = 1; b >= 0 && rc == 0; b--)
       if (tpdp_module_backward_begin(blocks[b]) ||
           tpdp_module_backward_end(blocks[b]))
         rc = Fail("the backward of a block");
-    if (rc == 0 &&
-        (tpdp_module_backward_end(root) || tpdp_fsdp_finalize(top)))
+    if (rc == 0 && (tpdp_module_backward_end(root) || tpdp_fsdp_finalize(top)))
       rc = Fail("tpdp_fsdp_finalize");
   }
   for (tpdp_param *q : params) tpdp_param_release(q);
