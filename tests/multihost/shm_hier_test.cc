@@ -66,15 +66,16 @@ void Check(int64_t n, tpdp_reduce_op op) {
   comm_shm_free(s);
 }
 
+// Sizes up to 24 MiB, about the reducer's buckets (25 MiB by default).
 TEST(HierarchicalShm, F32MatchesTheHostThenAcrossOrder) {
-  for (int64_t n : {1, 3, 1000, (1 << 20) + 3}) {
+  for (int64_t n : {1, 3, 1000, (1 << 20) + 3, (5 << 20) + 7}) {
     Check<float>(n, TPDP_OP_SUM);
     Check<float>(n, TPDP_OP_AVG);
   }
 }
 
 TEST(HierarchicalShm, F64MatchesTheHostThenAcrossOrder) {
-  for (int64_t n : {2, 4097}) {
+  for (int64_t n : {2, 4097, (3 << 20) + 5}) {
     Check<double>(n, TPDP_OP_SUM);
     Check<double>(n, TPDP_OP_AVG);
   }
