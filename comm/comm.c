@@ -4,6 +4,7 @@
  * cycle of tpdp_init / tpdp_finalize and the objects that must not outlive
  * it. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -396,6 +397,17 @@ tpdp_status comm_allreduce_shm(tpdp_comm *comm, comm_shm *shm, tpdp_tensor *t,
 
 int comm_supports_pieces(const tpdp_comm *comm) {
   return comm != NULL && comm->ops->pieces;
+}
+
+int64_t comm_pieces_message_bytes(void) {
+  static _Atomic long bytes = -1;
+  long b = atomic_load(&bytes);
+  if (b < 0) {
+    b = core_env_long("TPDP_PIECES_MSG_BYTES", 1L << 20);
+    if (b < 1) b = 1;
+    atomic_store(&bytes, b);
+  }
+  return b;
 }
 
 int64_t comm_reduce_scatter_pieces_scratch(const tpdp_comm *comm, int64_t block,

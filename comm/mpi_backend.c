@@ -656,9 +656,7 @@ static tpdp_status grow_reqs(mpi_work_impl *w) {
  * the raw rate (1370-1450 ms/step; 2 MiB and up drifted again at
  * --zero 3). */
 static int64_t pieces_msg_elems(size_t es) {
-  static long bytes = -1;
-  if (bytes < 0) bytes = core_env_long("TPDP_PIECES_MSG_BYTES", 1L << 20);
-  int64_t n = bytes / (long)es;
+  int64_t n = comm_pieces_message_bytes() / (int64_t)es;
   return n > 0 ? n : 1;
 }
 

@@ -150,6 +150,12 @@ typedef struct {
 
 /* 1 if `comm`'s backend runs the calls below. */
 int comm_supports_pieces(const tpdp_comm *comm);
+/* The bytes per message the MPI backend cuts them into:
+ * TPDP_PIECES_MSG_BYTES (default 1 MiB, at least 1), read once. Ranks
+ * that see different values would cut the same stream differently, so a
+ * caller that makes objects over a communicator has its ranks agree on it
+ * (the fully sharded units do, at creation). */
+int64_t comm_pieces_message_bytes(void);
 /* tpdp_allgather_async with either buffer in pieces (NULL: the tensor's
  * own contiguous memory). Any dtype. This rank's block is copied locally
  * unless its send and recv pieces are the same memory. */

@@ -738,7 +738,9 @@ typedef struct {
   int32_t level;
   int32_t nparams;
   int32_t pad;
-  uint64_t shapes; /* FNV-1a over every parameter's ndim and shape */
+  uint64_t shapes;   /* FNV-1a over every parameter's ndim and shape */
+  int64_t msg_bytes; /* TPDP_PIECES_MSG_BYTES (0: no collectives over
+                        pieces): both sides of a message cut alike */
 } fsdp_agree_rec;
 
 static int rec_same(const void *a, const void *b) {
@@ -746,7 +748,7 @@ static int rec_same(const void *a, const void *b) {
   /* A rank whose own check failed is reported as such, not as different. */
   if (x->status != TPDP_SUCCESS || y->status != TPDP_SUCCESS) return 1;
   return x->level == y->level && x->nparams == y->nparams &&
-         x->shapes == y->shapes;
+         x->shapes == y->shapes && x->msg_bytes == y->msg_bytes;
 }
 
 static void rec_describe(core_strbuf *b, const void *rec) {
@@ -758,6 +760,8 @@ static void rec_describe(core_strbuf *b, const void *rec) {
                  tpdp_dtype_name((tpdp_dtype)(r->level >> 8 & 0xff)),
                  tpdp_dtype_name((tpdp_dtype)(r->level >> 16 & 0xff)),
                  r->nparams, (unsigned long long)r->shapes);
+  if (r->msg_bytes > 0)
+    core_sb_printf(b, ", TPDP_PIECES_MSG_BYTES %lld", (long long)r->msg_bytes);
 }
 
 static CORE_THREAD_LOCAL const tpdp_fsdp_unit
@@ -996,6 +1000,7 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   rec.level = o.zero_level | (int32_t)o.param_dtype << 8 |
               (int32_t)o.reduce_dtype << 16;
   rec.nparams = u->np;
+  rec.msg_bytes = comm_supports_pieces(dp) ? comm_pieces_message_bytes() : 0;
   rec.shapes = 1469598103934665603ull;
   for (int i = 0; i < u->np; i++) {
     rec.shapes = fnv(rec.shapes, u->p[i].ndim);
