@@ -47,17 +47,8 @@ tpdp_status comm_host_allgather(tpdp_comm *comm, const void *send, size_t bytes,
   int64_t n = (int64_t)bytes;
   tpdp_tensor s = tpdp_tensor_1d((void *)send, TPDP_U8, n);
   tpdp_tensor r = tpdp_tensor_1d(recv, TPDP_U8, n * comm->size);
-  tpdp_coll_args a = {TPDP_COLL_ALLGATHER,
-                      &s,
-                      &r,
-                      TPDP_OP_SUM,
-                      0,
-                      1,
-                      NULL,
-                      NULL,
-                      NULL,
-                      NULL,
-                      0};
+  tpdp_coll_args a = {
+      .kind = TPDP_COLL_ALLGATHER, .send = &s, .recv = &r, .blocking = 1};
   return host_run(comm, &a);
 }
 
@@ -79,17 +70,11 @@ static tpdp_status spread_failure(tpdp_comm *comm, int who, tpdp_status code,
   if (comm->rank == who) snprintf(msg, sizeof msg, "%s", mine);
   if (comm->size > 1) {
     tpdp_tensor t = tpdp_tensor_1d(msg, TPDP_U8, (int64_t)sizeof msg);
-    tpdp_coll_args a = {TPDP_COLL_BROADCAST,
-                        &t,
-                        &t,
-                        TPDP_OP_SUM,
-                        who,
-                        1,
-                        NULL,
-                        NULL,
-                        NULL,
-                        NULL,
-                        0};
+    tpdp_coll_args a = {.kind = TPDP_COLL_BROADCAST,
+                        .send = &t,
+                        .recv = &t,
+                        .root = who,
+                        .blocking = 1};
     CHECK(host_run(comm, &a));
     msg[sizeof msg - 1] = '\0';
   }
@@ -108,17 +93,11 @@ static tpdp_status agree_status(tpdp_comm *comm, tpdp_status local,
                     : 0;
   if (comm->size > 1) {
     tpdp_tensor t = tpdp_tensor_1d(&key, TPDP_I64, 1);
-    tpdp_coll_args a = {TPDP_COLL_ALLREDUCE,
-                        &t,
-                        &t,
-                        TPDP_OP_MAX,
-                        0,
-                        1,
-                        NULL,
-                        NULL,
-                        NULL,
-                        NULL,
-                        0};
+    tpdp_coll_args a = {.kind = TPDP_COLL_ALLREDUCE,
+                        .send = &t,
+                        .recv = &t,
+                        .op = TPDP_OP_MAX,
+                        .blocking = 1};
     CHECK(host_run(comm, &a));
   }
   if (key == 0) return TPDP_SUCCESS;

@@ -357,18 +357,24 @@ static tpdp_status run_blocking(tpdp_comm *comm, tpdp_coll_args *args) {
  * (TPDP_OP_SUM and 0 for a collective that has none). Defines
  * tpdp_allreduce, tpdp_allgather, tpdp_reduce_scatter, tpdp_broadcast,
  * tpdp_alltoall and their _async forms. */
-#define COLLECTIVE(name, kind, op, root, ...)                   \
+#define COLLECTIVE(name, KIND, OP, ROOT, ...)                   \
   tpdp_status tpdp_##name(tpdp_comm *comm, __VA_ARGS__) {       \
     TPDP_API_ENTRY;                                             \
-    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, \
-                           NULL,   NULL, NULL, NULL, 0};        \
+    tpdp_coll_args args = {.kind = (KIND),                      \
+                           .send = send,                        \
+                           .recv = recv,                        \
+                           .op = (OP),                          \
+                           .root = (ROOT)};                     \
     return run_blocking(comm, &args);                           \
   }                                                             \
   tpdp_status tpdp_##name##_async(tpdp_comm *comm, __VA_ARGS__, \
                                   tpdp_work **work) {           \
     TPDP_API_ENTRY;                                             \
-    tpdp_coll_args args = {(kind), send, recv, (op), (root), 0, \
-                           NULL,   NULL, NULL, NULL, 0};        \
+    tpdp_coll_args args = {.kind = (KIND),                      \
+                           .send = send,                        \
+                           .recv = recv,                        \
+                           .op = (OP),                          \
+                           .root = (ROOT)};                     \
     return run_collective(comm, &args, work);                   \
   }
 
@@ -391,7 +397,7 @@ tpdp_status comm_allreduce_shm(tpdp_comm *comm, comm_shm *shm, tpdp_tensor *t,
                     "shared-memory allreduce without a segment on a "
                     "host-memory communicator");
   tpdp_coll_args args = {
-      TPDP_COLL_ALLREDUCE, t, t, op, 0, 0, shm, NULL, NULL, NULL, 0};
+      .kind = TPDP_COLL_ALLREDUCE, .send = t, .recv = t, .op = op, .shm = shm};
   return run_blocking(comm, &args);
 }
 
@@ -474,9 +480,11 @@ tpdp_status comm_allgather_pieces_async(
     tpdp_comm *comm, const tpdp_tensor *send, const comm_pieces *send_pieces,
     tpdp_tensor *recv, const comm_pieces *recv_pieces, tpdp_work **work) {
   TPDP_API_ENTRY_AS("tpdp_allgather_async");
-  tpdp_coll_args args = {
-      TPDP_COLL_ALLGATHER, send, recv, TPDP_OP_SUM, 0, 0, NULL, send_pieces,
-      recv_pieces,         NULL, 0};
+  tpdp_coll_args args = {.kind = TPDP_COLL_ALLGATHER,
+                         .send = send,
+                         .recv = recv,
+                         .send_pieces = send_pieces,
+                         .recv_pieces = recv_pieces};
   return run_pieces(comm, &args, work);
 }
 
@@ -485,48 +493,25 @@ tpdp_status comm_reduce_scatter_pieces_async(
     tpdp_tensor *recv, const comm_pieces *recv_pieces, tpdp_reduce_op op,
     void *scratch, int64_t scratch_elems, tpdp_work **work) {
   TPDP_API_ENTRY_AS("tpdp_reduce_scatter_async");
-  tpdp_coll_args args = {TPDP_COLL_REDUCE_SCATTER,
-                         send,
-                         recv,
-                         op,
-                         0,
-                         0,
-                         NULL,
-                         send_pieces,
-                         recv_pieces,
-                         scratch,
-                         scratch_elems};
+  tpdp_coll_args args = {.kind = TPDP_COLL_REDUCE_SCATTER,
+                         .send = send,
+                         .recv = recv,
+                         .op = op,
+                         .send_pieces = send_pieces,
+                         .recv_pieces = recv_pieces,
+                         .scratch = scratch,
+                         .scratch_elems = scratch_elems};
   return run_pieces(comm, &args, work);
 }
 
 tpdp_status tpdp_barrier(tpdp_comm *comm) {
   TPDP_API_ENTRY;
-  tpdp_coll_args args = {TPDP_COLL_BARRIER,
-                         NULL,
-                         NULL,
-                         TPDP_OP_SUM,
-                         0,
-                         0,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         0};
+  tpdp_coll_args args = {.kind = TPDP_COLL_BARRIER};
   return run_blocking(comm, &args);
 }
 tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work) {
   TPDP_API_ENTRY;
-  tpdp_coll_args args = {TPDP_COLL_BARRIER,
-                         NULL,
-                         NULL,
-                         TPDP_OP_SUM,
-                         0,
-                         0,
-                         NULL,
-                         NULL,
-                         NULL,
-                         NULL,
-                         0};
+  tpdp_coll_args args = {.kind = TPDP_COLL_BARRIER};
   return run_collective(comm, &args, work);
 }
 

@@ -624,14 +624,12 @@ done:
   return st;
 }
 
-/* Post a receive (send: 0) of the runs `s` from (to) `peer` into the next
- * request of w. MPI may free a datatype once the operation is posted. */
-static tpdp_status alloc_reqs(const tpdp_comm *comm, mpi_work_impl *w) {
-  (void)comm;
+/* A call over pieces posts a request per message (grow_reqs), in place of
+ * the work's single one. */
+static void start_reqs(mpi_work_impl *w) {
   w->reqs = NULL;
   w->nreqs = 0;
   w->cap_reqs = 0;
-  return TPDP_SUCCESS;
 }
 
 /* Room for one more request. */
@@ -660,27 +658,20 @@ static int64_t pieces_msg_elems(size_t es) {
   return n > 0 ? n : 1;
 }
 
-static size_t tpdp_dtype_size_of_mpi(MPI_Datatype el) {
-  int size = 1;
-  MPI_Type_size(el, &size);
-  return (size_t)size;
-}
-
 /* Post the runs `s` as receives (send: 0) from (sends to) `peer`, one
  * message per pieces_msg_elems elements: both sides cut the same element
  * stream at the same places. MPI may free a datatype once the operation is
  * posted. */
 static tpdp_status post(const tpdp_comm *comm, mpi_work_impl *w, int send,
                         const seg *s, int n, char *base, MPI_Datatype el,
-                        int peer) {
-  const int64_t m = pieces_msg_elems(tpdp_dtype_size_of_mpi(el));
+                        size_t es, int peer) {
+  const int64_t m = pieces_msg_elems(es);
   MPI_Comm mc = ((mpi_comm_impl *)comm->impl)->comm;
   seg *part = NULL;
   CHECK(TPDP_CALLOC(part, (size_t)(n > 0 ? n : 1)));
   tpdp_status st = TPDP_SUCCESS;
   int i = 0;
   int64_t di = 0;
-  const size_t es = tpdp_dtype_size_of_mpi(el);
   do {
     int np = 0;
     int64_t left = m;
@@ -756,17 +747,18 @@ static tpdp_status allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
   seg *ss = NULL, *rs = NULL;
   int nss = 0, nrs = 0;
   tpdp_status st = segments(a->send_pieces, sbase, es, 0, S, &ss, &nss);
-  if (st == TPDP_SUCCESS) st = alloc_reqs(comm, w);
+  start_reqs(w);
   for (int pass = 0; pass < 2 && st == TPDP_SUCCESS; pass++) /* recvs first */
     for (int q = 0; q < p && st == TPDP_SUCCESS; q++) {
       if (q == me) continue;
       if (pass == 0) {
         st = segments(a->recv_pieces, rbase, es, q * S, (q + 1) * S, &rs, &nrs);
-        if (st == TPDP_SUCCESS) st = post(comm, w, 0, rs, nrs, rbase, el, q);
+        if (st == TPDP_SUCCESS)
+          st = post(comm, w, 0, rs, nrs, rbase, el, es, q);
         free(rs);
         rs = NULL;
       } else {
-        st = post(comm, w, 1, ss, nss, sbase, el, q);
+        st = post(comm, w, 1, ss, nss, sbase, el, es, q);
       }
     }
   /* This rank's own block: copied unless it is the same memory. */
@@ -902,20 +894,21 @@ static tpdp_status reduce_scatter_pieces(tpdp_comm *comm,
   for (int q = 0, k = 0; st == TPDP_SUCCESS && q < p; q++)
     if (q != me && q != s->out_peer)
       s->slot[q] = (char *)a->scratch + (size_t)(k++) * (size_t)c * es;
-  if (st == TPDP_SUCCESS) st = alloc_reqs(comm, w);
+  start_reqs(w);
   for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
     if (q == me) continue;
     if (q == s->out_peer) {
-      st = post(comm, w, 0, s->out, s->nout, rbase, el, q);
+      st = post(comm, w, 0, s->out, s->nout, rbase, el, es, q);
     } else {
       seg one = {s->slot[q], c};
-      st = post(comm, w, 0, &one, c > 0, s->slot[q], el, q);
+      st = post(comm, w, 0, &one, c > 0, s->slot[q], el, es, q);
     }
   }
   for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
     if (q == me) continue;
     st = segments(a->send_pieces, sbase, es, q * n, (q + 1) * n, &peer, &npeer);
-    if (st == TPDP_SUCCESS) st = post(comm, w, 1, peer, npeer, sbase, el, q);
+    if (st == TPDP_SUCCESS)
+      st = post(comm, w, 1, peer, npeer, sbase, el, es, q);
     free(peer);
     peer = NULL;
   }

@@ -66,8 +66,7 @@ struct tpdp_fsdp_unit {
    * in the full tensors (full_pc), this rank's in its shard (shard_pc) and
    * in the full tensors (mine_pc); padding rows are holes. */
   int pieces;
-  comm_piece *full_pc, *shard_pc, *mine_pc;
-  int n_full_pc, n_shard_pc, n_mine_pc;
+  comm_pieces full_pc, shard_pc, mine_pc;
   int rs_pieces; /* the reduce-scatter in flight keeps full_grad until done */
   void *rs_scratch; /* its room for the peers' contributions */
   int64_t rs_scratch_elems;
@@ -377,8 +376,9 @@ static tpdp_status zeroed_full_grad(tpdp_fsdp_unit *u) {
  * each parameter at `base(i) + q * chunk * row` for every q in [q0, q1),
  * each followed by a hole for its padding. */
 static tpdp_status make_pieces(const tpdp_fsdp_unit *u, int q0, int q1,
-                               int in_full, comm_piece **out, int *n) {
-  CHECK(TPDP_CALLOC(*out, (size_t)(2 * u->np * (q1 - q0))));
+                               int in_full, comm_pieces *out) {
+  comm_piece *pc = NULL;
+  CHECK(TPDP_CALLOC(pc, (size_t)(2 * u->np * (q1 - q0))));
   int k = 0;
   for (int q = q0; q < q1; q++)
     for (int i = 0; i < u->np; i++) {
@@ -386,20 +386,20 @@ static tpdp_status make_pieces(const tpdp_fsdp_unit *u, int q0, int q1,
       int64_t rows = rows_of(p, q);
       int64_t off =
           in_full ? p->full_off + q * p->chunk * p->row_elems : p->shard_off;
-      if (rows > 0) (*out)[k++] = (comm_piece){off, rows * p->row_elems};
+      if (rows > 0) pc[k++] = (comm_piece){off, rows * p->row_elems};
       if (rows < p->chunk)
-        (*out)[k++] = (comm_piece){-1, (p->chunk - rows) * p->row_elems};
+        pc[k++] = (comm_piece){-1, (p->chunk - rows) * p->row_elems};
     }
-  *n = k;
+  *out = (comm_pieces){pc, k};
   return TPDP_SUCCESS;
 }
 
 static tpdp_status build_pieces(tpdp_fsdp_unit *u) {
   u->pieces = comm_supports_pieces(u->comm);
   if (!u->pieces) return TPDP_SUCCESS;
-  CHECK(make_pieces(u, 0, u->nranks, 1, &u->full_pc, &u->n_full_pc));
-  CHECK(make_pieces(u, u->rank, u->rank + 1, 0, &u->shard_pc, &u->n_shard_pc));
-  CHECK(make_pieces(u, u->rank, u->rank + 1, 1, &u->mine_pc, &u->n_mine_pc));
+  CHECK(make_pieces(u, 0, u->nranks, 1, &u->full_pc));
+  CHECK(make_pieces(u, u->rank, u->rank + 1, 0, &u->shard_pc));
+  CHECK(make_pieces(u, u->rank, u->rank + 1, 1, &u->mine_pc));
   return TPDP_SUCCESS;
 }
 
@@ -433,13 +433,11 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
      * when they live inside them. */
     int in_full = send_buf == u->shard && u->shard_in_full;
     if (in_full) send_buf = u->full;
-    comm_pieces sp = {in_full ? u->mine_pc : u->shard_pc,
-                      in_full ? u->n_mine_pc : u->n_shard_pc};
-    comm_pieces rp = {u->full_pc, u->n_full_pc};
     tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
     tpdp_tensor recv = tpdp_tensor_1d(u->full, u->pdt, n);
-    AS_UNIT(u, comm_allgather_pieces_async(u->comm, &send, &sp, &recv, &rp,
-                                           &u->gather_work));
+    AS_UNIT(u, comm_allgather_pieces_async(
+                   u->comm, &send, in_full ? &u->mine_pc : &u->shard_pc, &recv,
+                   &u->full_pc, &u->gather_work));
   } else {
     CHECK(alloc_elems(u, n, u->pdt, 1, 0, &u->gather_buf));
     tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
@@ -499,9 +497,6 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
     fsdp_group *g = u->group;
     for (int i = 0; i < g->nunits; i++)
       if (g->units[i] != u) CHECK(reduce_finish(g->units[i]));
-    comm_pieces sp = {u->full_pc, u->n_full_pc};
-    comm_pieces rp = {u->grad_in_full ? u->mine_pc : u->shard_pc,
-                      u->grad_in_full ? u->n_mine_pc : u->n_shard_pc};
     tpdp_tensor send = tpdp_tensor_1d(u->full_grad, TPDP_F32, n);
     tpdp_tensor recv = tpdp_tensor_1d(
         u->grad_in_full ? u->full_grad : (void *)u->shard_grad, TPDP_F32, S);
@@ -514,8 +509,9 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
       CHECK(
           alloc_elems(u, u->rs_scratch_elems, TPDP_F32, 1, 0, &u->rs_scratch));
     AS_UNIT(u, comm_reduce_scatter_pieces_async(
-                   u->comm, &send, &sp, &recv, &rp, TPDP_OP_AVG, u->rs_scratch,
-                   u->rs_scratch_elems, &u->rs_work));
+                   u->comm, &send, &u->full_pc, &recv,
+                   u->grad_in_full ? &u->mine_pc : &u->shard_pc, TPDP_OP_AVG,
+                   u->rs_scratch, u->rs_scratch_elems, &u->rs_work));
     u->rs_pieces = 1;
   } else {
     CHECK(alloc_elems(u, n, u->rdt, 1, 1, &u->rs_send));
@@ -824,9 +820,9 @@ static void unit_free(void *vu) {
   buf_free(u->rs_send);
   buf_free(u->rs_recv);
   buf_free(u->rs_scratch);
-  free(u->full_pc);
-  free(u->shard_pc);
-  free(u->mine_pc);
+  free((void *)u->full_pc.piece);
+  free((void *)u->shard_pc.piece);
+  free((void *)u->mine_pc.piece);
   u->magic = 0;
   free(u);
   cache_units(-1);
