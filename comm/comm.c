@@ -464,11 +464,11 @@ static tpdp_status run_pieces(tpdp_comm *comm, tpdp_coll_args *args,
   if (st == TPDP_SUCCESS)
     st = check_pieces(comm, args->recv_pieces, args->recv, "recv");
   if (st == TPDP_SUCCESS && args->kind == TPDP_COLL_REDUCE_SCATTER &&
-      !((args->recv->dtype == TPDP_F32 || args->recv->dtype == TPDP_F64) &&
+      !(tpdp_dtype_is_float(args->recv->dtype) &&
         (args->op == TPDP_OP_SUM || args->op == TPDP_OP_AVG)))
     st = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
-                  "reduce-scatter over pieces takes f32/f64 SUM/AVG, not %s "
-                  "%s (%s, rank %d)",
+                  "reduce-scatter over pieces takes f32/f64/bf16/f16 SUM/AVG, "
+                  "not %s %s (%s, rank %d)",
                   tpdp_dtype_name(args->recv->dtype),
                   tpdp_reduce_op_name(args->op), comm->name, comm->rank);
   if (comm->debug_collectives) st = comm_fp_check(comm, args, st);

@@ -795,9 +795,13 @@ struct pieces_sum {
 
 #define SUM_CHUNK 1024
 
-#define PIECES_SUM(name, T)                                               \
+/* Elements of type T summed in ACC (loaded and stored through LOAD and
+ * STORE) in rank order, divided for AVG. bf16 and f16 sum in f32 and
+ * round once at the end - not at every addition as MPI's user-defined ops
+ * round. */
+#define PIECES_SUM(name, T, ACC, LOAD, STORE)                             \
   static void name(const pieces_sum *s) {                                 \
-    T acc[SUM_CHUNK];                                                     \
+    ACC acc[SUM_CHUNK];                                                   \
     const T *src[TPDP_MAX_PIECES_RANKS];                                  \
     int64_t k = 0, oi = 0, di = 0;                                        \
     for (int i = 0, j = 0; i < s->nown && j < s->nout;) {                 \
@@ -809,25 +813,38 @@ struct pieces_sum {
         src[q] = q == s->me         ? (const T *)s->own[i].ptr + oi       \
                  : q == s->out_peer ? d                                   \
                                     : (const T *)s->slot[q] + k;          \
-      for (int64_t e = 0; e < n; e++) acc[e] = src[0][e];                 \
+      for (int64_t e = 0; e < n; e++) acc[e] = LOAD(src[0][e]);           \
       for (int q = 1; q < s->size; q++)                                   \
-        for (int64_t e = 0; e < n; e++) acc[e] += src[q][e];              \
+        for (int64_t e = 0; e < n; e++) acc[e] += LOAD(src[q][e]);        \
       if (s->avg && s->size > 1)                                          \
-        for (int64_t e = 0; e < n; e++) acc[e] /= (T)s->size;             \
-      memcpy(d, acc, (size_t)n * sizeof(T));                              \
+        for (int64_t e = 0; e < n; e++) acc[e] /= (ACC)s->size;           \
+      for (int64_t e = 0; e < n; e++) d[e] = STORE(acc[e]);               \
       k += n;                                                             \
       if ((oi += n) == s->own[i].n) i++, oi = 0;                          \
       if ((di += n) == s->out[j].n) j++, di = 0;                          \
     }                                                                     \
   }
-PIECES_SUM(pieces_sum_f32, float)
-PIECES_SUM(pieces_sum_f64, double)
+#define AS_IS(x) (x)
+PIECES_SUM(pieces_sum_f32, float, float, AS_IS, AS_IS)
+PIECES_SUM(pieces_sum_f64, double, double, AS_IS, AS_IS)
+PIECES_SUM(pieces_sum_bf16, uint16_t, float, tpdp_bf16_to_f32, tpdp_f32_to_bf16)
+PIECES_SUM(pieces_sum_f16, uint16_t, float, tpdp_f16_to_f32, tpdp_f32_to_f16)
 
 static void pieces_sum_run(const pieces_sum *s) {
-  if (s->dtype == TPDP_F32)
-    pieces_sum_f32(s);
-  else
-    pieces_sum_f64(s);
+  switch (s->dtype) {
+    case TPDP_F32:
+      pieces_sum_f32(s);
+      break;
+    case TPDP_F64:
+      pieces_sum_f64(s);
+      break;
+    case TPDP_BF16:
+      pieces_sum_bf16(s);
+      break;
+    default:
+      pieces_sum_f16(s);
+      break;
+  }
 }
 
 static void pieces_sum_free(pieces_sum *s) {

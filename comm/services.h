@@ -162,8 +162,10 @@ int64_t comm_pieces_message_bytes(void);
 tpdp_status comm_allgather_pieces_async(
     tpdp_comm *comm, const tpdp_tensor *send, const comm_pieces *send_pieces,
     tpdp_tensor *recv, const comm_pieces *recv_pieces, tpdp_work **work);
-/* tpdp_reduce_scatter_async likewise: f32 or f64, SUM or AVG, summed in
- * rank order. `scratch` holds the peers' contributions to this rank's
+/* tpdp_reduce_scatter_async likewise: f32, f64, bf16 or f16, SUM or AVG,
+ * summed in rank order (bf16/f16: in f32, rounded once at the end, so
+ * the result depends on the values only, not on a reduction tree).
+ * `scratch` (of the dtype) holds the peers' contributions to this rank's
  * block (its elements outside holes, c): size - 2 blocks of c when the
  * recv pieces lie outside the send buffer (the first peer's goes straight
  * into them), size - 1 when they are this rank's own block inside it;

@@ -55,6 +55,9 @@ struct tpdp_fsdp_unit {
   float *shard, *shard_grad;
   void *full;      /* parameters when gathered (param_dtype) */
   void *full_grad; /* gradients during backward and accumulation (pdt) */
+  /* summon_full_params with param_dtype other than f32: the f32 master
+   * gathered here (FSDP's summon_full_params gives full precision) */
+  float *summoned;
   /* transient: the all-gather's output (and its cast input), the
    * reduce-scatter's packed input (and its output before the f32 cast) */
   void *gather_buf, *gather_send, *rs_send, *rs_recv;
@@ -68,6 +71,10 @@ struct tpdp_fsdp_unit {
   int pieces;
   comm_pieces full_pc, shard_pc, mine_pc;
   int rs_pieces; /* the reduce-scatter in flight keeps full_grad until done */
+  /* a packed reduce-scatter's buffers as one piece each (send, recv): over
+   * pieces the sum runs in rank order, unlike MPI's reduction tree */
+  comm_piece packed[2];
+  comm_pieces packed_send, packed_recv;
   void *rs_scratch; /* its room for the peers' contributions */
   int64_t rs_scratch_elems;
   int reduced; /* this step's reduce-scatter has started */
@@ -309,11 +316,12 @@ static tpdp_status view(const fsdp_param *q, void *base, tpdp_dtype dt,
                           q->ndim, shape);
 }
 
-static tpdp_status point_at_full(tpdp_fsdp_unit *u) {
+/* The parameters at full tensors of dtype dt back to back from `base`. */
+static tpdp_status point_at(tpdp_fsdp_unit *u, void *base, tpdp_dtype dt) {
   for (int i = 0; i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     tpdp_tensor t;
-    CHECK(view(q, at(u->full, u->pdt, q->full_off), u->pdt, q->shape[0], &t));
+    CHECK(view(q, at(base, dt, q->full_off), dt, q->shape[0], &t));
     CHECK(tpdp_param_set_tensor(q->param, &t));
     CHECK(tpdp_param_set_row_shard(q->param, 0, -1));
   }
@@ -403,12 +411,6 @@ static tpdp_status build_pieces(tpdp_fsdp_unit *u) {
   return TPDP_SUCCESS;
 }
 
-/* The reduce-scatter goes over pieces when it needs no cast: the full
- * gradients are then the send buffer as they are. */
-static int reduces_over_pieces(const tpdp_fsdp_unit *u) {
-  return u->pieces && u->pdt == TPDP_F32 && u->rdt == TPDP_F32;
-}
-
 /* Start the all-gather of the shards, in param_dtype (the f32 shard cast
  * into a send buffer first when that differs). */
 static tpdp_status gather_start(tpdp_fsdp_unit *u) {
@@ -450,6 +452,20 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
   return TPDP_SUCCESS;
 }
 
+/* Each rank's rows out of the padded flat layout `packed` (rank by rank)
+ * into the full tensors at `full`, both of dtype dt. */
+static void unpack(const tpdp_fsdp_unit *u, void *full, const void *packed,
+                   tpdp_dtype dt) {
+  size_t es = tpdp_dtype_size(dt);
+  for (int r = 0; r < u->nranks; r++)
+    for (int i = 0; i < u->np; i++) {
+      const fsdp_param *q = &u->p[i];
+      memcpy(at(full, dt, q->full_off + r * q->chunk * q->row_elems),
+             at((void *)packed, dt, r * u->shard_elems + q->shard_off),
+             (size_t)(rows_of(q, r) * q->row_elems) * es);
+    }
+}
+
 /* Wait for the all-gather (starting it if needed) and, from a packed
  * buffer, copy each rank's rows out of the padded flat layout into the
  * full tensors. */
@@ -459,19 +475,38 @@ static tpdp_status gather_finish(tpdp_fsdp_unit *u) {
   tpdp_work *w = u->gather_work;
   u->gather_work = NULL;
   AS_UNIT(u, tpdp_work_wait(w));
-  size_t es = tpdp_dtype_size(u->pdt);
-  if (u->gather_buf != NULL)
-    for (int r = 0; r < u->nranks; r++)
-      for (int i = 0; i < u->np; i++) {
-        const fsdp_param *q = &u->p[i];
-        memcpy(at(u->full, u->pdt, q->full_off + r * q->chunk * q->row_elems),
-               at(u->gather_buf, u->pdt, r * u->shard_elems + q->shard_off),
-               (size_t)(rows_of(q, r) * q->row_elems) * es);
-      }
+  if (u->gather_buf != NULL) unpack(u, u->full, u->gather_buf, u->pdt);
   free_elems(u, &u->gather_buf, u->shard_elems * u->nranks, u->pdt, 1);
   free_elems(u, &u->gather_send, u->shard_elems, u->pdt, 1);
   u->gather = GATHER_DONE;
-  return point_at_full(u);
+  return point_at(u, u->full, u->pdt);
+}
+
+/* summon_full_params under another param_dtype: the f32 master shards
+ * gathered into u->summoned (synchronous), the parameters pointed there.
+ * The shards are separate then (shard_in_full needs f32 parameters). */
+static tpdp_status summon_master(tpdp_fsdp_unit *u) {
+  int64_t S = u->shard_elems, n = S * u->nranks;
+  CHECK(alloc_elems(u, u->full_elems, TPDP_F32, 1, 0, (void **)&u->summoned));
+  tpdp_tensor send = tpdp_tensor_1d(u->shard, TPDP_F32, S);
+  tpdp_work *w = NULL;
+  if (u->pieces) {
+    tpdp_tensor recv = tpdp_tensor_1d(u->summoned, TPDP_F32, n);
+    AS_UNIT(u, comm_allgather_pieces_async(u->comm, &send, &u->shard_pc, &recv,
+                                           &u->full_pc, &w));
+    AS_UNIT(u, tpdp_work_wait(w));
+  } else {
+    void *packed = NULL;
+    CHECK(alloc_elems(u, n, TPDP_F32, 1, 0, &packed));
+    tpdp_tensor recv = tpdp_tensor_1d(packed, TPDP_F32, n);
+    tpdp_status st = tpdp_allgather(u->comm, &send, &recv);
+    if (st == TPDP_SUCCESS) unpack(u, u->summoned, packed, TPDP_F32);
+    free_elems(u, &packed, n, TPDP_F32, 1);
+    CHECK(st);
+  }
+  u->group->cur.allgathers++;
+  u->group->cur.bytes_allgathered += n * (int64_t)sizeof(float);
+  return point_at(u, u->summoned, TPDP_F32);
 }
 
 static tpdp_status reshard(tpdp_fsdp_unit *u) {
@@ -484,35 +519,25 @@ static tpdp_status reshard(tpdp_fsdp_unit *u) {
 static tpdp_status reduce_finish(tpdp_fsdp_unit *u);
 
 /* Start the reduce-scatter (AVG) of the full gradients into the gradient
- * shard. Over pieces: straight from the full gradients, which stay until
- * it is done (so one at a time is in flight: the others are finished
- * first). Otherwise: packed rank by rank (padding zero) in reduce_dtype,
- * through a reduce_dtype buffer cast to f32 at the end when that is not
- * f32. */
+ * shard. Without a cast (param_dtype = reduce_dtype) over pieces, straight
+ * from the full gradients, which stay until it is done (so one at a time
+ * is in flight: the others are finished first). With a cast, packed rank
+ * by rank (padding zero) in reduce_dtype first. The result lands in the
+ * f32 shard, in place inside the full gradients (level 1, f32), or in a
+ * reduce_dtype buffer cast to the f32 shard at the end. Over pieces the
+ * sum runs in rank order (bf16/f16 in f32, rounded once), whatever the
+ * dtypes. */
 static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
   int64_t S = u->shard_elems, n = S * u->nranks;
   u->grads_pending = 0;
   u->reduced = 1;
-  if (reduces_over_pieces(u)) {
+  const int direct = u->pieces && u->pdt == u->rdt;
+  const int in_place = direct && u->grad_in_full;
+  void *send_buf = u->full_grad;
+  if (direct) {
     fsdp_group *g = u->group;
     for (int i = 0; i < g->nunits; i++)
       if (g->units[i] != u) CHECK(reduce_finish(g->units[i]));
-    tpdp_tensor send = tpdp_tensor_1d(u->full_grad, TPDP_F32, n);
-    tpdp_tensor recv = tpdp_tensor_1d(
-        u->grad_in_full ? u->full_grad : (void *)u->shard_grad, TPDP_F32, S);
-    int64_t mine = 0; /* this rank's elements */
-    for (int i = 0; i < u->np; i++)
-      mine += rows_of(&u->p[i], u->rank) * u->p[i].row_elems;
-    u->rs_scratch_elems =
-        comm_reduce_scatter_pieces_scratch(u->comm, mine, u->grad_in_full);
-    if (u->rs_scratch_elems > 0)
-      CHECK(
-          alloc_elems(u, u->rs_scratch_elems, TPDP_F32, 1, 0, &u->rs_scratch));
-    AS_UNIT(u, comm_reduce_scatter_pieces_async(
-                   u->comm, &send, &u->full_pc, &recv,
-                   u->grad_in_full ? &u->mine_pc : &u->shard_pc, TPDP_OP_AVG,
-                   u->rs_scratch, u->rs_scratch_elems, &u->rs_work));
-    u->rs_pieces = 1;
   } else {
     CHECK(alloc_elems(u, n, u->rdt, 1, 1, &u->rs_send));
     for (int r = 0; r < u->nranks; r++)
@@ -525,13 +550,35 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
       }
     if (!grad_is_persistent(u))
       free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
-    void *recv_buf = u->shard_grad;
-    if (u->rdt != TPDP_F32 || u->grad_in_full) {
-      CHECK(alloc_elems(u, S, u->rdt, 1, 0, &u->rs_recv));
-      recv_buf = u->rs_recv;
-    }
-    tpdp_tensor send = tpdp_tensor_1d(u->rs_send, u->rdt, n);
-    tpdp_tensor recv = tpdp_tensor_1d(recv_buf, u->rdt, S);
+    send_buf = u->rs_send;
+  }
+  void *recv_buf = in_place ? u->full_grad : (void *)u->shard_grad;
+  if (!in_place && (u->rdt != TPDP_F32 || u->grad_in_full)) {
+    CHECK(alloc_elems(u, S, u->rdt, 1, 0, &u->rs_recv));
+    recv_buf = u->rs_recv;
+  }
+  tpdp_tensor send = tpdp_tensor_1d(send_buf, u->rdt, n);
+  tpdp_tensor recv = tpdp_tensor_1d(recv_buf, u->rdt, S);
+  if (u->pieces) {
+    /* Packed, the buffers are contiguous (padding travels, as zeros). */
+    int64_t mine = direct ? 0 : S; /* this rank's elements outside holes */
+    for (int i = 0; i < u->np && direct; i++)
+      mine += rows_of(&u->p[i], u->rank) * u->p[i].row_elems;
+    u->rs_scratch_elems =
+        comm_reduce_scatter_pieces_scratch(u->comm, mine, in_place);
+    if (u->rs_scratch_elems > 0)
+      CHECK(alloc_elems(u, u->rs_scratch_elems, u->rdt, 1, 0, &u->rs_scratch));
+    u->packed[0] = (comm_piece){0, n};
+    u->packed[1] = (comm_piece){0, S};
+    u->packed_send = (comm_pieces){&u->packed[0], 1};
+    u->packed_recv = (comm_pieces){&u->packed[1], 1};
+    const comm_pieces *rp = in_place ? &u->mine_pc : &u->shard_pc;
+    AS_UNIT(u, comm_reduce_scatter_pieces_async(
+                   u->comm, &send, direct ? &u->full_pc : &u->packed_send,
+                   &recv, direct ? rp : &u->packed_recv, TPDP_OP_AVG,
+                   u->rs_scratch, u->rs_scratch_elems, &u->rs_work));
+    u->rs_pieces = direct;
+  } else {
     AS_UNIT(u, tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
                                          &u->rs_work));
   }
@@ -557,7 +604,7 @@ static tpdp_status reduce_finish(tpdp_fsdp_unit *u) {
   if (u->rs_pieces && !grad_is_persistent(u) && !u->grads_pending)
     free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
   u->rs_pieces = 0;
-  free_elems(u, &u->rs_scratch, u->rs_scratch_elems, TPDP_F32, 1);
+  free_elems(u, &u->rs_scratch, u->rs_scratch_elems, u->rdt, 1);
   free_elems(u, &u->rs_send, u->shard_elems * u->nranks, u->rdt, 1);
   free_elems(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
   return st;
@@ -815,6 +862,7 @@ static void unit_free(void *vu) {
   buf_free(u->shard_grad);
   buf_free(u->full);
   buf_free(u->full_grad);
+  buf_free(u->summoned);
   buf_free(u->gather_buf);
   buf_free(u->gather_send);
   buf_free(u->rs_send);
@@ -1158,8 +1206,12 @@ tpdp_status tpdp_fsdp_summon_full_params(tpdp_fsdp_unit *root) {
   for (int i = 0; i < g->nunits; i++)
     CHECK(expect_state(g->units[i], ok, 1, "summon_full_params"));
   for (int i = 0; i < g->nunits; i++) {
-    CHECK(gather_finish(g->units[i]));
-    g->units[i]->state = TPDP_HANDLE_SUMMON_FULL_PARAMS;
+    tpdp_fsdp_unit *u = g->units[i];
+    if (u->pdt == TPDP_F32)
+      CHECK(gather_finish(u));
+    else
+      CHECK(summon_master(u));
+    u->state = TPDP_HANDLE_SUMMON_FULL_PARAMS;
   }
   return TPDP_SUCCESS;
 }
@@ -1173,15 +1225,15 @@ tpdp_status tpdp_fsdp_summon_end(tpdp_fsdp_unit *root, int writeback) {
     CHECK(expect_state(g->units[i], ok, 1, "summon_end"));
   for (int i = 0; i < g->nunits; i++) {
     tpdp_fsdp_unit *u = g->units[i];
-    if (writeback)
+    if (writeback && !u->shard_in_full) /* else the rows are the full's */
       for (int k = 0; k < u->np; k++) {
         const fsdp_param *q = &u->p[k];
-        if (!u->shard_in_full) /* else the rows are the full tensor's */
-          convert(u->shard + q->shard_off, TPDP_F32,
-                  at(u->full, u->pdt,
-                     q->full_off + u->rank * q->chunk * q->row_elems),
-                  u->pdt, rows_of(q, u->rank) * q->row_elems);
+        memcpy(u->shard + q->shard_off,
+               (u->summoned ? u->summoned : (float *)u->full) + q->full_off +
+                   u->rank * q->chunk * q->row_elems,
+               (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
       }
+    free_elems(u, (void **)&u->summoned, u->full_elems, TPDP_F32, 1);
     CHECK(reshard(u));
     u->state = TPDP_HANDLE_IDLE;
   }

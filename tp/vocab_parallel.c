@@ -59,15 +59,16 @@ tpdp_status tpdp_tp_vocab_range(const tpdp_module *emb, int64_t *start,
   return TPDP_SUCCESS;
 }
 
-/* A host f32 contiguous tensor of `numel` elements, else an error naming
- * `what`. */
-static tpdp_status check_f32(const tpdp_tensor *t, const char *what,
-                             int64_t numel) {
+/* A host contiguous tensor of `numel` elements, f32 (or also bf16 and f16
+ * when `halves`), else an error naming `what`. */
+static tpdp_status check_host(const tpdp_tensor *t, const char *what,
+                              int64_t numel, int halves) {
   if (t->device.type != TPDP_DEVICE_CPU)
     return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH, "%s is not in host memory", what);
-  if (t->dtype != TPDP_F32)
-    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "%s is %s; expected f32", what,
-                    tpdp_dtype_name(t->dtype));
+  int half = t->dtype == TPDP_BF16 || t->dtype == TPDP_F16;
+  if (t->dtype != TPDP_F32 && !(halves && half))
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH, "%s is %s; expected f32%s", what,
+                    tpdp_dtype_name(t->dtype), halves ? ", bf16 or f16" : "");
   if (!tpdp_tensor_is_contiguous(t))
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "%s is not contiguous", what);
   if (tpdp_tensor_numel(t) != numel)
@@ -75,6 +76,11 @@ static tpdp_status check_f32(const tpdp_tensor *t, const char *what,
                     "%s has %lld elements; expected %lld", what,
                     (long long)tpdp_tensor_numel(t), (long long)numel);
   return TPDP_SUCCESS;
+}
+
+static tpdp_status check_f32(const tpdp_tensor *t, const char *what,
+                             int64_t numel) {
+  return check_host(t, what, numel, 0);
 }
 
 /* Every id in [0, V), checked before any communication so that all TP
@@ -95,7 +101,8 @@ static tpdp_status check_ids(const int32_t *ids, int64_t n, int64_t vocab,
 }
 
 /* What a lookup and its backward share: the state, the local weight
- * [count, D] (f32 on the host), the ids checked, and `act` (the [n, D]
+ * [count, D] (on the host: f32, or bf16/f16 as a fully sharded unit with
+ * that param_dtype gathers it), the ids checked, and `act` (the [n, D] f32
  * activation: out, or grad_out) checked. */
 static tpdp_status lookup_setup(const tpdp_module *emb, const int32_t *ids,
                                 int64_t n, const tpdp_tensor *act,
@@ -105,7 +112,7 @@ static tpdp_status lookup_setup(const tpdp_module *emb, const int32_t *ids,
   CHECK(vocab_state(emb, st));
   const tpdp_tensor *w = tpdp_param_tensor((*st)->entries[0].param);
   int64_t D = w->ndim == 2 ? w->shape[1] : 0;
-  CHECK(check_f32(w, "the local embedding weight", (*st)->count * D));
+  CHECK(check_host(w, "the local embedding weight", (*st)->count * D, 1));
   CHECK(check_ids(ids, n, (*st)->total, "ids"));
   CHECK(check_f32(act, act_name, n * D));
   *weight = w;
@@ -121,13 +128,19 @@ tpdp_status tpdp_tp_vocab_embedding_forward(const tpdp_module *emb,
   CHECK(lookup_setup(emb, ids, n, out, "out", &st, &w));
   const int64_t D = w->shape[1];
   float *o = out->data;
-  const float *W = w->data;
   for (int64_t i = 0; i < n; i++) {
     int64_t r = (int64_t)ids[i] - st->first;
-    if (r >= 0 && r < st->count)
-      memcpy(o + i * D, W + r * D, sizeof(float) * (size_t)D);
-    else
-      memset(o + i * D, 0, sizeof(float) * (size_t)D);
+    float *oi = o + i * D;
+    if (r < 0 || r >= st->count) {
+      memset(oi, 0, sizeof(float) * (size_t)D);
+    } else if (w->dtype == TPDP_F32) {
+      memcpy(oi, (const float *)w->data + r * D, sizeof(float) * (size_t)D);
+    } else { /* the row widened to f32 (exact) */
+      const uint16_t *h = (const uint16_t *)w->data + r * D;
+      for (int64_t k = 0; k < D; k++)
+        oi[k] = w->dtype == TPDP_BF16 ? tpdp_bf16_to_f32(h[k])
+                                      : tpdp_f16_to_f32(h[k]);
+    }
   }
   if (n * D == 0) return TPDP_SUCCESS;
   return tpdp_allreduce(st->tp_comm, out, out, TPDP_OP_SUM);

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
 
 static int not_a(const char *flag, const char *text, const char *kind,
@@ -152,43 +153,184 @@ static int64_t pss_kb(void) {
   return kb;
 }
 
-int ex_block_hooks(tpdp_module *root, const char *prefix, int layer, int event,
-                   ex_error *e) {
-  char path[96];
-  snprintf(path, sizeof path, "%s%d", prefix, layer);
-  tpdp_module *block = NULL;
-  EX_TRY(e, tpdp_module_get_submodule(root, path, &block));
-  switch (event) {
-    case EX_BLOCK_FORWARD_BEGIN:
-      EX_TRY(e, tpdp_module_forward_begin(block));
-      break;
-    case EX_BLOCK_FORWARD_END:
-      EX_TRY(e, tpdp_module_forward_end(block));
-      break;
-    case EX_BLOCK_BACKWARD_BEGIN:
-      EX_TRY(e, tpdp_module_backward_begin(block));
-      break;
-    default:
-      EX_TRY(e, tpdp_module_backward_end(block));
-      break;
+/* ---- the model's views ---- */
+
+struct ex_param_views {
+  int n;
+  tpdp_param **params;
+  float **P, **G;
+  float **pcopy, **gcopy; /* live f32 copies (NULL: none) */
+};
+
+int ex_param_views_create(tpdp_param *const *params, int n, float **P,
+                          float **G, ex_param_views **out, ex_error *e) {
+  ex_param_views *v = calloc(1, sizeof *v);
+  if (v != NULL) {
+    v->params = calloc((size_t)n + 1, sizeof *v->params);
+    v->pcopy = calloc((size_t)n + 1, sizeof *v->pcopy);
+    v->gcopy = calloc((size_t)n + 1, sizeof *v->gcopy);
+  }
+  if (v == NULL || !v->params || !v->pcopy || !v->gcopy) {
+    ex_param_views_destroy(v);
+    return ex_fail(e, "out of memory");
+  }
+  v->n = n;
+  for (int i = 0; i < n; i++) v->params[i] = params[i];
+  v->P = P;
+  v->G = G;
+  *out = v;
+  return 0;
+}
+
+void ex_param_views_destroy(ex_param_views *v) {
+  if (v == NULL) return;
+  for (int i = 0; i < v->n; i++) {
+    free(v->pcopy[i]);
+    free(v->gcopy[i]);
+  }
+  free(v->params);
+  free(v->pcopy);
+  free(v->gcopy);
+  free(v);
+}
+
+void ex_param_views_refresh(ex_param_views *v) {
+  for (int i = 0; i < v->n; i++) {
+    const tpdp_tensor *t = tpdp_param_tensor(v->params[i]);
+    v->P[i] = t->dtype == TPDP_F32 ? t->data : v->pcopy[i];
+    const tpdp_tensor *g = tpdp_param_grad(v->params[i]);
+    if (g) v->G[i] = g->dtype == TPDP_F32 ? g->data : v->gcopy[i];
+  }
+}
+
+static float half_to_f32(tpdp_dtype dt, uint16_t h) {
+  return dt == TPDP_BF16 ? tpdp_bf16_to_f32(h) : tpdp_f16_to_f32(h);
+}
+
+float ex_round_to(tpdp_dtype dt, float x) {
+  if (dt == TPDP_BF16) return tpdp_bf16_to_f32(tpdp_f32_to_bf16(x));
+  if (dt == TPDP_F16) return tpdp_f16_to_f32(tpdp_f32_to_f16(x));
+  return x;
+}
+
+static int view_index(const ex_param_views *v, const tpdp_param *p) {
+  for (int i = 0; i < v->n; i++)
+    if (v->params[i] == p) return i;
+  return -1;
+}
+
+/* After a unit's begin hook: f32 copies of its non-f32 parameters and,
+ * with grads, zeroed f32 scratch for their gradients. */
+static int views_begin(ex_param_views *v, const tpdp_fsdp_unit *u, int grads,
+                       ex_error *e) {
+  for (int k = 0; k < tpdp_fsdp_num_params(u); k++) {
+    int i = view_index(v, tpdp_fsdp_param(u, k, NULL));
+    if (i < 0) continue;
+    const tpdp_tensor *t = tpdp_param_tensor(v->params[i]);
+    if (t->dtype == TPDP_F32) continue;
+    int64_t n = tpdp_tensor_numel(t);
+    free(v->pcopy[i]);
+    v->pcopy[i] = malloc(sizeof(float) * (size_t)n + 1);
+    if (grads) {
+      free(v->gcopy[i]);
+      v->gcopy[i] = calloc((size_t)n + 1, sizeof(float));
+    }
+    if (v->pcopy[i] == NULL || (grads && v->gcopy[i] == NULL))
+      return ex_fail(e, "out of memory for an f32 copy of %lld elements",
+                     (long long)n);
+    const uint16_t *h = t->data;
+    for (int64_t j = 0; j < n; j++)
+      v->pcopy[i][j] = half_to_f32(t->dtype, h[j]);
   }
   return 0;
 }
 
+/* Before a unit's end hook: with grads, the scratch added into its
+ * gradients (rounded to their dtype); the copies freed. */
+static void views_end(ex_param_views *v, const tpdp_fsdp_unit *u, int grads) {
+  for (int k = 0; k < tpdp_fsdp_num_params(u); k++) {
+    int i = view_index(v, tpdp_fsdp_param(u, k, NULL));
+    if (i < 0) continue;
+    const tpdp_tensor *g = tpdp_param_grad(v->params[i]);
+    if (grads && v->gcopy[i] != NULL && g != NULL && g->dtype != TPDP_F32) {
+      uint16_t *h = g->data;
+      for (int64_t j = 0, n = tpdp_tensor_numel(g); j < n; j++) {
+        float x = half_to_f32(g->dtype, h[j]) + v->gcopy[i][j];
+        h[j] = g->dtype == TPDP_BF16 ? tpdp_f32_to_bf16(x) : tpdp_f32_to_f16(x);
+      }
+    }
+    free(v->pcopy[i]);
+    v->pcopy[i] = NULL;
+    if (grads) {
+      free(v->gcopy[i]);
+      v->gcopy[i] = NULL;
+    }
+  }
+}
+
+int ex_module_hooks(tpdp_module *module, int event, ex_param_views *views,
+                    ex_error *e) {
+  const tpdp_fsdp_unit *u = views ? tpdp_fsdp_unit_of(module) : NULL;
+  int grads =
+      event == EX_BLOCK_BACKWARD_BEGIN || event == EX_BLOCK_BACKWARD_END;
+  if (u && (event == EX_BLOCK_FORWARD_END || event == EX_BLOCK_BACKWARD_END))
+    views_end(views, u, grads);
+  switch (event) {
+    case EX_BLOCK_FORWARD_BEGIN:
+      EX_TRY(e, tpdp_module_forward_begin(module));
+      break;
+    case EX_BLOCK_FORWARD_END:
+      EX_TRY(e, tpdp_module_forward_end(module));
+      break;
+    case EX_BLOCK_BACKWARD_BEGIN:
+      EX_TRY(e, tpdp_module_backward_begin(module));
+      break;
+    default:
+      EX_TRY(e, tpdp_module_backward_end(module));
+      break;
+  }
+  if (u &&
+      (event == EX_BLOCK_FORWARD_BEGIN || event == EX_BLOCK_BACKWARD_BEGIN))
+    if (views_begin(views, u, grads, e) != 0) return -1;
+  if (views) ex_param_views_refresh(views);
+  return 0;
+}
+
+int ex_block_hooks(tpdp_module *root, const char *prefix, int layer, int event,
+                   ex_param_views *views, ex_error *e) {
+  char path[96];
+  snprintf(path, sizeof path, "%s%d", prefix, layer);
+  tpdp_module *block = NULL;
+  EX_TRY(e, tpdp_module_get_submodule(root, path, &block));
+  return ex_module_hooks(block, event, views, e);
+}
+
 int ex_fully_shard_blocks(tpdp_module *root, const char *prefix, int nblocks,
-                          tpdp_comm *dp, int level, tpdp_fsdp_unit **root_unit,
-                          ex_error *e) {
-  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
-  fo.zero_level = level;
+                          tpdp_comm *dp, const tpdp_fully_shard_options *fo,
+                          tpdp_fsdp_unit **root_unit, ex_error *e) {
   for (int l = 0; l < nblocks; l++) {
     char path[96];
     snprintf(path, sizeof path, "%s%d", prefix, l);
     tpdp_module *block = NULL;
     tpdp_fsdp_unit *unit = NULL;
     EX_TRY(e, tpdp_module_get_submodule(root, path, &block));
-    EX_TRY(e, tpdp_fully_shard(block, dp, &fo, &unit));
+    EX_TRY(e, tpdp_fully_shard(block, dp, fo, &unit));
   }
-  EX_TRY(e, tpdp_fully_shard(root, dp, &fo, root_unit));
+  EX_TRY(e, tpdp_fully_shard(root, dp, fo, root_unit));
+  return 0;
+}
+
+int ex_flag_float_dtype(const char *flag, const char *text, tpdp_dtype *out,
+                        ex_error *e) {
+  if (strcmp(text, "f32") == 0)
+    *out = TPDP_F32;
+  else if (strcmp(text, "bf16") == 0)
+    *out = TPDP_BF16;
+  else if (strcmp(text, "f16") == 0)
+    *out = TPDP_F16;
+  else
+    return ex_fail(e, "%s: '%s' is not a dtype of the units (f32, bf16 or f16)",
+                   flag, text);
   return 0;
 }
 

@@ -85,25 +85,59 @@ int ex_state_dict_add_adamw(tpdp_state_dict *sd, const ex_adamw_entry *entries,
 
 /* ---- fully sharded units (--zero) ---- */
 
-/* A block's module hooks, for the models' block callbacks:
- * EX_BLOCK_FORWARD_BEGIN/END run tpdp_module_forward_begin/end of module
- * `<prefix><layer>`, EX_BLOCK_BACKWARD_BEGIN/END its backward ones. 0, or
- * -1 with the failing call in e. */
+/* The model's views of the tree's tensors: the models read parameter i
+ * at P[i] and write its gradient at G[i] (f32), while fully sharded units
+ * re-point the tree's parameters and gradients as they gather and
+ * reshard. A unit with param_dtype bf16 or f16 gathers its parameters and
+ * takes their gradients in that dtype, and the models compute in f32:
+ * from a unit's forward or backward begin to its end, P[i] is then an f32
+ * copy of the gathered values (exact) and, in backward, G[i] zeroed f32
+ * scratch that is added into the unit's gradient (rounded to param_dtype)
+ * before the unit's backward ends. So a model computes on the rounded
+ * parameters with f32 accumulation and hands each rank's gradient over
+ * rounded, as FSDP2 does with MixedPrecisionPolicy(param_dtype=bf16). The
+ * copies live only while their unit runs. */
+typedef struct ex_param_views ex_param_views;
+/* For the n parameters `params` (the tree's order) and the model's arrays
+ * P and G of n pointers each. 0, or -1 (out of memory) with e set. */
+int ex_param_views_create(tpdp_param *const *params, int n, float **P,
+                          float **G, ex_param_views **out, ex_error *e);
+void ex_param_views_destroy(ex_param_views *v);
+/* P[i] (and G[i] where the parameter has a gradient): the tensor's data
+ * when f32, else its live f32 copy, else NULL (outside its unit's run). */
+void ex_param_views_refresh(ex_param_views *v);
+
+/* A module's hooks with the views kept current: EX_BLOCK_FORWARD_BEGIN/END
+ * run tpdp_module_forward_begin/end of `module`, EX_BLOCK_BACKWARD_BEGIN/END
+ * its backward ones; with views (NULL: none) the f32 copies of the unit of
+ * `module` are made after a begin hook and given back before an end hook,
+ * and P/G refreshed. 0, or -1 with the failing call in e. */
 enum {
   EX_BLOCK_FORWARD_BEGIN = 0,
   EX_BLOCK_FORWARD_END = 1,
   EX_BLOCK_BACKWARD_BEGIN = 2,
   EX_BLOCK_BACKWARD_END = 3
 };
+int ex_module_hooks(tpdp_module *module, int event, ex_param_views *views,
+                    ex_error *e);
+/* The same for block `<prefix><layer>` under root, for the models' block
+ * callbacks. */
 int ex_block_hooks(tpdp_module *root, const char *prefix, int layer, int event,
-                   ex_error *e);
+                   ex_param_views *views, ex_error *e);
 
-/* Each block `<prefix><l>` (l < nblocks) a fully sharded unit over dp at
- * ZeRO `level`, then root (what no block holds): *root_unit. 0, or -1
- * with the failing call in e. */
+/* Each block `<prefix><l>` (l < nblocks) a fully sharded unit over dp with
+ * options `fo` (level, mixed precision), then root (what no block holds):
+ * *root_unit. 0, or -1 with the failing call in e. */
 int ex_fully_shard_blocks(tpdp_module *root, const char *prefix, int nblocks,
-                          tpdp_comm *dp, int level, tpdp_fsdp_unit **root_unit,
-                          ex_error *e);
+                          tpdp_comm *dp, const tpdp_fully_shard_options *fo,
+                          tpdp_fsdp_unit **root_unit, ex_error *e);
+
+/* --param-dtype / --reduce-dtype's value: f32, bf16 or f16. 0, or -1 with
+ * e naming the flag and the text. */
+int ex_flag_float_dtype(const char *flag, const char *text, tpdp_dtype *out,
+                        ex_error *e);
+/* x rounded to dt (f32: x itself), as the units' casts round. */
+float ex_round_to(tpdp_dtype dt, float x);
 
 /* This rank's line of the units' accounting (tpdp_fsdp_get_stats):
  * "[rank R] fsdp: zero N, persistent X MiB, peak transient Y MiB; per step

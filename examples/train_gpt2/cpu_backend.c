@@ -92,10 +92,8 @@ _Static_assert((int)GPT2_BLOCK_FORWARD_BEGIN == (int)EX_BLOCK_FORWARD_BEGIN &&
 
 static int op_block(void *ctx, int event, int layer) {
   trainer *t = ctx;
-  if (ex_block_hooks(t->root, "transformer.h.", layer, event, &t->err) != 0)
-    return -1;
-  trainer_refresh_views(t);
-  return 0;
+  return ex_block_hooks(t->root, "transformer.h.", layer, event, t->views,
+                        &t->err);
 }
 
 static void cpu_release(trainer *t) {

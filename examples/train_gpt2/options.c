@@ -50,8 +50,17 @@ static void usage(FILE *out) {
       "                   after the last (PyTorch's no_sync /\n"
       "                   set_requires_gradient_sync(False) for the others;\n"
       "                   --device cpu; default 1)\n"
+      "  --param-dtype D  with --zero: the units' all-gather and compute\n"
+      "                   dtype, f32 (default), bf16 or f16, as FSDP2's\n"
+      "                   MixedPrecisionPolicy: the f32 shards stay the\n"
+      "                   master copy; the model computes in f32 on the\n"
+      "                   rounded values and its gradients are rounded\n"
+      "  --reduce-dtype D with --zero: the reduce-scatter's dtype, f32\n"
+      "                   (default), bf16 or f16\n"
       "  --check          also train in one process on rank 0 and compare;\n"
       "                   exit 1 if loss or parameters differ by > 1e-4\n"
+      "                   (not with --param-dtype/--reduce-dtype: the\n"
+      "                   one-process run does not cast)\n"
       "  --quiet          print only the summary lines\n"
       "  --save DIR       save a sharded checkpoint into DIR when the run "
       "ends\n"
@@ -83,6 +92,8 @@ int parse_options(int argc, char **argv, options *o) {
   o->bucket_mib = 25;
   o->accum = 1;
   o->seed = 1;
+  o->param_dtype_name = o->reduce_dtype_name = "f32";
+  o->param_dtype = o->reduce_dtype = TPDP_F32;
   const ex_flag flags[] = {
       {"data", EX_FLAG_STRING, &o->data, 0},
       {"model", EX_FLAG_STRING, &o->model_dir, 0},
@@ -103,6 +114,8 @@ int parse_options(int argc, char **argv, options *o) {
       {"zero", EX_FLAG_INT, &o->zero, 0},
       {"grad-clip", EX_FLAG_DOUBLE, &o->grad_clip, 0},
       {"accum", EX_FLAG_INT, &o->accum, 0},
+      {"param-dtype", EX_FLAG_STRING, &o->param_dtype_name, 0},
+      {"reduce-dtype", EX_FLAG_STRING, &o->reduce_dtype_name, 0},
       {"check", EX_FLAG_SWITCH, &o->check, 0},
       {"quiet", EX_FLAG_SWITCH, &o->quiet, 0},
       {"seed", EX_FLAG_U64, &o->seed, G_SEED},
@@ -122,7 +135,7 @@ int parse_options(int argc, char **argv, options *o) {
 }
 
 /* Input errors that do not need a file: the same on every rank. */
-int check_options(const options *o, ex_error *e) {
+int check_options(options *o, ex_error *e) {
   if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0)
     return ex_fail(e, "--device must be cpu or cuda, not '%s'", o->device);
 #ifndef TPDP_EXAMPLES_GPT2_CUDA
@@ -181,6 +194,23 @@ int check_options(const options *o, ex_error *e) {
                    "--zero %d runs on --device cpu only (fully sharded units "
                    "on CUDA are not built yet)",
                    o->zero);
+  if (ex_flag_float_dtype("--param-dtype", o->param_dtype_name, &o->param_dtype,
+                          e) != 0 ||
+      ex_flag_float_dtype("--reduce-dtype", o->reduce_dtype_name,
+                          &o->reduce_dtype, e) != 0)
+    return -1;
+  const int mixed = o->param_dtype != TPDP_F32 || o->reduce_dtype != TPDP_F32;
+  if (mixed && o->zero == 0)
+    return ex_fail(e,
+                   "--param-dtype and --reduce-dtype are the fully sharded "
+                   "units' mixed precision: they need --zero 1, 2 or 3");
+  if (mixed && o->check)
+    return ex_fail(e,
+                   "--check's one-process run computes without the units' "
+                   "casts, so it cannot hold 1e-4 against --param-dtype %s "
+                   "--reduce-dtype %s (tests/examples/gpt2_torch_test.py "
+                   "checks them against PyTorch applying the same casts)",
+                   o->param_dtype_name, o->reduce_dtype_name);
 
   if (!(o->adamw.lr >= 0) || !(o->adamw.beta1 >= 0 && o->adamw.beta1 < 1) ||
       !(o->adamw.beta2 >= 0 && o->adamw.beta2 < 1) || !(o->adamw.eps >= 0) ||

@@ -59,12 +59,17 @@ typedef struct {
   int zero;         /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
   double grad_clip; /* --grad-clip: max global gradient norm (0: off) */
   int accum;        /* --accum: micro-batches per optimizer step */
+  /* --param-dtype / --reduce-dtype: the units' mixed precision (text as
+   * given, and parsed by check_options) */
+  const char *param_dtype_name, *reduce_dtype_name;
+  tpdp_dtype param_dtype, reduce_dtype;
 } options;
 
 /* 0, 1 after --help, 2 on a usage error (printed). */
 int parse_options(int argc, char **argv, options *o);
-/* Input errors that need no file: the same on every rank. */
-int check_options(const options *o, ex_error *e);
+/* Input errors that need no file: the same on every rank. Parses the
+ * dtype flags. */
+int check_options(options *o, ex_error *e);
 /* The shape: positive sizes, heads dividing the width (`src` names where
  * it came from). Fills n_inner's default. */
 int check_shape(gpt2_config *c, const char *src, ex_error *e);
@@ -120,6 +125,7 @@ typedef struct {
   tpdp_reducer_param *rparams; /* what the reducer and checkpoints see */
   tpdp_reducer *reducer;       /* --zero 0 */
   tpdp_fsdp_unit *fsdp;        /* --zero 1-3: the root unit (tpdp/fsdp.h) */
+  ex_param_views *views;       /* --zero 1-3: P and G kept current */
   char (*fqn)[96];
   float **P, **G, **m1, **m2; /* the model's (host or device) */
   /* The specs checkpoints save the model's tensors under: the tree's

@@ -76,6 +76,7 @@ static void trainer_free(trainer *t) {
   free(t->fqn);
   free(t->info);
   free(t->params);
+  ex_param_views_destroy(t->views);
   tpdp_module_destroy(t->root);
   tpdp_mesh_destroy(t->mesh);
   tpdp_safetensors_close(t->st);
@@ -83,6 +84,10 @@ static void trainer_free(trainer *t) {
 }
 
 void trainer_refresh_views(trainer *t) {
+  if (t->views) { /* --zero: f32 copies where a unit casts */
+    ex_param_views_refresh(t->views);
+    return;
+  }
   for (int i = 0; i < t->np; i++) {
     t->P[i] = tpdp_param_tensor(t->params[i])->data;
     const tpdp_tensor *g = tpdp_param_grad(t->params[i]);
@@ -113,8 +118,14 @@ static tpdp_status keep_gradients(const tpdp_reducer_hook_args *args) {
  * they came from (this program's storage of replicated parameters, TP's
  * local shards) are freed. */
 static int shard_units(trainer *t) {
+  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
+  fo.zero_level = t->o.zero;
+  fo.param_dtype = t->o.param_dtype;
+  fo.reduce_dtype = t->o.reduce_dtype;
   if (ex_fully_shard_blocks(t->root, "transformer.h.", t->c.n_layer,
-                            t->reduce_comm, t->o.zero, &t->fsdp, &t->err) != 0)
+                            t->reduce_comm, &fo, &t->fsdp, &t->err) != 0 ||
+      ex_param_views_create(t->params, t->np, t->P, t->G, &t->views, &t->err) !=
+          0)
     return -1;
   for (int i = 0; i < t->np; i++) {
     if (t->storage) {
@@ -389,11 +400,12 @@ static int reducer_backward(trainer *t, tpdp_reducer_stats *rebuild,
 static int fsdp_backward(trainer *t, int sync) {
   double h0 = ex_now();
   TRY(tpdp_fsdp_set_requires_gradient_sync(t->fsdp, sync));
-  TRY(tpdp_module_backward_begin(t->root));
-  trainer_refresh_views(t);
+  if (ex_module_hooks(t->root, EX_BLOCK_BACKWARD_BEGIN, t->views, &t->err) != 0)
+    return -1;
   t->tm.hooks += ex_now() - h0;
   if (t->b->backward(t) != 0) return -1;
-  TRY(tpdp_module_backward_end(t->root));
+  if (ex_module_hooks(t->root, EX_BLOCK_BACKWARD_END, t->views, &t->err) != 0)
+    return -1;
   if (sync) TRY(tpdp_fsdp_finalize(t->fsdp));
   trainer_refresh_views(t);
   return 0;
@@ -456,21 +468,18 @@ static int train(trainer *t, run_out *out) {
       t->tm.data += ex_now() - h0;
       const int32_t *in = tokens + (int64_t)t->dp_rank * rows;
       h0 = ex_now();
-      tpdp_status st = tpdp_module_forward_begin(t->root);
-      if (st != TPDP_SUCCESS) {
-        tpdp_fail(t, "tpdp_module_forward_begin", st);
+      /* The root's hooks (--zero: the model's P and G follow the units) */
+      if (ex_module_hooks(t->root, EX_BLOCK_FORWARD_BEGIN, t->views, &t->err) !=
+          0)
         goto done;
-      }
-      if (o->zero > 0) trainer_refresh_views(t);
       t->tm.hooks += ex_now() - h0;
       if (t->b->forward(t, in, scale) != 0) goto done;
       h0 = ex_now();
-      st = tpdp_module_forward_end(t->root);
-      if (st != TPDP_SUCCESS) {
-        tpdp_fail(t, "tpdp_module_forward_end", st);
+      if (ex_module_hooks(t->root, EX_BLOCK_FORWARD_END, t->views, &t->err) !=
+          0)
         goto done;
-      }
       t->tm.hooks += ex_now() - h0;
+      tpdp_status st;
       /* The micro-batches after the first add into the gradients; only the
        * last reduces them over dp (the others: no_sync). */
       const int sync = mb == K - 1;

@@ -32,6 +32,10 @@ typedef struct {
   unsigned given;       /* OPT_* bits of the model flags given */
   int zero;             /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
   int accum;            /* --accum: micro-batches per optimizer step */
+  /* --param-dtype / --reduce-dtype: the units' mixed precision (text as
+   * given, and parsed) */
+  const char *param_dtype_name, *reduce_dtype_name;
+  tpdp_dtype param_dtype, reduce_dtype;
 } options;
 
 /* Model flags a checkpoint carries: given with --load, they must agree. */
@@ -101,9 +105,10 @@ typedef struct {
   float **param, **grad;
   void *grad_stream; /* the stream producing gradients (cuda) or NULL */
   dp_ctx dp;
-  tpdp_fsdp_unit *fsdp; /* --zero >= 1: the root unit (tpdp/fsdp.h) */
-  char model_note[96];  /* appended to the "model (mesh ...)" header */
-  void *dev;            /* the backend's own state */
+  tpdp_fsdp_unit *fsdp;  /* --zero >= 1: the root unit (tpdp/fsdp.h) */
+  ex_param_views *views; /* --zero >= 1: param[] and grad[] kept current */
+  char model_note[96];   /* appended to the "model (mesh ...)" header */
+  void *dev;             /* the backend's own state */
 } trainer;
 
 /* What differs with --device. Every function returns 0, or nonzero after

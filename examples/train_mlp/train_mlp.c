@@ -58,10 +58,20 @@ static void usage(FILE *out) {
       "                  rows per optimizer step (micro-batch k of step s\n"
       "                  drawn as batch s*K+k), gradients reduced once,\n"
       "                  after the last (cpu; default 1)\n"
+      "  --param-dtype D with --zero: the units' all-gather and compute\n"
+      "                  dtype, f32 (default), bf16 or f16 (FSDP2's\n"
+      "                  MixedPrecisionPolicy: the f32 shards stay the\n"
+      "                  master copy; the model computes in f32 on the\n"
+      "                  rounded values, its gradients rounded)\n"
+      "  --reduce-dtype D  with --zero: the reduce-scatter's dtype, f32\n"
+      "                  (default), bf16 or f16\n"
       "  --check         also train in one process on rank 0 and compare;\n"
       "                  exit 1 if loss or parameters differ by > 1e-4 (the\n"
       "                  reference trains on each step's K micro-batches as\n"
-      "                  one batch, without accumulating)\n"
+      "                  one batch, without accumulating; with mixed\n"
+      "                  precision it applies the units' casts: each dp\n"
+      "                  rank's rows apart, parameters and gradients\n"
+      "                  rounded, the mean taken in --reduce-dtype)\n"
       "  --quiet         print only the summary lines\n"
       "  --save DIR      save a sharded checkpoint (model configuration,\n"
       "                  weights, AdamW state, step) into DIR when the run\n"
@@ -75,8 +85,9 @@ static void usage(FILE *out) {
 }
 
 static int parse_options(int argc, char **argv, options *o) {
-  *o = (options){1,     1,    2, 67, 32,   16, 10,   64, 40, 3e-3, 1,
-                 "cpu", 25.0, 0, 0,  NULL, 0,  NULL, 0,  0,  1};
+  *o = (options){1,    1, 2,     67,    32,    16,       10,      64, 40,
+                 3e-3, 1, "cpu", 25.0,  0,     0,        NULL,    0,  NULL,
+                 0,    0, 1,     "f32", "f32", TPDP_F32, TPDP_F32};
   const ex_flag flags[] = {
       {"dp", EX_FLAG_INT, &o->dp, 0},
       {"tp", EX_FLAG_INT, &o->tp, 0},
@@ -98,6 +109,8 @@ static int parse_options(int argc, char **argv, options *o) {
       {"load", EX_FLAG_STRING, &o->load_dir, 0},
       {"zero", EX_FLAG_INT, &o->zero, 0},
       {"accum", EX_FLAG_INT, &o->accum, 0},
+      {"param-dtype", EX_FLAG_STRING, &o->param_dtype_name, 0},
+      {"reduce-dtype", EX_FLAG_STRING, &o->reduce_dtype_name, 0},
   };
   int rc =
       ex_parse_flags(argc, argv, "train_mlp", flags,
@@ -134,6 +147,17 @@ static int parse_options(int argc, char **argv, options *o) {
     bad =
         "--accum > 1 runs on --device cpu only (the CUDA model overwrites "
         "its gradients)";
+  ex_error e;
+  if (!bad && (ex_flag_float_dtype("--param-dtype", o->param_dtype_name,
+                                   &o->param_dtype, &e) != 0 ||
+               ex_flag_float_dtype("--reduce-dtype", o->reduce_dtype_name,
+                                   &o->reduce_dtype, &e) != 0))
+    bad = e.msg;
+  else if (!bad && o->zero == 0 &&
+           (o->param_dtype != TPDP_F32 || o->reduce_dtype != TPDP_F32))
+    bad =
+        "--param-dtype and --reduce-dtype are the fully sharded units' "
+        "mixed precision: they need --zero 1, 2 or 3";
   if (bad) {
     fprintf(stderr, "train_mlp: %s\n", bad);
     return 2;
@@ -224,21 +248,36 @@ int train_grad_ready(int i, void *vctx) {
 /* Trains the same model in this one process (tp = dp = 1, full batch):
  * per-step losses into ref_loss, final parameters into ref_params. With
  * --accum K each step trains on its K micro-batches as one batch of K times
- * the rows (the same mean gradient, reached without accumulating). */
+ * the rows (the same mean gradient, reached without accumulating).
+ *
+ * With --param-dtype / --reduce-dtype it applies the units' casts instead:
+ * each step the model computes on the parameters rounded to param_dtype,
+ * on each dp rank's rows of each micro-batch apart; each rank's gradient
+ * is rounded to param_dtype as it is added into its sum over the
+ * micro-batches; the mean over ranks is taken as the units take it (each
+ * rank's sum rounded to reduce_dtype, added in rank order in f32, divided
+ * by dp, rounded to reduce_dtype once), then AdamW updates the f32
+ * parameters. */
 static int train_reference(const options *o, const mlp_shape *s,
                            double *ref_loss, float **ref_params) {
   int np = mlp_num_params(s);
+  const int mixed = o->param_dtype != TPDP_F32 || o->reduce_dtype != TPDP_F32;
+  const int D = mixed ? o->dp : 1; /* dp ranks computed apart */
   float **grad = calloc((size_t)np, sizeof *grad);
   float **m1 = calloc((size_t)np, sizeof *m1),
         **m2 = calloc((size_t)np, sizeof *m2);
+  float **cast = calloc((size_t)np, sizeof *cast);   /* rounded parameters */
+  float **sum = calloc((size_t)np * D, sizeof *sum); /* [d * np + i] */
   int64_t *numel = calloc((size_t)np, sizeof *numel);
   const int K = o->accum, rows = o->batch * K;
+  const int model_rows = mixed ? o->batch / D : rows;
   float *x = malloc(sizeof(float) * (size_t)rows * (size_t)s->d_in);
   int *labels = malloc(sizeof(int) * (size_t)rows);
   int rc = 1;
   mlp_model m;
   memset(&m, 0, sizeof m);
-  if (!grad || !m1 || !m2 || !numel || !x || !labels) goto done;
+  if (!grad || !m1 || !m2 || !cast || !sum || !numel || !x || !labels)
+    goto done;
   for (int i = 0; i < np; i++) {
     int ndim;
     int64_t shape[2];
@@ -250,8 +289,18 @@ static int train_reference(const options *o, const mlp_shape *s,
     m2[i] = calloc((size_t)numel[i] + 1, sizeof(float));
     if (!grad[i] || !m1[i] || !m2[i]) goto done;
     mlp_init_param(s, i, o->seed, ref_params[i]);
+    if (!mixed) continue;
+    cast[i] = calloc((size_t)numel[i] + 1, sizeof(float));
+    if (!cast[i]) goto done;
+    for (int d = 0; d < D; d++) {
+      sum[d * np + i] = calloc((size_t)numel[i] + 1, sizeof(float));
+      if (!sum[d * np + i]) goto done;
+    }
   }
-  if (mlp_model_init(&m, s, s->ffn, rows, ref_params, grad) != 0) goto done;
+  if (mlp_model_init(&m, s, s->ffn, model_rows, mixed ? cast : ref_params,
+                     grad) != 0)
+    goto done;
+  const tpdp_dtype pdt = o->param_dtype, rdt = o->reduce_dtype;
   mlp_timers t = {0, 0};
   for (int step = 0; step < o->steps; step++) {
     for (int k = 0; k < K; k++)
@@ -259,8 +308,36 @@ static int train_reference(const options *o, const mlp_shape *s,
                      x + (size_t)k * o->batch * s->d_in,
                      labels + (size_t)k * o->batch);
     double loss = 0;
-    mlp_forward(&m, x, labels, (float)rows, NULL, NULL, &loss, &t);
-    mlp_backward(&m, NULL, NULL, NULL, NULL, &t);
+    if (!mixed) {
+      mlp_forward(&m, x, labels, (float)rows, NULL, NULL, &loss, &t);
+      mlp_backward(&m, NULL, NULL, NULL, NULL, &t);
+    } else {
+      for (int i = 0; i < np; i++)
+        for (int64_t e = 0; e < numel[i]; e++) {
+          cast[i][e] = ex_round_to(pdt, ref_params[i][e]);
+          for (int d = 0; d < D; d++) sum[d * np + i][e] = 0;
+        }
+      for (int k = 0; k < K; k++)
+        for (int d = 0; d < D; d++) {
+          size_t row0 = (size_t)k * o->batch + (size_t)d * model_rows;
+          double l = 0;
+          mlp_forward(&m, x + row0 * s->d_in, labels + row0,
+                      (float)model_rows * (float)K, NULL, NULL, &l, &t);
+          mlp_backward(&m, NULL, NULL, NULL, NULL, &t);
+          loss += l;
+          for (int i = 0; i < np; i++)
+            for (int64_t e = 0; e < numel[i]; e++)
+              sum[d * np + i][e] =
+                  ex_round_to(pdt, sum[d * np + i][e] + grad[i][e]);
+        }
+      for (int i = 0; i < np; i++)
+        for (int64_t e = 0; e < numel[i]; e++) {
+          float acc = 0;
+          for (int d = 0; d < D; d++)
+            acc += ex_round_to(rdt, sum[d * np + i][e]);
+          grad[i][e] = ex_round_to(rdt, acc / (float)D);
+        }
+    }
     for (int i = 0; i < np; i++)
       adamw_update(ref_params[i], grad[i], m1[i], m2[i], numel[i], (float)o->lr,
                    step + 1);
@@ -273,10 +350,14 @@ done:
     free(grad[i]);
     if (m1) free(m1[i]);
     if (m2) free(m2[i]);
+    if (cast) free(cast[i]);
+    for (int d = 0; d < D && sum; d++) free(sum[d * np + i]);
   }
   free(grad);
   free(m1);
   free(m2);
+  free(cast);
+  free(sum);
   free(numel);
   free(x);
   free(labels);
@@ -317,16 +398,6 @@ static int cpu_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
   return t->dev ? 0 : 1;
 }
 
-/* The tree's current views into the model's pointers: fully sharded units
- * re-point parameters and gradients as they gather and reshard. */
-static void refresh_views(trainer *t) {
-  for (int i = 0; i < t->tree.nparams; i++) {
-    t->param[i] = tpdp_param_tensor(t->tree.params[i])->data;
-    const tpdp_tensor *g = tpdp_param_grad(t->tree.params[i]);
-    if (g) t->grad[i] = g->data;
-  }
-}
-
 /* --zero: the block's module hooks around its forward and backward. */
 _Static_assert((int)MLP_BLOCK_FORWARD_BEGIN == (int)EX_BLOCK_FORWARD_BEGIN &&
                    (int)MLP_BLOCK_BACKWARD_END == (int)EX_BLOCK_BACKWARD_END,
@@ -335,11 +406,11 @@ _Static_assert((int)MLP_BLOCK_FORWARD_BEGIN == (int)EX_BLOCK_FORWARD_BEGIN &&
 static int cpu_block_event(int event, int layer, void *vt) {
   trainer *t = vt;
   ex_error e;
-  if (ex_block_hooks(t->tree.root, "layers.", layer, event, &e) != 0) {
+  if (ex_block_hooks(t->tree.root, "layers.", layer, event, t->views, &e) !=
+      0) {
     fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e.msg);
     return 1;
   }
-  refresh_views(t);
   return 0;
 }
 
@@ -663,16 +734,32 @@ fail:
 static int wait_dp(trainer *t) { return t->b->wait_dp ? t->b->wait_dp(t) : 0; }
 
 /* --zero: each block a fully sharded unit over dp, then the root (the
- * input projection and the head); the shards replace the parameters. */
+ * input projection and the head); the shards replace the parameters, and
+ * the model's pointers follow the tree (t->views). */
 static int shard_units(trainer *t) {
   ex_error e;
+  tpdp_fully_shard_options fo = tpdp_fully_shard_options_default();
+  fo.zero_level = t->o.zero;
+  fo.param_dtype = t->o.param_dtype;
+  fo.reduce_dtype = t->o.reduce_dtype;
   if (ex_fully_shard_blocks(t->tree.root, "layers.", t->o.layers, t->dp_comm,
-                            t->o.zero, &t->fsdp, &e) != 0) {
+                            &fo, &t->fsdp, &e) != 0 ||
+      ex_param_views_create(t->tree.params, t->tree.nparams, t->param, t->grad,
+                            &t->views, &e) != 0) {
     fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e.msg);
     return 1;
   }
-  refresh_views(t);
+  ex_param_views_refresh(t->views);
   return 0;
+}
+
+/* The root module's hooks (EX_BLOCK_* events); under --zero the model's
+ * pointers follow. 0, or 1 after printing what failed. */
+static int root_hooks(trainer *t, int event) {
+  ex_error e;
+  if (ex_module_hooks(t->tree.root, event, t->views, &e) == 0) return 0;
+  fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e.msg);
+  return 1;
 }
 
 /* Elements of parameter i's full (unsharded) tensor. */
@@ -811,8 +898,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
       mlp_make_batch(&t->s, o->seed, step * K + mb, o->batch, xg, labels_g);
       tm.data += mlp_now() - h0;
       h0 = mlp_now();
-      TRY(tpdp_module_forward_begin(t->tree.root));
-      if (o->zero > 0) refresh_views(t);
+      if (root_hooks(t, EX_BLOCK_FORWARD_BEGIN) != 0) goto fail;
       tm.hooks += mlp_now() - h0;
       double mb_loss = 0;
       h0 = mlp_now();
@@ -822,7 +908,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
       loss_sum += mb_loss;
       tm.model += mlp_now() - h0;
       h0 = mlp_now();
-      TRY(tpdp_module_forward_end(t->tree.root));
+      if (root_hooks(t, EX_BLOCK_FORWARD_END) != 0) goto fail;
       tm.hooks += mlp_now() - h0;
       /* The micro-batches after the first add into the gradients; only the
        * last reduces them over dp (the others: no_sync). */
@@ -848,18 +934,17 @@ static int train(const options *opt, const train_backend *b, int *argc,
       }
       /* The root's backward hooks (each block's run inside the model). */
       h0 = mlp_now();
-      TRY(tpdp_module_backward_begin(t->tree.root));
-      if (o->zero > 0) refresh_views(t);
+      if (root_hooks(t, EX_BLOCK_BACKWARD_BEGIN) != 0) goto fail;
       tm.hooks += mlp_now() - h0;
       h0 = mlp_now();
       if (b->backward(t) != 0) goto fail;
       tm.model += mlp_now() - h0;
       h0 = mlp_now();
-      TRY(tpdp_module_backward_end(t->tree.root));
+      if (root_hooks(t, EX_BLOCK_BACKWARD_END) != 0) goto fail;
       if (o->zero > 0) {
         /* The units' reduce-scatters done, the tree views the shards. */
         if (sync) TRY(tpdp_fsdp_finalize(t->fsdp));
-        refresh_views(t);
+        ex_param_views_refresh(t->views);
       } else {
         TRY(tpdp_reducer_finalize(t->dp.reducer));
       }
@@ -933,6 +1018,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
     if (t->rank == 0) ref_rc = train_reference(o, &t->s, ref_loss, ref_params);
     /* rel != rel, d != d: a NaN counts as a failure. */
     double max_rel = 0, max_abs = 0;
+    int worst_param = 0;
+    int64_t worst_elem = 0;
     for (int step = start; step < o->steps && t->rank == 0; step++) {
       double rel = fabs(losses[step] - ref_loss[step]) /
                    fmax(fabs(ref_loss[step]), 1e-12);
@@ -949,13 +1036,19 @@ static int train(const options *opt, const train_backend *b, int *argc,
       if (t->rank == 0)
         for (int64_t k = 0; k < n; k++) {
           double d = fabs((double)full[k] - (double)ref_params[i][k]);
-          if (d > max_abs || d != d) max_abs = d;
+          if (d > max_abs || d != d) {
+            max_abs = d;
+            worst_param = i;
+            worst_elem = k;
+          }
         }
     }
     if (o->zero > 0) TRY(tpdp_fsdp_summon_end(t->fsdp, 0));
     if (t->rank == 0) {
-      printf("check: max_rel_loss_diff %.3e max_abs_param_diff %.3e\n", max_rel,
-             max_abs);
+      printf(
+          "check: max_rel_loss_diff %.3e max_abs_param_diff %.3e (%s "
+          "element %lld)\n",
+          max_rel, max_abs, t->tree.names[worst_param], (long long)worst_elem);
       if (ref_rc != 0 || !(max_rel <= 1e-4) || !(max_abs <= 1e-4)) {
         printf("check: FAILED (tolerance 1e-4)\n");
         exit_code = 1;
@@ -973,6 +1066,7 @@ done:
     exit_code = 1;
   }
   b->release(t);
+  ex_param_views_destroy(t->views);
   for (int i = 0; i < t->tree.nparams && ref_params; i++) free(ref_params[i]);
   free(ref_params);
   free(ref_loss);

@@ -72,7 +72,10 @@
  * and reduce-scatter move f32 exactly, and the gradient is
  * the sum over ranks in rank order, then divided by the dp size, equal
  * to the reducer's allreduce AVG up to summation order. bf16/f16 (mixed
- * precision, see the options) round as PyTorch's casts do.
+ * precision, see the options) round as PyTorch's casts do; on MPI a
+ * bf16/f16 reduce-scatter sums in rank order in f32 and rounds once (so
+ * the result does not depend on a reduction tree). On a backend without
+ * collectives over pieces the backend's reduce-scatter sums.
  */
 #ifndef TPDP_FSDP_H
 #define TPDP_FSDP_H
@@ -153,12 +156,14 @@ TPDP_API tpdp_status tpdp_fsdp_set_requires_gradient_sync(tpdp_fsdp_unit *root,
                                                           int sync);
 
 /* Gather every unit under `root` for evaluation or export: parameters view
- * full tensors, units in state SUMMON_FULL_PARAMS. summon_end puts the
- * shards back; with writeback != 0 each rank first copies its rows of the
- * (possibly changed) full tensors into its shard. At levels 1-2 with f32
- * parameters a rank's own rows are the full tensors' (no second copy), so
- * changes to them stay even without writeback. Collective over dp; only
- * between steps (all units IDLE). */
+ * full f32 tensors - the master values, whatever param_dtype, as PyTorch
+ * FSDP's summon_full_params gives full precision - units in state
+ * SUMMON_FULL_PARAMS. summon_end puts the shards back; with writeback != 0
+ * each rank first copies its rows of the (possibly changed) full tensors
+ * into its shard, unrounded. At levels 1-2 with f32 parameters a rank's
+ * own rows are the full tensors' (no second copy), so changes to them stay
+ * even without writeback. Collective over dp; only between steps (all
+ * units IDLE). */
 TPDP_API tpdp_status tpdp_fsdp_summon_full_params(tpdp_fsdp_unit *root);
 TPDP_API tpdp_status tpdp_fsdp_summon_end(tpdp_fsdp_unit *root, int writeback);
 

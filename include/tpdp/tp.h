@@ -353,7 +353,9 @@ TPDP_API tpdp_status tpdp_tp_vocab_range(const struct tpdp_module *emb,
 /* Embedding lookup on vocab shards, forward: out[i] = weight[ids[i]] for
  * i in [0, n), the rows this rank holds looked up locally, the others
  * zero, then an allreduce (sum) over TP gives every rank the full rows.
- * `out`: contiguous f32 [n, D] (any shape of n * D elements). Collective
+ * `out`: contiguous f32 [n, D] (any shape of n * D elements); the local
+ * weight f32, or bf16/f16 (a fully sharded unit's param_dtype: its rows
+ * widened to f32, exactly). Collective
  * over the TP dim; every TP rank passes the same ids. Its backward is
  * tpdp_tp_vocab_embedding_backward. Errors: TPDP_ERR_INVALID_ARGUMENT
  * naming the first id outside [0, V) and its position (checked before

@@ -190,6 +190,65 @@ TEST(Pieces, ReduceScatterInPlace) {
   CheckReduceScatter<double>(TPDP_F64, TPDP_OP_AVG, true);
 }
 
+// bf16 and f16 sum in f32 and round once: rank 0 sends 1 + k ulp, every
+// other rank a quarter ulp or so (u), all exact in the dtype. On 4 ranks
+// the three small ones add up past half an ulp, which rounding at every
+// addition (as MPI's user-defined ops do) would lose. The expected value:
+// the exact sum (divided by the ranks for AVG) rounded to the dtype here.
+void CheckHalfReduceScatter(tpdp_dtype dt, tpdp_reduce_op op) {
+  tpdp_comm *w = tpdp_test::World();
+  const int me = tpdp_comm_rank(w), n = tpdp_comm_size(w);
+  const int64_t S = ShardElems(n), F = FullElems();
+  const bool bf = dt == TPDP_BF16;
+  const double ulp = bf ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+  auto contribution = [&](int q, int64_t e) {
+    return q == 0 ? 1.0 + (double)(e % 8) * ulp : ulp / 4 * (1 + (e + q) % 3);
+  };
+  auto to_half = [&](double x) {
+    return bf ? tpdp_f32_to_bf16((float)x) : tpdp_f32_to_f16((float)x);
+  };
+  auto from_half = [&](uint16_t h) {
+    return (double)(bf ? tpdp_bf16_to_f32(h) : tpdp_f16_to_f32(h));
+  };
+  std::vector<uint16_t> grad(F), shard(S + kGuard, 0xBEEF);
+  for (int64_t e = 0; e < F; e++) {
+    grad[e] = to_half(contribution(me, e));
+    ASSERT_EQ(from_half(grad[e]), contribution(me, e)) << "exact input";
+  }
+  std::vector<comm_piece> sp = Pieces(0, n, n, true);
+  std::vector<comm_piece> rp = Pieces(me, me + 1, n, false);
+  comm_pieces spl = {sp.data(), (int)sp.size()};
+  comm_pieces rpl = {rp.data(), (int)rp.size()};
+  int64_t ns = comm_reduce_scatter_pieces_scratch(w, MineElems(me, n), false);
+  std::vector<uint16_t> scratch(ns + 1);
+  tpdp_tensor send = Flat(grad.data(), dt, S * n);
+  tpdp_tensor recv = Flat(shard.data(), dt, S);
+  tpdp_work *work = nullptr;
+  ASSERT_TPDP_OK(comm_reduce_scatter_pieces_async(
+      w, &send, &spl, &recv, &rpl, op, scratch.data(), ns, &work));
+  ASSERT_TPDP_OK(tpdp_work_wait(work));
+  for (size_t i = 0; i < kParams.size(); i++) {
+    const Param &p = kParams[i];
+    int64_t lo = me * Chunk(p, n) * p.row;
+    for (int64_t k = 0; k < Rows(p, me, n) * p.row; k++) {
+      int64_t e = FullOff((int)i) + lo + k;
+      double sum = 0;
+      for (int q = 0; q < n; q++) sum += contribution(q, e);
+      double want = from_half(to_half(op == TPDP_OP_AVG ? sum / n : sum));
+      ASSERT_EQ(from_half(shard[ShardOff((int)i, n) + k]), want)
+          << tpdp_dtype_name(dt) << " parameter " << i << " element " << e;
+    }
+  }
+  for (int k = 0; k < kGuard; k++) EXPECT_EQ(shard[S + k], 0xBEEF);
+}
+
+TEST(Pieces, HalfPrecisionSumsInF32AndRoundsOnce) {
+  CheckHalfReduceScatter(TPDP_BF16, TPDP_OP_SUM);
+  CheckHalfReduceScatter(TPDP_F16, TPDP_OP_SUM);
+  CheckHalfReduceScatter(TPDP_BF16, TPDP_OP_AVG);
+  CheckHalfReduceScatter(TPDP_F16, TPDP_OP_AVG);
+}
+
 // Several in flight at once, waited in another order than started.
 TEST(Pieces, ManyInFlightCompleteInAnyOrder) {
   ASSERT_EQ(kSmallMessages, 0);
@@ -245,14 +304,18 @@ TEST(Pieces, BadArgumentsAreRefusedOnEveryRank) {
         comm_reduce_scatter_pieces_async(w, &send, &spl, &recv, &short_recv,
                                          TPDP_OP_SUM, nullptr, 0, &work),
         TPDP_ERR_SHAPE_MISMATCH, "recv pieces cover");
-  // No reduction of 16-bit floats here.
-  std::vector<uint16_t> half(S * n), half_out(S);
-  tpdp_tensor hs = Flat(half.data(), TPDP_BF16, S * n);
-  tpdp_tensor hr = Flat(half_out.data(), TPDP_BF16, S);
+  // No reduction of integers, nor MAX, here.
+  std::vector<int32_t> ints(S * n), ints_out(S);
+  tpdp_tensor is = Flat(ints.data(), TPDP_I32, S * n);
+  tpdp_tensor ir = Flat(ints_out.data(), TPDP_I32, S);
   EXPECT_TPDP_ERROR(
-      comm_reduce_scatter_pieces_async(w, &hs, &spl, &hr, &rpl, TPDP_OP_SUM,
+      comm_reduce_scatter_pieces_async(w, &is, &spl, &ir, &rpl, TPDP_OP_SUM,
                                        nullptr, 0, &work),
-      TPDP_ERR_UNSUPPORTED, "f32/f64 SUM/AVG", "bf16");
+      TPDP_ERR_UNSUPPORTED, "f32/f64/bf16/f16 SUM/AVG", "i32");
+  EXPECT_TPDP_ERROR(
+      comm_reduce_scatter_pieces_async(w, &send, &spl, &recv, &rpl, TPDP_OP_MAX,
+                                       nullptr, 0, &work),
+      TPDP_ERR_UNSUPPORTED, "not f32 max");
   // Scratch too small for the peers' contributions (in place: size - 1).
   if (n > 1) {
     std::vector<comm_piece> in_place = Pieces(me, me + 1, n, true);

@@ -343,6 +343,45 @@ TEST_P(MixedPrecision, GathersAndReducesInTheirDtypes) {
       }
     }
   }
+  // summon_full_params gathers the f32 master whatever param_dtype (as
+  // PyTorch FSDP's summon_full_params): every rank's f32 shard rows,
+  // exactly (gathered here padded, rank by rank), and a writeback keeps
+  // f32 values unrounded.
+  std::vector<std::vector<float>> want(kSpecs.size());
+  for (size_t p = 0; p < kSpecs.size(); p++) {
+    const ParamSpec &sp = kSpecs[p];
+    int64_t re = RowElems(sp), c = Chunk(sp, n);
+    std::vector<float> mine(c * re, 0.0f), all(c * re * n);
+    const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+    std::memcpy(mine.data(), t->data, sizeof(float) * Rows(sp, rank, n) * re);
+    tpdp_tensor s1 = tpdp_tensor_1d(mine.data(), TPDP_F32, c * re);
+    tpdp_tensor a1 = tpdp_tensor_1d(all.data(), TPDP_F32, c * re * n);
+    ASSERT_TPDP_OK(tpdp_allgather(tpdp_test::World(), &s1, &a1));
+    for (int r = 0; r < n; r++)
+      want[p].insert(want[p].end(), all.begin() + r * c * re,
+                     all.begin() + (r * c + Rows(sp, r, n)) * re);
+  }
+  ASSERT_TPDP_OK(tpdp_fsdp_summon_full_params(u.root));
+  for (size_t p = 0; p < kSpecs.size(); p++) {
+    const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+    ASSERT_EQ(t->dtype, TPDP_F32) << "summoned param " << p;
+    ASSERT_EQ(tpdp_tensor_numel(t), Numel(kSpecs[p]));
+    float *x = static_cast<float *>(t->data);
+    for (int64_t e = 0; e < Numel(kSpecs[p]); e++) {
+      ASSERT_EQ(x[e], want[p][e]) << "summoned param " << p << " element " << e;
+      x[e] += 1.0f / 3.0f;  // not a bf16 or f16 value near 1
+    }
+  }
+  ASSERT_TPDP_OK(tpdp_fsdp_summon_end(u.root, 1));
+  for (size_t p = 0; p < kSpecs.size(); p++) {
+    const ParamSpec &sp = kSpecs[p];
+    int64_t re = RowElems(sp), e0 = rank * Chunk(sp, n) * re;
+    const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+    ASSERT_EQ(t->dtype, TPDP_F32);
+    for (int64_t k = 0; k < Rows(sp, rank, n) * re; k++)
+      ASSERT_EQ(static_cast<float *>(t->data)[k], want[p][e0 + k] + 1.0f / 3.0f)
+          << "written back: param " << p << " element " << e0 + k;
+  }
   tpdp_fsdp_stats st;
   ASSERT_TPDP_OK(tpdp_fsdp_get_stats(u.root, &st));
   int64_t s_all = Chunk(kSpecs[0], n) * RowElems(kSpecs[0]) +

@@ -103,6 +103,18 @@ def main():
         ("no_data", ["--model", good, "--data",
                      os.path.join(tmp, "none.bin")],
          ["none.bin: cannot open"]),
+        # mixed precision: the units' flags, refused where they mean nothing
+        ("param_dtype_without_zero", ["--model", good, "--param-dtype",
+                                      "bf16"],
+         ["--param-dtype and --reduce-dtype", "need --zero 1, 2 or 3"]),
+        ("reduce_dtype_unknown", ["--model", good, "--zero", "2",
+                                  "--reduce-dtype", "fp8"],
+         ["--reduce-dtype: 'fp8' is not a dtype of the units",
+          "f32, bf16 or f16"]),
+        ("mixed_with_check", ["--model", good, "--zero", "3",
+                              "--param-dtype", "bf16", "--check"],
+         ["--check's one-process run computes without the units' casts",
+          "--param-dtype bf16 --reduce-dtype f32"]),
         # flags that are not numbers: usage errors (exit 2)
         ("steps_not_a_number", ["--model", good, "--steps", "ten"],
          ["--steps: 'ten' is not an integer"], 2),

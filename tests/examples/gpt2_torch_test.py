@@ -9,6 +9,15 @@ parallelism), bf16 without prefix (tp=2) and f16 (1 rank). n_head 3 and
 vocab 259 do not divide by tp 2; the token file is short enough that the
 loader wraps.
 
+Mixed precision (--zero with --param-dtype/--reduce-dtype, dp=2): torch
+applies the units' casts itself. Each step every dp rank's rows run apart
+on the parameters rounded to param_dtype (computed in f32), each rank's
+gradient is rounded to param_dtype, then to reduce_dtype, summed over the
+ranks in rank order in f32, divided by dp and rounded to reduce_dtype once;
+AdamW updates the f32 parameters with that mean. Those cases use TOL_CAST
+(below), and fail if torch's losses with and without the casts are too
+close to tell apart.
+
 With --device cuda (scripts/gpu-check, on the lent GPU machine): PyTorch
 on the GPU (TF32 off) against train_gpt2 --device cuda, one rank, the f32
 and f16 files.
@@ -29,9 +38,16 @@ L, C, H, V, P = 2, 12, 3, 259, 32
 B, T, STEPS = 4, 8, 10
 LR, WD, BETAS, EPS = 1e-3, 0.1, (0.9, 0.95), 1e-8
 TOL = 1e-4
+# Mixed precision: the casts move these small models' losses by only
+# ~4e-5 (bf16 parameters), so those cases hold the closer agreement they
+# reach (~3e-7, about the 6 printed decimals) within TOL_CAST, and torch's
+# cast and uncast losses must differ by more than 10 TOL_CAST.
+TOL_CAST = 3e-6
 
 
-def torch_losses(params, tokens, device="cpu", clip=None):
+def torch_losses(params, tokens, device="cpu", clip=None, cast=None, dp=1):
+    """Per-step losses; cast = (param_dtype, reduce_dtype) names applies the
+    units' casts over dp ranks (see the module's docstring)."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
@@ -48,7 +64,8 @@ def torch_losses(params, tokens, device="cpu", clip=None):
     hd = C // H
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
 
-    def forward(idx, tgt):
+    def forward(idx, tgt, p=p):
+        B = idx.shape[0]
         x = p["wte.weight"][idx] + p["wpe.weight"][:T]
         for i in range(L):
             h = "h.%d." % i
@@ -70,6 +87,29 @@ def torch_losses(params, tokens, device="cpu", clip=None):
         logits = x @ p["wte.weight"].t()
         return F.cross_entropy(logits.reshape(-1, V), tgt.reshape(-1))
 
+    dtypes = {"bf16": torch.bfloat16, "f16": torch.float16,
+              "f32": torch.float32}
+
+    def cast_step(idx, tgt, cast, dp):
+        """The units' step: p.grad = the mean over dp ranks as they take it;
+        returns the mean loss."""
+        pdt, rdt = dtypes[cast[0]], dtypes[cast[1]]
+        rows, total, per_rank = B // dp, 0.0, []
+        for r in range(dp):
+            pc = {n: t.detach().to(pdt).float().requires_grad_()
+                  for n, t in p.items()}
+            loss = forward(idx[r * rows:(r + 1) * rows],
+                           tgt[r * rows:(r + 1) * rows], pc)
+            total += loss.item()
+            g = torch.autograd.grad(loss, list(pc.values()))
+            per_rank.append([x.to(pdt).to(rdt).float() for x in g])
+        for k, t in enumerate(p.values()):
+            acc = per_rank[0][k].clone()
+            for r in range(1, dp):
+                acc += per_rank[r][k]
+            t.grad = (acc / dp).to(rdt).float()
+        return total / dp
+
     losses, pos = [], 0
     for _ in range(STEPS):
         if pos + B * T + 1 > len(tokens):  # llm.c's loader
@@ -77,7 +117,12 @@ def torch_losses(params, tokens, device="cpu", clip=None):
         buf = torch.tensor(tokens[pos:pos + B * T + 1], dtype=torch.long,
                            device=device)
         pos += B * T
-        loss = forward(buf[:-1].view(B, T), buf[1:].view(B, T))
+        idx, tgt = buf[:-1].view(B, T), buf[1:].view(B, T)
+        if cast is not None:
+            losses.append(cast_step(idx, tgt, cast, dp))
+            opt.step()
+            continue
+        loss = forward(idx, tgt)
         losses.append(loss.item())
         opt.zero_grad()
         loss.backward()
@@ -113,7 +158,14 @@ def main():
                "0.5"]),
              ("f32_clip_dp2", "F32", "transformer.", True, 2,
               ["--dp", "2", "--grad-clip", "0.5"]),
-             ("f16_1rank", "F16", "", False, 1, [])]
+             ("f16_1rank", "F16", "", False, 1, []),
+             # the units' mixed precision against torch applying the casts
+             ("f32_dp2_tp2_zero3_bf16", "F32", "transformer.", True, 4,
+              ["--dp", "2", "--tp", "2", "--zero", "3", "--param-dtype",
+               "bf16", "--reduce-dtype", "bf16"]),
+             ("f32_dp2_zero2_bf16_f32", "F32", "transformer.", True, 2,
+              ["--dp", "2", "--zero", "2", "--param-dtype", "bf16",
+               "--reduce-dtype", "f32"])]
     device = "cpu"
     if len(sys.argv) > 3 and sys.argv[2] == "--device":
         device = sys.argv[3]
@@ -136,36 +188,53 @@ def main():
     tok_path = os.path.join(tmp, "tokens.bin")
     gf.write_tokens(tok_path, tokens)
     results, ref = [], {}
+
+    def uncast(params, dtype):
+        if (dtype, None, None, 1) not in ref:
+            ref[(dtype, None, None, 1)] = torch_losses(params, tokens, device)
+        return ref[(dtype, None, None, 1)]
     for name, dtype, prefix, hf_extras, np, args in cases:
         start = time.time()
         params = gf.random_params(L, C, V, P, seed=11, dtype=dtype)
         d = os.path.join(tmp, name)
         gf.write_model(d, params, L, C, H, V, P, dtype=dtype, prefix=prefix,
                        mask_buffers=hf_extras, lm_head=hf_extras)
-        clip = (float(args[args.index("--grad-clip") + 1])
-                if "--grad-clip" in args else None)
-        if (dtype, clip) not in ref:
-            ref[(dtype, clip)] = torch_losses(params, tokens, device, clip)
-        want = ref[(dtype, clip)]
+        def flag(name, default=None):
+            return args[args.index(name) + 1] if name in args else default
+        clip = float(flag("--grad-clip")) if "--grad-clip" in args else None
+        cast = (flag("--param-dtype", "f32"), flag("--reduce-dtype", "f32"))
+        cast = None if cast == ("f32", "f32") else cast
+        dp = int(flag("--dp", "1"))
+        key = (dtype, clip, cast, dp if cast else 1)
+        if key not in ref:
+            ref[key] = torch_losses(params, tokens, device, clip, cast, dp)
+        want = ref[key]
         rc, got, log = run_gpt2(binary, d, tok_path, np, args)
         fail = None
         if rc != 0 or len(got) != STEPS:
             fail = "train_gpt2 exit %d, %d loss lines" % (rc, len(got))
         elif clip is not None and "(clipped)" not in log:
             fail = "--grad-clip %g never clipped: the case tests nothing" % clip
+        elif cast is not None and max(
+                abs(a - b) / abs(b) for a, b in
+                zip(want, uncast(params, dtype))) <= 10 * TOL_CAST:
+            fail = ("torch's losses with and without the casts agree within "
+                    "%g: the case tests nothing" % (10 * TOL_CAST))
         else:
             rel = [abs(g - w) / abs(w) for g, w in zip(got, want)]
             worst = max(range(STEPS), key=lambda i: rel[i])
             print("[%s] max relative loss difference %.2e (step %d: train_gpt2 "
                   "%.6f, torch %.6f)" % (name, rel[worst], worst, got[worst],
                                          want[worst]))
-            if not rel[worst] <= TOL:
+            tol = TOL_CAST if cast else TOL
+            if not rel[worst] <= tol:
                 fail = "step %d: train_gpt2 %.6f, torch %.6f (rel %.2e > %g)" % (
-                    worst, got[worst], want[worst], rel[worst], TOL)
+                    worst, got[worst], want[worst], rel[worst], tol)
         if fail:
             print("[%s] FAIL: %s\n%s" % (name, fail, log[-3000:]))
         results.append((name, time.time() - start, fail))
-    print("torch losses: " + " ".join("%.5f" % v for v in ref[("F32", None)]))
+    print("torch losses: " + " ".join(
+        "%.5f" % v for v in ref[("F32", None, None, 1)]))
     shutil.rmtree(tmp, ignore_errors=True)
     return gf.finish("Gpt2Torch", "gpt2 vs torch", results)
 

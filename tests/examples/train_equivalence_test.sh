@@ -17,7 +17,12 @@
 # and at each level: the reference trains each step's 3 micro-batches as
 # one batch of 3 x 24 rows, without accumulating; the collectives per step
 # are then 3 x 5 all-gathers at level 3 (each micro-batch gathers again)
-# and still 3 reduce-scatters.
+# and still 3 reduce-scatters. Then mixed precision (--param-dtype,
+# --reduce-dtype): the reference applies the units' casts (train_mlp
+# --help), and a bf16 run's losses must differ from the f32 run's on the
+# same mesh (the casts took effect). With tp=1 each rank's rows go through
+# the same operations in the same order in both, and the casts round alike,
+# so the parameters must come out bit-identical (max_abs_param_diff 0).
 set -u
 bin="$1"
 mode="${2:-}"
@@ -25,6 +30,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 pass=0
 fail=0
 cases=""
+declare -A f32_losses
 flags=(--layers 2 --hidden 30 --width 12 --inputs 8 --classes 5 --batch 16
        --steps 10 --lr 0.01 --seed 7 --bucket-mib 0.001 --check)
 if [ "$mode" = --zero ]; then
@@ -33,6 +39,8 @@ if [ "$mode" = --zero ]; then
     for z in 1 2 3; do runs+=("$mesh $z"); done
   done
   runs+=("2 1 0 3" "2 2 1 3" "3 1 2 3" "4 1 3 3" "2 2 3 3")
+  runs+=("2 1 3 1 bf16 bf16" "4 1 2 1 bf16 f32" "3 1 1 1 f32 f16"
+         "2 2 3 3 bf16 bf16" "1 2 3 1 f16 f16")
   flags=(--layers 2 --hidden 30 --width 12 --inputs 8 --classes 3 --batch 24
          --steps 10 --lr 0.01 --seed 7 --check)
 else
@@ -40,15 +48,16 @@ else
 fi
 for run in "${runs[@]}"; do
   set -- $run
-  dp=$1 tp=$2 zero=$3 accum=${4:-1}
+  dp=$1 tp=$2 zero=$3 accum=${4:-1} pdt=${5:-f32} rdt=${6:-f32}
   name="dp${dp}_tp${tp}"
   [ "$zero" = 0 ] || name="${name}_zero${zero}"
   [ "$accum" = 1 ] || name="${name}_accum${accum}"
+  [ "$pdt$rdt" = f32f32 ] || name="${name}_param_${pdt}_reduce_${rdt}"
   start=$(date +%s.%N)
   out=$(mpirun -np $((dp * tp)) --oversubscribe --bind-to none \
         --mca mpi_yield_when_idle 1 --timeout 300 \
         "$bin" --dp "$dp" --tp "$tp" --zero "$zero" --accum "$accum" \
-        "${flags[@]}" 2>&1)
+        --param-dtype "$pdt" --reduce-dtype "$rdt" "${flags[@]}" 2>&1)
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo 0)
   line=$(echo "$out" | grep '^check:' | head -1)
@@ -65,6 +74,17 @@ for run in "${runs[@]}"; do
       ok=0
       line="$line; expected '$want' from each of $((dp * tp)) ranks, got $nlines"
     fi
+  fi
+  losses=$(echo "$out" | grep '^step ' | tr '\n' ' ')
+  [ "$pdt$rdt" = f32f32 ] && f32_losses["$dp $tp $zero $accum"]="$losses"
+  if [ "$pdt" != f32 ] && [ "$losses" = "${f32_losses["$dp $tp $zero $accum"]:-}" ]; then
+    ok=0
+    line="$line; the $pdt run's losses equal the f32 run's: the casts did nothing"
+  fi
+  if [ "$pdt$rdt" != f32f32 ] && [ "$tp" = 1 ] &&
+     ! echo "$line" | grep -q 'max_abs_param_diff 0.000e+00'; then
+    ok=0
+    line="$line; expected bit-identical parameters at tp=1"
   fi
   echo "[$name] rc=$rc $line"
   if [ $ok = 1 ]; then

@@ -115,6 +115,57 @@ TEST(VocabParallel, EmbeddingForwardBackwardTied) {
     }
 }
 
+// A fully sharded unit with param_dtype bf16 or f16 hands the lookup a
+// half-precision local weight: each row is widened to f32 exactly (the
+// expected values are the rounded weights, widened here). Another dtype is
+// refused naming it.
+TEST(VocabParallel, EmbeddingReadsHalfPrecisionWeights) {
+  for (const std::string &mesh : Meshes()) {
+    SCOPED_TRACE(mesh);
+    Lm lm;
+    ASSERT_TRUE(MakeShardedLm(mesh, 11, &lm));
+    tpdp_param *w = lm.t->Param("wte.weight");
+    const tpdp_tensor saved = *tpdp_param_tensor(w);
+    const auto &full = lm.t->full.at("wte.weight");
+    std::vector<int32_t> ids = Ids(11, kN, 4);
+    for (tpdp_dtype dt : {TPDP_BF16, TPDP_F16}) {
+      std::vector<uint16_t> half(lm.vl * kD + 1);
+      for (int64_t k = 0; k < lm.vl * kD; k++)
+        half[k] = dt == TPDP_BF16 ? tpdp_f32_to_bf16(full[lm.v0 * kD + k])
+                                  : tpdp_f32_to_f16(full[lm.v0 * kD + k]);
+      tpdp_tensor ht;
+      int64_t shape[2] = {lm.vl, kD};
+      ASSERT_TPDP_OK(tpdp_tensor_init(&ht, half.data(), dt,
+                                      {TPDP_DEVICE_CPU, 0}, 2, shape));
+      ASSERT_TPDP_OK(tpdp_param_set_tensor(w, &ht));
+      std::vector<float> out(kN * kD, -1.0f);
+      tpdp_tensor ot = View(out.data(), {kN, kD});
+      ASSERT_TPDP_OK(
+          tpdp_tp_vocab_embedding_forward(lm.wte, ids.data(), kN, &ot));
+      for (int64_t i = 0; i < kN; i++)
+        for (int64_t k = 0; k < kD; k++) {
+          float x = full[ids[i] * kD + k];
+          float want = dt == TPDP_BF16 ? tpdp_bf16_to_f32(tpdp_f32_to_bf16(x))
+                                       : tpdp_f16_to_f32(tpdp_f32_to_f16(x));
+          ASSERT_EQ(out[i * kD + k], want) << tpdp_dtype_name(dt) << " " << i;
+        }
+    }
+    std::vector<int32_t> ints(lm.vl * kD + 1);
+    tpdp_tensor it;
+    int64_t shape[2] = {lm.vl, kD};
+    ASSERT_TPDP_OK(tpdp_tensor_init(&it, ints.data(), TPDP_I32,
+                                    {TPDP_DEVICE_CPU, 0}, 2, shape));
+    ASSERT_TPDP_OK(tpdp_param_set_tensor(w, &it));
+    std::vector<float> out(kN * kD);
+    tpdp_tensor ot = View(out.data(), {kN, kD});
+    EXPECT_TPDP_ERROR(
+        tpdp_tp_vocab_embedding_forward(lm.wte, ids.data(), kN, &ot),
+        TPDP_ERR_DTYPE_MISMATCH, "the local embedding weight is i32",
+        "expected f32, bf16 or f16");
+    ASSERT_TPDP_OK(tpdp_param_set_tensor(w, &saved));
+  }
+}
+
 TEST(VocabParallel, CrossEntropyOnShardsMatchesDense) {
   for (const std::string &mesh : Meshes())
     for (int64_t V : {11, 3}) {
