@@ -127,6 +127,43 @@ tpdp_status core_mem_free(tpdp_device device, void *p) {
   return TPDP_SUCCESS;
 }
 
+tpdp_status core_mem_alloc_async(tpdp_device device, size_t bytes, void *stream,
+                                 void **out) {
+  CHECK(core_mem_supported(device, "a buffer"));
+#ifdef TPDP_WITH_CUDA
+  if (on_gpu(device)) {
+    void *p = NULL;
+    core_cuda_device_guard g;
+    CHECK(core_cuda_guard_enter(&g, device.index));
+    tpdp_status st = core_cuda_status(
+        cudaMallocAsync(&p, bytes ? bytes : 1, (cudaStream_t)stream),
+        "cudaMallocAsync");
+    core_cuda_guard_exit(&g);
+    if (st != TPDP_SUCCESS)
+      return TPDP_ERR(st, "%zu bytes on cuda:%d: %s", bytes, device.index,
+                      core_error_detail());
+    *out = p;
+    return TPDP_SUCCESS;
+  }
+#else
+  (void)stream;
+#endif
+  return host_alloc(bytes, 0, out);
+}
+
+tpdp_status core_mem_free_async(tpdp_device device, void *p, void *stream) {
+  if (p == NULL) return TPDP_SUCCESS;
+#ifdef TPDP_WITH_CUDA
+  if (on_gpu(device))
+    ON_DEVICE(device.index,
+              core_cuda_status(cudaFreeAsync(p, (cudaStream_t)stream),
+                               "cudaFreeAsync"));
+#else
+  (void)stream;
+#endif
+  return core_mem_free(device, p);
+}
+
 tpdp_status core_mem_free_keep(tpdp_device device, void *p, tpdp_status st) {
   tpdp_status fs = core_mem_free(device, p);
   return st != TPDP_SUCCESS ? st : fs;

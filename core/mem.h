@@ -47,6 +47,16 @@ void core_mem_populate(void *p, size_t n);
 /* Free a core_mem_alloc* pointer (NULL: no-op). Device: cudaFree, which
  * waits for work queued on the memory; its failure is returned. */
 tpdp_status core_mem_free(tpdp_device device, void *p);
+/* Stream-ordered allocation and free (CUDA's stream-ordered allocator,
+ * cudaMallocAsync / cudaFreeAsync on `stream`): the memory may be used by
+ * work queued on `stream` after the allocation, and goes back to the
+ * device's pool once the work queued on `stream` before the free is done,
+ * without a host synchronisation (cudaFree would wait for the whole
+ * device). Use on another stream must be ordered after `stream` (events).
+ * Host: core_mem_alloc / core_mem_free. */
+tpdp_status core_mem_alloc_async(tpdp_device device, size_t bytes, void *stream,
+                                 void **out);
+tpdp_status core_mem_free_async(tpdp_device device, void *p, void *stream);
 /* core_mem_free for cleanup paths: returns `st` if it is a failure (the
  * first one wins), else the free's own status. */
 tpdp_status core_mem_free_keep(tpdp_device device, void *p, tpdp_status st);

@@ -2,7 +2,9 @@
 /* Fully sharded units (tpdp/fsdp.h): dim-0 chunk sharding of a module's
  * local parameters over a dp communicator, one flat all-gather and one flat
  * reduce-scatter per unit and step, driven by the module's forward and
- * backward hooks. CPU (MPI) memory only. */
+ * backward hooks. Host memory over MPI; CUDA memory over NCCL, every copy
+ * and buffer ordered on the framework's stream (options.stream), the
+ * collectives on the communicator's stream after it and it after them. */
 #include "tpdp/fsdp.h"
 
 #include <pthread.h>
@@ -14,6 +16,7 @@
 
 #include "comm/services.h"
 #include "core/check.h"
+#include "core/mem.h"
 
 #define FSDP_EXT_KEY "tpdp.fsdp"
 #define FSDP_MAGIC 0x46534450u /* "FSDP" */
@@ -39,6 +42,8 @@ struct tpdp_fsdp_unit {
   tpdp_module *module;
   tpdp_comm *comm;
   int rank, nranks;
+  tpdp_device device; /* of every parameter: host, or one GPU */
+  void *stream;       /* CUDA: the framework's stream (options.stream) */
   int level, reshard_option;
   char label[256];
   char watch_label[288]; /* "the fully sharded unit <label>" */
@@ -106,6 +111,7 @@ tpdp_fully_shard_options tpdp_fully_shard_options_default(void) {
   o.reshard_after_forward = -1;
   o.param_dtype = TPDP_F32;
   o.reduce_dtype = TPDP_F32;
+  o.stream = NULL;
   return o;
 }
 
@@ -245,16 +251,45 @@ static void buf_free(void *p) {
     free(base);
 }
 
+/* ------------------------------------------- memory on the unit's device */
+
+static int on_gpu(const tpdp_fsdp_unit *u) {
+  return u->device.type == TPDP_DEVICE_CUDA;
+}
+
+/* n elements of dtype dt at `data` as a flat tensor on the unit's device. */
+static tpdp_tensor flat(const tpdp_fsdp_unit *u, void *data, tpdp_dtype dt,
+                        int64_t n) {
+  tpdp_tensor t = tpdp_tensor_1d(data, dt, n);
+  t.device = u->device;
+  return t;
+}
+
 /* n elements of dtype dt (zeroed when `zero`); counted as transient when
- * `transient`. */
+ * `transient`. On a GPU stream-ordered on the unit's stream: the pool
+ * takes the memory back when a free's turn comes on the stream, without
+ * waiting for the device (as PyTorch's caching allocator does for
+ * FSDP2). */
 static tpdp_status alloc_elems(tpdp_fsdp_unit *u, int64_t n, tpdp_dtype dt,
                                int transient, int zero, void **out) {
   int64_t bytes = n * (int64_t)tpdp_dtype_size(dt);
-  *out = buf_alloc((size_t)bytes, zero);
-  if (*out == NULL)
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
-                    "unit %s on rank %d: %lld bytes for its buffers", u->label,
-                    u->rank, (long long)bytes);
+  if (on_gpu(u)) {
+    tpdp_status st =
+        core_mem_alloc_async(u->device, (size_t)bytes, u->stream, out);
+    if (st != TPDP_SUCCESS)
+      return TPDP_ERR(st, "unit %s on rank %d: %lld bytes for its buffers: %s",
+                      u->label, u->rank, (long long)bytes, core_error_detail());
+    if (zero) {
+      tpdp_tensor t = flat(u, *out, dt, n);
+      CHECK(core_mem_zero_async(&t, u->stream));
+    }
+  } else {
+    *out = buf_alloc((size_t)bytes, zero);
+    if (*out == NULL)
+      return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
+                      "unit %s on rank %d: %lld bytes for its buffers",
+                      u->label, u->rank, (long long)bytes);
+  }
   if (transient) transient_add(u, bytes);
   return TPDP_SUCCESS;
 }
@@ -262,9 +297,44 @@ static tpdp_status alloc_elems(tpdp_fsdp_unit *u, int64_t n, tpdp_dtype dt,
 static void free_elems(tpdp_fsdp_unit *u, void **p, int64_t n, tpdp_dtype dt,
                        int transient) {
   if (*p == NULL) return;
-  buf_free(*p);
+  if (on_gpu(u))
+    (void)core_mem_free_async(u->device, *p, u->stream);
+  else
+    buf_free(*p);
   *p = NULL;
   if (transient) u->group->transient -= n * (int64_t)tpdp_dtype_size(dt);
+}
+
+/* A buffer's last free, when the unit goes (waits for the device). */
+static void release(const tpdp_fsdp_unit *u, void *p) {
+  if (on_gpu(u))
+    (void)core_mem_free(u->device, p);
+  else
+    buf_free(p);
+}
+
+/* dst[0, n) = src[0, n) (dtype dt): memcpy on the host, queued on the
+ * unit's stream on a GPU. */
+static tpdp_status copy_elems(const tpdp_fsdp_unit *u, void *dst,
+                              const void *src, tpdp_dtype dt, int64_t n) {
+  if (n == 0) return TPDP_SUCCESS;
+  if (!on_gpu(u)) {
+    memcpy(dst, src, (size_t)n * tpdp_dtype_size(dt));
+    return TPDP_SUCCESS;
+  }
+  tpdp_tensor d = flat(u, dst, dt, n), s = flat(u, (void *)src, dt, n);
+  return core_mem_copy_async(&d, &s, u->stream);
+}
+
+static tpdp_status zero_elems(const tpdp_fsdp_unit *u, void *dst, tpdp_dtype dt,
+                              int64_t n) {
+  if (n == 0) return TPDP_SUCCESS;
+  if (!on_gpu(u)) {
+    memset(dst, 0, (size_t)n * tpdp_dtype_size(dt));
+    return TPDP_SUCCESS;
+  }
+  tpdp_tensor d = flat(u, dst, dt, n);
+  return core_mem_zero_async(&d, u->stream);
 }
 
 /* The element at index k of a buffer of dtype dt (f32, bf16 or f16). */
@@ -293,6 +363,16 @@ static void convert(void *dst, tpdp_dtype dd, const void *src, tpdp_dtype sd,
   }
 }
 
+/* convert on the unit's device: a plain copy when the dtypes agree (CUDA
+ * units have f32 only: checked at creation). */
+static tpdp_status convert_elems(const tpdp_fsdp_unit *u, void *dst,
+                                 tpdp_dtype dd, const void *src, tpdp_dtype sd,
+                                 int64_t n) {
+  if (dd == sd) return copy_elems(u, dst, src, dd, n);
+  convert(dst, dd, src, sd, n);
+  return TPDP_SUCCESS;
+}
+
 /* Where this rank's rows of parameter i live (f32): in the separate shard
  * or inside the full tensors. */
 static float *shard_rows(const tpdp_fsdp_unit *u, const fsdp_param *q) {
@@ -307,13 +387,13 @@ static float *grad_rows(const tpdp_fsdp_unit *u, const fsdp_param *q) {
 
 /* ------------------------------------------------------------- views */
 
-static tpdp_status view(const fsdp_param *q, void *base, tpdp_dtype dt,
-                        int64_t rows, tpdp_tensor *out) {
+static tpdp_status view(const tpdp_fsdp_unit *u, const fsdp_param *q,
+                        void *base, tpdp_dtype dt, int64_t rows,
+                        tpdp_tensor *out) {
   int64_t shape[TPDP_MAX_DIMS];
   memcpy(shape, q->shape, sizeof shape);
   shape[0] = rows;
-  return tpdp_tensor_init(out, base, dt, (tpdp_device){TPDP_DEVICE_CPU, 0},
-                          q->ndim, shape);
+  return tpdp_tensor_init(out, base, dt, u->device, q->ndim, shape);
 }
 
 /* The parameters at full tensors of dtype dt back to back from `base`. */
@@ -321,7 +401,7 @@ static tpdp_status point_at(tpdp_fsdp_unit *u, void *base, tpdp_dtype dt) {
   for (int i = 0; i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     tpdp_tensor t;
-    CHECK(view(q, at(base, dt, q->full_off), dt, q->shape[0], &t));
+    CHECK(view(u, q, at(base, dt, q->full_off), dt, q->shape[0], &t));
     CHECK(tpdp_param_set_tensor(q->param, &t));
     CHECK(tpdp_param_set_row_shard(q->param, 0, -1));
   }
@@ -333,7 +413,7 @@ static tpdp_status point_at_shard(tpdp_fsdp_unit *u) {
     const fsdp_param *q = &u->p[i];
     int64_t rows = rows_of(q, u->rank);
     tpdp_tensor t;
-    CHECK(view(q, shard_rows(u, q), TPDP_F32, rows, &t));
+    CHECK(view(u, q, shard_rows(u, q), TPDP_F32, rows, &t));
     CHECK(tpdp_param_set_tensor(q->param, &t));
     CHECK(tpdp_param_set_row_shard(q->param, rows ? u->rank * q->chunk : 0,
                                    q->shape[0]));
@@ -348,10 +428,10 @@ static tpdp_status set_grads(tpdp_fsdp_unit *u, int full) {
     const fsdp_param *q = &u->p[i];
     tpdp_tensor t;
     if (full)
-      CHECK(view(q, at(u->full_grad, u->pdt, q->full_off), u->pdt, q->shape[0],
-                 &t));
+      CHECK(view(u, q, at(u->full_grad, u->pdt, q->full_off), u->pdt,
+                 q->shape[0], &t));
     else
-      CHECK(view(q, grad_rows(u, q), TPDP_F32, rows_of(q, u->rank), &t));
+      CHECK(view(u, q, grad_rows(u, q), TPDP_F32, rows_of(q, u->rank), &t));
     CHECK(tpdp_param_set_grad(q->param, &t));
   }
   return TPDP_SUCCESS;
@@ -363,7 +443,7 @@ static tpdp_status zeroed_full_grad(tpdp_fsdp_unit *u) {
     return alloc_elems(u, u->full_elems, u->pdt, !grad_is_persistent(u), 1,
                        &u->full_grad);
   if (!u->grads_pending)
-    memset(u->full_grad, 0, (size_t)u->full_elems * tpdp_dtype_size(u->pdt));
+    return zero_elems(u, u->full_grad, u->pdt, u->full_elems);
   return TPDP_SUCCESS;
 }
 
@@ -425,8 +505,9 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
     CHECK(alloc_elems(u, S, u->pdt, 1, 1, &u->gather_send));
     for (int i = 0; i < u->np; i++) {
       const fsdp_param *q = &u->p[i];
-      convert(at(u->gather_send, u->pdt, q->shard_off), u->pdt,
-              shard_rows(u, q), TPDP_F32, rows_of(q, u->rank) * q->row_elems);
+      CHECK(convert_elems(u, at(u->gather_send, u->pdt, q->shard_off), u->pdt,
+                          shard_rows(u, q), TPDP_F32,
+                          rows_of(q, u->rank) * q->row_elems));
     }
     send_buf = u->gather_send;
   }
@@ -442,8 +523,10 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
                    &u->full_pc, &u->gather_work));
   } else {
     CHECK(alloc_elems(u, n, u->pdt, 1, 0, &u->gather_buf));
-    tpdp_tensor send = tpdp_tensor_1d(send_buf, u->pdt, S);
-    tpdp_tensor recv = tpdp_tensor_1d(u->gather_buf, u->pdt, n);
+    tpdp_tensor send = flat(u, send_buf, u->pdt, S);
+    tpdp_tensor recv = flat(u, u->gather_buf, u->pdt, n);
+    /* GPU: after the shard's last update and the buffers' allocation */
+    if (on_gpu(u)) AS_UNIT(u, tpdp_comm_order_after(u->comm, u->stream));
     AS_UNIT(u, tpdp_allgather_async(u->comm, &send, &recv, &u->gather_work));
   }
   u->gather = GATHER_IN_FLIGHT;
@@ -454,16 +537,17 @@ static tpdp_status gather_start(tpdp_fsdp_unit *u) {
 
 /* Each rank's rows out of the padded flat layout `packed` (rank by rank)
  * into the full tensors at `full`, both of dtype dt. */
-static void unpack(const tpdp_fsdp_unit *u, void *full, const void *packed,
-                   tpdp_dtype dt) {
-  size_t es = tpdp_dtype_size(dt);
+static tpdp_status unpack(const tpdp_fsdp_unit *u, void *full,
+                          const void *packed, tpdp_dtype dt) {
   for (int r = 0; r < u->nranks; r++)
     for (int i = 0; i < u->np; i++) {
       const fsdp_param *q = &u->p[i];
-      memcpy(at(full, dt, q->full_off + r * q->chunk * q->row_elems),
-             at((void *)packed, dt, r * u->shard_elems + q->shard_off),
-             (size_t)(rows_of(q, r) * q->row_elems) * es);
+      CHECK(
+          copy_elems(u, at(full, dt, q->full_off + r * q->chunk * q->row_elems),
+                     at((void *)packed, dt, r * u->shard_elems + q->shard_off),
+                     dt, rows_of(q, r) * q->row_elems));
     }
+  return TPDP_SUCCESS;
 }
 
 /* Wait for the all-gather (starting it if needed) and, from a packed
@@ -474,8 +558,10 @@ static tpdp_status gather_finish(tpdp_fsdp_unit *u) {
   CHECK(gather_start(u));
   tpdp_work *w = u->gather_work;
   u->gather_work = NULL;
-  AS_UNIT(u, tpdp_work_wait(w));
-  if (u->gather_buf != NULL) unpack(u, u->full, u->gather_buf, u->pdt);
+  /* GPU: the framework's stream waits for it (the host does not) */
+  AS_UNIT(u,
+          on_gpu(u) ? tpdp_work_wait_stream(w, u->stream) : tpdp_work_wait(w));
+  if (u->gather_buf != NULL) CHECK(unpack(u, u->full, u->gather_buf, u->pdt));
   free_elems(u, &u->gather_buf, u->shard_elems * u->nranks, u->pdt, 1);
   free_elems(u, &u->gather_send, u->shard_elems, u->pdt, 1);
   u->gather = GATHER_DONE;
@@ -500,7 +586,7 @@ static tpdp_status summon_master(tpdp_fsdp_unit *u) {
     CHECK(alloc_elems(u, n, TPDP_F32, 1, 0, &packed));
     tpdp_tensor recv = tpdp_tensor_1d(packed, TPDP_F32, n);
     tpdp_status st = tpdp_allgather(u->comm, &send, &recv);
-    if (st == TPDP_SUCCESS) unpack(u, u->summoned, packed, TPDP_F32);
+    if (st == TPDP_SUCCESS) st = unpack(u, u->summoned, packed, TPDP_F32);
     free_elems(u, &packed, n, TPDP_F32, 1);
     CHECK(st);
   }
@@ -543,10 +629,10 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
     for (int r = 0; r < u->nranks; r++)
       for (int i = 0; i < u->np; i++) {
         const fsdp_param *q = &u->p[i];
-        convert(
-            at(u->rs_send, u->rdt, r * S + q->shard_off), u->rdt,
+        CHECK(convert_elems(
+            u, at(u->rs_send, u->rdt, r * S + q->shard_off), u->rdt,
             at(u->full_grad, u->pdt, q->full_off + r * q->chunk * q->row_elems),
-            u->pdt, rows_of(q, r) * q->row_elems);
+            u->pdt, rows_of(q, r) * q->row_elems));
       }
     if (!grad_is_persistent(u))
       free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
@@ -557,8 +643,8 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
     CHECK(alloc_elems(u, S, u->rdt, 1, 0, &u->rs_recv));
     recv_buf = u->rs_recv;
   }
-  tpdp_tensor send = tpdp_tensor_1d(send_buf, u->rdt, n);
-  tpdp_tensor recv = tpdp_tensor_1d(recv_buf, u->rdt, S);
+  tpdp_tensor send = flat(u, send_buf, u->rdt, n);
+  tpdp_tensor recv = flat(u, recv_buf, u->rdt, S);
   if (u->pieces) {
     /* Packed, the buffers are contiguous (padding travels, as zeros). */
     int64_t mine = direct ? 0 : S; /* this rank's elements outside holes */
@@ -579,6 +665,8 @@ static tpdp_status reduce_start(tpdp_fsdp_unit *u) {
                    u->rs_scratch, u->rs_scratch_elems, &u->rs_work));
     u->rs_pieces = direct;
   } else {
+    /* GPU: after the packing (and the backward that wrote the gradients) */
+    if (on_gpu(u)) AS_UNIT(u, tpdp_comm_order_after(u->comm, u->stream));
     AS_UNIT(u, tpdp_reduce_scatter_async(u->comm, &send, &recv, TPDP_OP_AVG,
                                          &u->rs_work));
   }
@@ -593,14 +681,16 @@ static tpdp_status reduce_finish(tpdp_fsdp_unit *u) {
   u->rs_work = NULL;
   const char *saved = comm_watch_label;
   comm_watch_label = u->watch_label;
-  tpdp_status st = tpdp_work_wait(w);
+  /* GPU: the framework's stream waits for it (the host does not) */
+  tpdp_status st =
+      on_gpu(u) ? tpdp_work_wait_stream(w, u->stream) : tpdp_work_wait(w);
   comm_watch_label = saved;
-  if (st == TPDP_SUCCESS && u->rs_recv != NULL)
-    for (int i = 0; i < u->np; i++) {
-      const fsdp_param *q = &u->p[i];
-      convert(grad_rows(u, q), TPDP_F32, at(u->rs_recv, u->rdt, q->shard_off),
-              u->rdt, rows_of(q, u->rank) * q->row_elems);
-    }
+  for (int i = 0; st == TPDP_SUCCESS && u->rs_recv != NULL && i < u->np; i++) {
+    const fsdp_param *q = &u->p[i];
+    st = convert_elems(u, grad_rows(u, q), TPDP_F32,
+                       at(u->rs_recv, u->rdt, q->shard_off), u->rdt,
+                       rows_of(q, u->rank) * q->row_elems);
+  }
   if (u->rs_pieces && !grad_is_persistent(u) && !u->grads_pending)
     free_elems(u, &u->full_grad, u->full_elems, u->pdt, 1);
   u->rs_pieces = 0;
@@ -726,6 +816,39 @@ typedef struct {
   tpdp_status local;
 } collect_ctx;
 
+/* A parameter a unit can shard: f32, contiguous, on the unit's device
+ * (that of its first parameter), the memory the dp communicator moves. */
+static tpdp_status check_param(const tpdp_fsdp_unit *u, const fsdp_param *q,
+                               const tpdp_tensor *t) {
+  char what[320], dev[32], first[32];
+  snprintf(what, sizeof what, "fully_shard of %s on rank %d: parameter '%s'",
+           u->label, u->rank, q->fqn);
+  tpdp_device_format(t->device, dev, sizeof dev);
+  tpdp_device_format(u->device, first, sizeof first);
+  if (t->dtype != TPDP_F32)
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "%s is %s; only f32 parameters can be sharded", what,
+                    tpdp_dtype_name(t->dtype));
+  if (t->ndim < 1 || !tpdp_tensor_is_contiguous(t))
+    return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                    "%s must be a contiguous tensor of at least one dimension",
+                    what);
+  CHECK(core_mem_supported(t->device, what));
+  if (!tpdp_device_equal(t->device, u->device))
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "%s is on %s, the unit's first parameter on %s: a unit's "
+                    "parameters share one device",
+                    what, dev, first);
+  if (t->device.type != tpdp_comm_device_type(u->comm))
+    return TPDP_ERR(
+        TPDP_ERR_DEVICE_MISMATCH,
+        "%s is on %s but the dp communicator %s (%s) moves %s "
+        "memory",
+        what, dev, tpdp_comm_name(u->comm), tpdp_comm_backend(u->comm),
+        tpdp_comm_device_type(u->comm) == TPDP_DEVICE_CUDA ? "GPU" : "host");
+  return TPDP_SUCCESS;
+}
+
 static int inside_nested_unit(const tpdp_module *m, const tpdp_module *top) {
   for (const tpdp_module *a = m; a && a != top; a = tpdp_module_parent(a))
     if (tpdp_fsdp_unit_of(a) != NULL) return 1;
@@ -756,18 +879,8 @@ static tpdp_status collect(tpdp_module *m, const char *prefix, int level,
     q->param = p;
     const tpdp_tensor *t = tpdp_param_tensor(p);
     if (c->local != TPDP_SUCCESS) continue;
-    if (t->dtype != TPDP_F32)
-      c->local = TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
-                          "fully_shard of %s on rank %d: parameter '%s' is %s; "
-                          "only f32 parameters can be sharded",
-                          u->label, u->rank, q->fqn, tpdp_dtype_name(t->dtype));
-    else if (t->device.type != TPDP_DEVICE_CPU || t->ndim < 1 ||
-             !tpdp_tensor_is_contiguous(t))
-      c->local = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
-                          "fully_shard of %s on rank %d: parameter '%s' must "
-                          "be a contiguous CPU tensor of at least one "
-                          "dimension (CUDA units are not built yet)",
-                          u->label, u->rank, q->fqn);
+    if (u->np == 1) u->device = t->device; /* the unit's first parameter */
+    c->local = check_param(u, q, t);
     q->original = *t;
     q->ndim = t->ndim;
     memcpy(q->shape, t->shape, sizeof q->shape);
@@ -858,16 +971,10 @@ static void unit_free(void *vu) {
     tpdp_param_release(u->p[i].param);
   }
   free(u->p);
-  buf_free(u->shard);
-  buf_free(u->shard_grad);
-  buf_free(u->full);
-  buf_free(u->full_grad);
-  buf_free(u->summoned);
-  buf_free(u->gather_buf);
-  buf_free(u->gather_send);
-  buf_free(u->rs_send);
-  buf_free(u->rs_recv);
-  buf_free(u->rs_scratch);
+  void *bufs[] = {u->shard,    u->shard_grad, u->full,        u->full_grad,
+                  u->summoned, u->gather_buf, u->gather_send, u->rs_send,
+                  u->rs_recv,  u->rs_scratch};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) release(u, bufs[i]);
   free((void *)u->full_pc.piece);
   free((void *)u->shard_pc.piece);
   free((void *)u->mine_pc.piece);
@@ -975,9 +1082,12 @@ static tpdp_status build_shard(tpdp_fsdp_unit *u) {
   for (int i = 0; i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     const float *src = tpdp_param_tensor(q->param)->data;
-    memcpy(shard_rows(u, q), src + u->rank * q->chunk * q->row_elems,
-           (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
+    CHECK(copy_elems(u, shard_rows(u, q),
+                     src + u->rank * q->chunk * q->row_elems, TPDP_F32,
+                     rows_of(q, u->rank) * q->row_elems));
   }
+  /* The caller may free its tensors once this returns. */
+  if (on_gpu(u)) CHECK(core_mem_sync(u->device, u->stream));
   CHECK(build_pieces(u));
   return point_at_shard(u);
 }
@@ -1009,6 +1119,7 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   u->nranks = tpdp_comm_size(dp);
   u->level = o.zero_level;
   u->reshard_option = o.reshard_after_forward;
+  u->stream = o.stream;
   u->pdt = o.param_dtype;
   u->rdt = o.reduce_dtype;
   u->state = TPDP_HANDLE_IDLE;
@@ -1032,6 +1143,14 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   st = tpdp_module_apply(module, collect, &cc);
   if (st != TPDP_SUCCESS) goto fail;
   local = cc.local;
+  if (local == TPDP_SUCCESS && on_gpu(u) &&
+      (u->pdt != TPDP_F32 || u->rdt != TPDP_F32))
+    local = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                     "fully_shard of %s on rank %d: param_dtype %s, "
+                     "reduce_dtype %s on a GPU: CUDA units move f32 only (no "
+                     "cast kernels yet)",
+                     u->label, u->rank, tpdp_dtype_name(u->pdt),
+                     tpdp_dtype_name(u->rdt));
   if (local == TPDP_SUCCESS && u->np == 0)
     local = TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                      "fully_shard of %s on rank %d: the module has no "
@@ -1228,10 +1347,10 @@ tpdp_status tpdp_fsdp_summon_end(tpdp_fsdp_unit *root, int writeback) {
     if (writeback && !u->shard_in_full) /* else the rows are the full's */
       for (int k = 0; k < u->np; k++) {
         const fsdp_param *q = &u->p[k];
-        memcpy(u->shard + q->shard_off,
-               (u->summoned ? u->summoned : (float *)u->full) + q->full_off +
-                   u->rank * q->chunk * q->row_elems,
-               (size_t)(rows_of(q, u->rank) * q->row_elems) * sizeof(float));
+        CHECK(copy_elems(u, u->shard + q->shard_off,
+                         (u->summoned ? u->summoned : (float *)u->full) +
+                             q->full_off + u->rank * q->chunk * q->row_elems,
+                         TPDP_F32, rows_of(q, u->rank) * q->row_elems));
       }
     free_elems(u, (void **)&u->summoned, u->full_elems, TPDP_F32, 1);
     CHECK(reshard(u));

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp fsdp: fully sharded units over a data-parallel communicator (ZeRO
- * levels 1-3 with PyTorch FSDP2's `fully_shard` semantics), on CPU (MPI)
- * parameters. The unit shards the plain local tensors it finds in its
+ * levels 1-3 with PyTorch FSDP2's `fully_shard` semantics), on host (MPI)
+ * or CUDA (NCCL) parameters. The unit shards the plain local tensors it finds in its
  * module's subtree - after tp/'s TP+DP transform these are the TP-local
  * shards - so dp/ still knows nothing of DTensors.
  *
@@ -89,7 +89,7 @@ extern "C" {
 
 typedef struct tpdp_fsdp_unit tpdp_fsdp_unit; /* opaque */
 
-#define TPDP_FULLY_SHARD_OPTIONS_VERSION 1
+#define TPDP_FULLY_SHARD_OPTIONS_VERSION 2
 
 typedef struct {
   size_t size;      /* sizeof(tpdp_fully_shard_options) */
@@ -108,6 +108,13 @@ typedef struct {
    * gradient shard). */
   tpdp_dtype param_dtype;
   tpdp_dtype reduce_dtype;
+  /* CUDA units: the stream the framework computes on (a cudaStream_t;
+   * NULL: the legacy default stream). The units' buffers, copies and frees
+   * are queued on it, their collectives on the NCCL communicator's stream
+   * after it, and it waits for them (tpdp_work_wait_stream) before it uses
+   * what they produced; the hooks and finalize do not block the host.
+   * Ignored for host units. (version 2) */
+  void *stream;
 } tpdp_fully_shard_options;
 
 TPDP_API tpdp_fully_shard_options tpdp_fully_shard_options_default(void);
@@ -123,12 +130,17 @@ TPDP_API tpdp_fully_shard_options tpdp_fully_shard_options_default(void);
  * tree report (tpdp/module.h). The unit lives as long as its module and is
  * destroyed with it (its parameters' views then dangle: a parameter kept
  * beyond its module must not be read).
+ * CUDA parameters: all of a unit's on one GPU, over an NCCL communicator,
+ * f32 param_dtype and reduce_dtype only; see options.stream.
  * Errors (on every rank alike, nothing changed): NULL pointers, a bad
- * option, a parameter that is not a contiguous f32 CPU tensor of at least
- * one dimension (TPDP_ERR_DTYPE_MISMATCH / TPDP_ERR_UNSUPPORTED naming its
- * FQN), a module that is already a unit (TPDP_ERR_ALREADY), a unit with no
- * parameter of its own (TPDP_ERR_INVALID_ARGUMENT), ranks passing different
- * shapes or levels (TPDP_ERR_SHAPE_MISMATCH listing each rank's). */
+ * option, a parameter that is not a contiguous f32 tensor of at least one
+ * dimension (TPDP_ERR_DTYPE_MISMATCH / TPDP_ERR_UNSUPPORTED naming its
+ * FQN), parameters on different devices or on memory the communicator
+ * does not move (TPDP_ERR_DEVICE_MISMATCH naming both), device memory in a
+ * build without CUDA or bf16/f16 on a GPU (TPDP_ERR_UNSUPPORTED), a module
+ * that is already a unit (TPDP_ERR_ALREADY), a unit with no parameter of
+ * its own (TPDP_ERR_INVALID_ARGUMENT), ranks passing different shapes or
+ * levels (TPDP_ERR_SHAPE_MISMATCH listing each rank's). */
 TPDP_API tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
                                       const tpdp_fully_shard_options *options,
                                       tpdp_fsdp_unit **out);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /* Device-memory paths of tp/ and dp/ at world size 1 on an NCCL
  * communicator (see nccl_checks.h): redistribute and full_tensor on CUDA
- * tensors over a 1-rank "tp" mesh, and the reducer over CUDA parameters
+ * tensors over a 1-rank "tp" mesh, the reducer over CUDA parameters
  * (view and copy modes, bf16/f16 hooks, the rebuild in the second
- * iteration, host metadata staged through device memory).
+ * iteration, host metadata staged through device memory), and fully
+ * sharded units over CUDA parameters.
  *
  * Expected values are computed on the host without tpdp: at one rank every
  * placement holds the whole tensor, so each redistribution must reproduce
@@ -278,6 +279,218 @@ int tpdp_gpu_check_reducer_host_params(char *msg, size_t len) {
   rc = 0;
 out:
   tpdp_reducer_destroy(red);
+  tpdp_comm_destroy(c);
+  return rc;
+}
+
+/* ------------------------------------------------------------ fully sharded
+ * units over CUDA parameters: a root (emb.weight [3, 4]) with two blocks
+ * (w [5, 2], b [5]), at ZeRO level 1, 2 or 3, two steps driven as a
+ * framework drives them, the "backward" writing gradients on the
+ * framework's non-blocking stream. At world size 1 a unit still gathers
+ * into its full tensors, packs and reduce-scatters over NCCL on the
+ * communicator's stream, ordered by events: forward must see the values the
+ * host expects (dyadic numbers: every step exact in f32), finalize must
+ * leave each gradient shard the written gradient (the mean over one rank)
+ * and count the collectives of the ZeRO formulas (3 units: 3 all-gathers
+ * at levels 1-2, 3 + 2 at level 3 where the root stays gathered; 3
+ * reduce-scatters). */
+
+#define FP 5 /* parameters: emb.weight, blocks.{0,1}.{w,b} */
+static const int kFsdpNdim[FP] = {2, 2, 1, 2, 1};
+static const int64_t kFsdpShape[FP][2] = {
+    {3, 4}, {5, 2}, {5, 0}, {5, 2}, {5, 0}};
+static const int64_t kFsdpNumel[FP] = {12, 10, 5, 10, 5};
+
+static float fsdp_grad(int step, int p, int64_t e) {
+  return 0.5f * (float)(step + 1) + 0.125f * (float)(e + p);
+}
+
+/* Parameter p's current view equals want[p] (copied back in stream order). */
+static int fsdp_expect(tpdp_param *q, const float *want, int64_t n,
+                       cudaStream_t s, const char *when, int p, char *msg,
+                       size_t len) {
+  float got[12];
+  const tpdp_tensor *t = tpdp_param_tensor(q);
+  if (t->device.type != TPDP_DEVICE_CUDA || tpdp_tensor_numel(t) != n)
+    FAILF("%s: parameter %d views %lld elements on %s, expected %lld on a GPU",
+          when, p, (long long)tpdp_tensor_numel(t),
+          t->device.type == TPDP_DEVICE_CUDA ? "a GPU" : "the host",
+          (long long)n);
+  COK(cudaMemcpyAsync(got, t->data, (size_t)n * sizeof(float),
+                      cudaMemcpyDeviceToHost, s));
+  COK(cudaStreamSynchronize(s));
+  for (int64_t e = 0; e < n; e++)
+    if (got[e] != want[e])
+      FAILF("%s: parameter %d element %lld is %g, expected %g", when, p,
+            (long long)e, (double)got[e], (double)want[e]);
+  return 0;
+out:
+  return 1;
+}
+
+static int run_fsdp(int level, char *msg, size_t len) {
+  int rc = 1;
+  tpdp_comm *c = NULL;
+  tpdp_module *root = NULL, *blocks[2] = {NULL, NULL};
+  tpdp_param *params[FP] = {NULL};
+  void *d_init[FP] = {NULL};
+  cudaStream_t s = NULL;
+  float ref[FP][12], g[FP][12];
+  static const char *const names[FP] = {"weight", "w", "b", "w", "b"};
+
+  TOK(tpdp_comm_create_nccl(NULL, 0, &c));
+  tpdp_device gpu = {TPDP_DEVICE_CUDA, tpdp_comm_cuda_device(c)};
+  COK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  TOK(tpdp_module_create("Net", &root));
+  tpdp_module *emb = NULL, *list = NULL;
+  TOK(tpdp_module_create("Embedding", &emb));
+  TOK(tpdp_module_add_child(root, "emb", emb));
+  TOK(tpdp_module_create("ModuleList", &list));
+  TOK(tpdp_module_add_child(root, "blocks", list));
+  for (int b = 0; b < 2; b++) {
+    TOK(tpdp_module_create("Block", &blocks[b]));
+    TOK(tpdp_module_add_child(list, b ? "1" : "0", blocks[b]));
+  }
+  for (int p = 0; p < FP; p++) {
+    for (int64_t e = 0; e < kFsdpNumel[p]; e++)
+      ref[p][e] = 0.25f * (float)(10 * p + e);
+    size_t bytes = (size_t)kFsdpNumel[p] * sizeof(float);
+    COK(cudaMalloc(&d_init[p], bytes));
+    COK(cudaMemcpy(d_init[p], ref[p], bytes, cudaMemcpyHostToDevice));
+    tpdp_tensor t;
+    TOK(tpdp_tensor_init(&t, d_init[p], TPDP_F32, gpu, kFsdpNdim[p],
+                         kFsdpShape[p]));
+    TOK(tpdp_param_create(&t, &params[p]));
+    TOK(tpdp_module_add_param(p == 0 ? emb : blocks[(p - 1) / 2], names[p],
+                              params[p]));
+  }
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  o.zero_level = level;
+  o.stream = s;
+  tpdp_fsdp_unit *ub[2], *ur = NULL;
+  for (int b = 0; b < 2; b++) TOK(tpdp_fully_shard(blocks[b], c, &o, &ub[b]));
+  TOK(tpdp_fully_shard(root, c, &o, &ur));
+  /* The shards are copies: the original memory may go. */
+  for (int p = 0; p < FP; p++) {
+    COK(cudaFree(d_init[p]));
+    d_init[p] = NULL;
+  }
+  for (int step = 0; step < 2; step++) {
+    char when[64];
+    TOK(tpdp_module_forward_begin(root));
+    snprintf(when, sizeof when, "level %d step %d root forward", level, step);
+    if (fsdp_expect(params[0], ref[0], kFsdpNumel[0], s, when, 0, msg, len))
+      goto out;
+    for (int b = 0; b < 2; b++) {
+      TOK(tpdp_module_forward_begin(blocks[b]));
+      snprintf(when, sizeof when, "level %d step %d block %d forward", level,
+               step, b);
+      for (int p = 1 + 2 * b; p <= 2 + 2 * b; p++)
+        if (fsdp_expect(params[p], ref[p], kFsdpNumel[p], s, when, p, msg, len))
+          goto out;
+      TOK(tpdp_module_forward_end(blocks[b]));
+    }
+    TOK(tpdp_module_forward_end(root));
+    /* Backward: each unit's gradients written on the framework's stream
+     * into the zeroed full gradients, blocks in reverse. */
+    TOK(tpdp_module_backward_begin(root));
+    for (int b = 1; b >= -1; b--) {
+      if (b >= 0) TOK(tpdp_module_backward_begin(blocks[b]));
+      int p0 = b >= 0 ? 1 + 2 * b : 0, p1 = b >= 0 ? 2 + 2 * b : 0;
+      for (int p = p0; p <= p1; p++) {
+        const tpdp_tensor *gt = tpdp_param_grad(params[p]);
+        if (gt == NULL || tpdp_tensor_numel(gt) != kFsdpNumel[p])
+          FAILF("level %d step %d: parameter %d has no full gradient view",
+                level, step, p);
+        for (int64_t e = 0; e < kFsdpNumel[p]; e++)
+          g[p][e] = fsdp_grad(step, p, e);
+        COK(cudaMemcpyAsync(gt->data, g[p],
+                            (size_t)kFsdpNumel[p] * sizeof(float),
+                            cudaMemcpyHostToDevice, s));
+      }
+      if (b >= 0) TOK(tpdp_module_backward_end(blocks[b]));
+    }
+    TOK(tpdp_module_backward_end(root));
+    TOK(tpdp_fsdp_finalize(ur));
+    tpdp_fsdp_stats st;
+    TOK(tpdp_fsdp_get_stats(ur, &st));
+    if (st.allgathers != (level == 3 ? 5 : 3) || st.reduce_scatters != 3)
+      FAILF(
+          "level %d step %d: %lld all-gathers, %lld reduce-scatters; "
+          "expected %d and 3",
+          level, step, (long long)st.allgathers, (long long)st.reduce_scatters,
+          level == 3 ? 5 : 3);
+    /* The gradient shards (every row at one rank), then SGD on the
+     * framework's stream, and the same on the host. */
+    for (int p = 0; p < FP; p++) {
+      snprintf(when, sizeof when, "level %d step %d gradient shard", level,
+               step);
+      const tpdp_tensor *gt = tpdp_param_grad(params[p]);
+      float got[12];
+      COK(cudaMemcpyAsync(got, gt->data, (size_t)kFsdpNumel[p] * sizeof(float),
+                          cudaMemcpyDeviceToHost, s));
+      COK(cudaStreamSynchronize(s));
+      for (int64_t e = 0; e < kFsdpNumel[p]; e++) {
+        if (got[e] != g[p][e])
+          FAILF("%s: parameter %d element %lld is %g, expected %g", when, p,
+                (long long)e, (double)got[e], (double)g[p][e]);
+        ref[p][e] -= 0.5f * g[p][e];
+      }
+      COK(cudaMemcpyAsync(tpdp_param_tensor(params[p])->data, ref[p],
+                          (size_t)kFsdpNumel[p] * sizeof(float),
+                          cudaMemcpyHostToDevice, s));
+      COK(cudaStreamSynchronize(s)); /* ref is reused on the host */
+    }
+  }
+  /* summon_full_params: the updated values, in stream order. */
+  TOK(tpdp_fsdp_summon_full_params(ur));
+  for (int p = 0; p < FP; p++)
+    if (fsdp_expect(params[p], ref[p], kFsdpNumel[p], s, "summoned", p, msg,
+                    len))
+      goto out;
+  TOK(tpdp_fsdp_summon_end(ur, 0));
+  rc = 0;
+out:
+  for (int p = 0; p < FP; p++) {
+    if (params[p]) tpdp_param_release(params[p]);
+    if (d_init[p]) cudaFree(d_init[p]);
+  }
+  tpdp_module_destroy(root);
+  if (s) cudaStreamDestroy(s);
+  tpdp_comm_destroy(c);
+  return rc;
+}
+
+int tpdp_gpu_check_fsdp_level1(char *m, size_t l) { return run_fsdp(1, m, l); }
+int tpdp_gpu_check_fsdp_level2(char *m, size_t l) { return run_fsdp(2, m, l); }
+int tpdp_gpu_check_fsdp_level3(char *m, size_t l) { return run_fsdp(3, m, l); }
+
+/* Host parameters on an NCCL communicator: refused at creation, naming the
+ * parameter and the memory the communicator moves. */
+int tpdp_gpu_check_fsdp_host_params(char *msg, size_t len) {
+  int rc = 1;
+  tpdp_comm *c = NULL;
+  tpdp_module *m = NULL;
+  tpdp_param *q = NULL;
+  float w[4] = {1, 2, 3, 4};
+  TOK(tpdp_comm_create_nccl(NULL, 0, &c));
+  TOK(tpdp_module_create("Linear", &m));
+  tpdp_tensor t = tpdp_tensor_1d(w, TPDP_F32, 4);
+  TOK(tpdp_param_create(&t, &q));
+  TOK(tpdp_module_add_param(m, "weight", q));
+  tpdp_fsdp_unit *u = NULL;
+  tpdp_status st = tpdp_fully_shard(m, c, NULL, &u);
+  if (st != TPDP_ERR_DEVICE_MISMATCH ||
+      strstr(tpdp_last_error(), "parameter 'weight' is on cpu") == NULL ||
+      strstr(tpdp_last_error(), "moves GPU memory") == NULL)
+    FAILF("host parameters on nccl: %s: %s (expected a device mismatch)",
+          tpdp_status_string(st), tpdp_last_error());
+  if (u != NULL) FAILF("a unit was returned");
+  rc = 0;
+out:
+  if (q) tpdp_param_release(q);
+  tpdp_module_destroy(m);
   tpdp_comm_destroy(c);
   return rc;
 }

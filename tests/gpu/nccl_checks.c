@@ -429,6 +429,10 @@ const tpdp_gpu_check tpdp_gpu_checks[] = {
     {"reducer_device_bf16_copy", tpdp_gpu_check_reducer_bf16_copy},
     {"reducer_device_f16_view", tpdp_gpu_check_reducer_f16_view},
     {"reducer_host_params_on_nccl", tpdp_gpu_check_reducer_host_params},
+    {"fsdp_device_level1", tpdp_gpu_check_fsdp_level1},
+    {"fsdp_device_level2", tpdp_gpu_check_fsdp_level2},
+    {"fsdp_device_level3", tpdp_gpu_check_fsdp_level3},
+    {"fsdp_host_params_on_nccl", tpdp_gpu_check_fsdp_host_params},
     /* last: it aborts its communicator */
     {"timeout", check_timeout},
 };

@@ -34,6 +34,12 @@ int tpdp_gpu_check_reducer_bf16_view(char *msg, size_t len);
 int tpdp_gpu_check_reducer_bf16_copy(char *msg, size_t len);
 int tpdp_gpu_check_reducer_f16_view(char *msg, size_t len);
 int tpdp_gpu_check_reducer_host_params(char *msg, size_t len);
+/* Fully sharded units over CUDA parameters (levels 1-3), and host
+ * parameters refused on an NCCL communicator. */
+int tpdp_gpu_check_fsdp_level1(char *msg, size_t len);
+int tpdp_gpu_check_fsdp_level2(char *msg, size_t len);
+int tpdp_gpu_check_fsdp_level3(char *msg, size_t len);
+int tpdp_gpu_check_fsdp_host_params(char *msg, size_t len);
 
 #ifdef __cplusplus
 }

@@ -105,6 +105,31 @@ TEST(Fsdp, BadInputFailsOnEveryRankAndChangesNothing) {
         tpdp_fully_shard(m.blocks[0], tpdp_test::World(), nullptr, &u),
         TPDP_ERR_ALREADY, "blocks.0[Block]", "FSDP unit already");
   }
+  {
+    // A CUDA parameter (never dereferenced): this build moves host memory
+    // only (with --config=cuda, the MPI communicator's memory is the
+    // mismatch); named by its FQN, on every rank.
+    Model m;
+    static float dummy[4];
+    tpdp_tensor t;
+    int64_t four = 4;
+    ASSERT_TPDP_OK(tpdp_tensor_init(
+        &t, dummy, TPDP_F32, tpdp_device{TPDP_DEVICE_CUDA, 0}, 1, &four));
+    tpdp_param *q = nullptr;
+    ASSERT_TPDP_OK(tpdp_param_create(&t, &q));
+    ASSERT_TPDP_OK(tpdp_module_add_param(m.blocks[1], "gpu_scale", q));
+    tpdp_param_release(q);
+    tpdp_fsdp_unit *u = nullptr;
+    tpdp_status st =
+        tpdp_fully_shard(m.blocks[1], tpdp_test::World(), nullptr, &u);
+    EXPECT_TRUE(st == TPDP_ERR_UNSUPPORTED || st == TPDP_ERR_DEVICE_MISMATCH)
+        << tpdp_status_string(st);
+    EXPECT_NE(std::string(tpdp_last_error()).find("'gpu_scale' is on cuda:0"),
+              std::string::npos)
+        << tpdp_last_error();
+    EXPECT_EQ(u, nullptr);
+    EXPECT_EQ(tpdp_module_unit_kind(m.blocks[1]), nullptr);
+  }
 }
 
 TEST(Fsdp, NullArgumentsAndBadOptions) {
