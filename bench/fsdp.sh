@@ -11,7 +11,10 @@
 # Last line (ratios to --zero 0; memory: the larger rank's peak RSS):
 #   fsdp: zero3_mem <a> zero2_mem <b> zero1_mem <c> zero3_step <d> zero1_step <e>
 # Targets: zero3_mem <= 0.65, zero1_mem <= 0.8, zero3_step <= 1.15,
-# zero1_step <= 1.05.
+# zero1_step <= 1.05. Before it, for information (no target), --zero 3
+# with --param-dtype bf16 --reduce-dtype bf16 (half the bytes moved; the
+# model computes in f32 on copies, so the casts cost CPU time):
+#   fsdp bf16: zero3_bf16_step <x> zero3_bf16_mem <y>   (ratios to --zero 0)
 # Usage: bench/fsdp.sh [--steps N]   (default 5; step 0 is warm-up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,17 +45,23 @@ peak_mib() {
 ms_step() { sed -n 's/^throughput: .*, \([0-9.]*\) ms\/step.*/\1/p'; }
 
 declare -A mem step
-for z in 0 1 2 3; do
+for z in 0 1 2 3 3bf16; do
   if [ $z = 0 ]; then
     out=$(TPDP_SHM=0 "${mpi[@]}" "$bin/examples/train_gpt2" "${args[@]}" --zero 0)
+  elif [ $z = 3bf16 ]; then
+    out=$("${mpi[@]}" "$bin/examples/train_gpt2" "${args[@]}" --zero 3 \
+          --param-dtype bf16 --reduce-dtype bf16)
   else
     out=$("${mpi[@]}" "$bin/examples/train_gpt2" "${args[@]}" --zero $z)
   fi
   mem[$z]=$(echo "$out" | peak_mib)
   step[$z]=$(echo "$out" | ms_step)
-  echo "--zero $z: ${step[$z]} ms/step, peak RSS ${mem[$z]} MiB (larger rank)"
+  echo "--zero ${z/bf16/ (bf16)}: ${step[$z]} ms/step, peak RSS ${mem[$z]} MiB (larger rank)"
   echo "$out" | grep -E '^(peak memory|\[rank [0-9]+\] fsdp|throughput)' | sed 's/^/  /'
 done
+awk -v m0="${mem[0]}" -v s0="${step[0]}" -v mb="${mem[3bf16]}" \
+    -v sb="${step[3bf16]}" 'BEGIN {
+  printf "fsdp bf16: zero3_bf16_step %.3f zero3_bf16_mem %.3f\n", sb / s0, mb / m0 }'
 awk -v m0="${mem[0]}" -v m1="${mem[1]}" -v m2="${mem[2]}" -v m3="${mem[3]}" \
     -v s0="${step[0]}" -v s1="${step[1]}" -v s3="${step[3]}" 'BEGIN {
   printf "fsdp: zero3_mem %.3f zero2_mem %.3f zero1_mem %.3f zero3_step %.3f zero1_step %.3f\n",

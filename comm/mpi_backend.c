@@ -17,6 +17,7 @@
 
 #include "comm/backend.h"
 #include "comm/watchdog.h"
+#include "core/half.h"
 
 typedef struct {
   MPI_Comm comm;
@@ -116,9 +117,9 @@ static tpdp_status mpi_status(int code, const char *call, const tpdp_comm *c) {
 HALF_OP(f16_sum, tpdp_f16_to_f32, tpdp_f32_to_f16, x + y)
 HALF_OP(f16_max, tpdp_f16_to_f32, tpdp_f32_to_f16, x > y ? x : y)
 HALF_OP(f16_min, tpdp_f16_to_f32, tpdp_f32_to_f16, x < y ? x : y)
-HALF_OP(bf16_sum, tpdp_bf16_to_f32, tpdp_f32_to_bf16, x + y)
-HALF_OP(bf16_max, tpdp_bf16_to_f32, tpdp_f32_to_bf16, x > y ? x : y)
-HALF_OP(bf16_min, tpdp_bf16_to_f32, tpdp_f32_to_bf16, x < y ? x : y)
+HALF_OP(bf16_sum, core_bf16_to_f32, core_f32_to_bf16, x + y)
+HALF_OP(bf16_max, core_bf16_to_f32, core_f32_to_bf16, x > y ? x : y)
+HALF_OP(bf16_min, core_bf16_to_f32, core_f32_to_bf16, x < y ? x : y)
 
 static tpdp_status create_half_ops(void) {
   MPI_User_function *fns[2][3] = {{f16_sum, f16_max, f16_min},
@@ -827,7 +828,7 @@ struct pieces_sum {
 #define AS_IS(x) (x)
 PIECES_SUM(pieces_sum_f32, float, float, AS_IS, AS_IS)
 PIECES_SUM(pieces_sum_f64, double, double, AS_IS, AS_IS)
-PIECES_SUM(pieces_sum_bf16, uint16_t, float, tpdp_bf16_to_f32, tpdp_f32_to_bf16)
+PIECES_SUM(pieces_sum_bf16, uint16_t, float, core_bf16_to_f32, core_f32_to_bf16)
 PIECES_SUM(pieces_sum_f16, uint16_t, float, tpdp_f16_to_f32, tpdp_f32_to_f16)
 
 static void pieces_sum_run(const pieces_sum *s) {

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/half.h"
 #ifdef TPDP_WITH_CUDA
 #include "core/tensor_cuda.h"
 #endif
@@ -486,13 +487,57 @@ uint16_t tpdp_f32_to_f16(float f) {
   return (uint16_t)half; /* a carry into the exponent rounds up correctly */
 }
 
-float tpdp_bf16_to_f32(uint16_t b) { return f32_from_bits((uint32_t)b << 16); }
+float tpdp_bf16_to_f32(uint16_t b) { return core_bf16_to_f32(b); }
 
-uint16_t tpdp_f32_to_bf16(float f) {
-  uint32_t x = f32_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) /* nan: keep it quiet */
-    return (uint16_t)((x >> 16) | 0x40u);
-  uint32_t lsb = (x >> 16) & 1u;
-  x += 0x7fffu + lsb;
-  return (uint16_t)(x >> 16);
+uint16_t tpdp_f32_to_bf16(float f) { return core_f32_to_bf16(f); }
+
+/* Loops of one conversion each, so that the bf16 ones vectorize. */
+static void to_f32(float *d, const uint16_t *s, tpdp_dtype sd, int64_t n) {
+  if (sd == TPDP_BF16)
+    for (int64_t k = 0; k < n; k++) d[k] = core_bf16_to_f32(s[k]);
+  else
+    for (int64_t k = 0; k < n; k++) d[k] = tpdp_f16_to_f32(s[k]);
+}
+
+static void from_f32(uint16_t *d, tpdp_dtype dd, const float *s, int64_t n) {
+  if (dd == TPDP_BF16)
+    for (int64_t k = 0; k < n; k++) d[k] = core_f32_to_bf16(s[k]);
+  else
+    for (int64_t k = 0; k < n; k++) d[k] = tpdp_f32_to_f16(s[k]);
+}
+
+static int is_f32_or_half(tpdp_dtype dt) {
+  return dt == TPDP_F32 || dt == TPDP_BF16 || dt == TPDP_F16;
+}
+
+tpdp_status tpdp_convert_floats(void *dst, tpdp_dtype dst_dtype,
+                                const void *src, tpdp_dtype src_dtype,
+                                int64_t n) {
+  TPDP_API_ENTRY;
+  if (n < 0)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "negative count %lld",
+                    (long long)n);
+  if (n == 0) return TPDP_SUCCESS;
+  CHECK_PTR(dst);
+  CHECK_PTR(src);
+  if (!is_f32_or_half(dst_dtype) || !is_f32_or_half(src_dtype))
+    return TPDP_ERR(TPDP_ERR_DTYPE_MISMATCH,
+                    "tpdp_convert_floats converts between f32, bf16 and f16, "
+                    "not %s to %s",
+                    tpdp_dtype_name(src_dtype), tpdp_dtype_name(dst_dtype));
+  if (dst_dtype == src_dtype) {
+    memmove(dst, src, (size_t)n * tpdp_dtype_size(dst_dtype));
+  } else if (dst_dtype == TPDP_F32) {
+    to_f32(dst, src, src_dtype, n);
+  } else if (src_dtype == TPDP_F32) {
+    from_f32(dst, dst_dtype, src, n);
+  } else { /* bf16 <-> f16 through f32, a block at a time */
+    float tmp[1024];
+    for (int64_t k = 0; k < n; k += 1024) {
+      int64_t m = n - k < 1024 ? n - k : 1024;
+      to_f32(tmp, (const uint16_t *)src + k, src_dtype, m);
+      from_f32((uint16_t *)dst + k, dst_dtype, tmp, m);
+    }
+  }
+  return TPDP_SUCCESS;
 }

@@ -342,35 +342,14 @@ static void *at(void *base, tpdp_dtype dt, int64_t k) {
   return (char *)base + k * (int64_t)tpdp_dtype_size(dt);
 }
 
-/* dst[0, n) = src[0, n), converting between f32, bf16 and f16 (rounding
- * to nearest even, as PyTorch's casts). */
-static void convert(void *dst, tpdp_dtype dd, const void *src, tpdp_dtype sd,
-                    int64_t n) {
-  if (dd == sd) {
-    memcpy(dst, src, (size_t)n * tpdp_dtype_size(dd));
-    return;
-  }
-  for (int64_t k = 0; k < n; k++) {
-    float x = sd == TPDP_F32    ? ((const float *)src)[k]
-              : sd == TPDP_BF16 ? tpdp_bf16_to_f32(((const uint16_t *)src)[k])
-                                : tpdp_f16_to_f32(((const uint16_t *)src)[k]);
-    if (dd == TPDP_F32)
-      ((float *)dst)[k] = x;
-    else if (dd == TPDP_BF16)
-      ((uint16_t *)dst)[k] = tpdp_f32_to_bf16(x);
-    else
-      ((uint16_t *)dst)[k] = tpdp_f32_to_f16(x);
-  }
-}
-
-/* convert on the unit's device: a plain copy when the dtypes agree (CUDA
- * units have f32 only: checked at creation). */
+/* dst = src converted between f32, bf16 and f16 on the unit's device: a
+ * plain copy when the dtypes agree (CUDA units have f32 only: checked at
+ * creation). */
 static tpdp_status convert_elems(const tpdp_fsdp_unit *u, void *dst,
                                  tpdp_dtype dd, const void *src, tpdp_dtype sd,
                                  int64_t n) {
   if (dd == sd) return copy_elems(u, dst, src, dd, n);
-  convert(dst, dd, src, sd, n);
-  return TPDP_SUCCESS;
+  return tpdp_convert_floats(dst, dd, src, sd, n); /* host: rounds as torch */
 }
 
 /* Where this rank's rows of parameter i live (f32): in the separate shard

@@ -155,12 +155,51 @@ static int64_t pss_kb(void) {
 
 /* ---- the model's views ---- */
 
+/* Copies given back are kept for the next unit's (the blocks ask for the
+ * same sizes one after another): a fresh large malloc is a fresh mapping
+ * whose every page faults in, which cost more than the conversions. At
+ * most POOL_MAX are kept, so the copies alive stay about two units'. */
+#define POOL_MAX 32
+
 struct ex_param_views {
   int n;
   tpdp_param **params;
   float **P, **G;
   float **pcopy, **gcopy; /* live f32 copies (NULL: none) */
+  int64_t *pcap, *gcap;   /* their sizes (elements) */
+  float *pool[POOL_MAX];
+  int64_t pool_cap[POOL_MAX];
+  int npool;
 };
+
+/* An f32 buffer of at least n elements (*cap: its size): a kept one of at
+ * most twice n, else a new one. NULL when out of memory. */
+static float *pool_take(ex_param_views *v, int64_t n, int64_t *cap) {
+  int best = -1;
+  for (int k = 0; k < v->npool; k++)
+    if (v->pool_cap[k] >= n && v->pool_cap[k] <= 2 * n + 1024 &&
+        (best < 0 || v->pool_cap[k] < v->pool_cap[best]))
+      best = k;
+  if (best < 0) {
+    *cap = n;
+    return malloc(sizeof(float) * (size_t)n + 1);
+  }
+  float *p = v->pool[best];
+  *cap = v->pool_cap[best];
+  v->pool[best] = v->pool[--v->npool];
+  v->pool_cap[best] = v->pool_cap[v->npool];
+  return p;
+}
+
+static void pool_give(ex_param_views *v, float **p, int64_t cap) {
+  if (*p != NULL && v->npool < POOL_MAX) {
+    v->pool[v->npool] = *p;
+    v->pool_cap[v->npool++] = cap;
+  } else {
+    free(*p);
+  }
+  *p = NULL;
+}
 
 int ex_param_views_create(tpdp_param *const *params, int n, float **P,
                           float **G, ex_param_views **out, ex_error *e) {
@@ -169,8 +208,11 @@ int ex_param_views_create(tpdp_param *const *params, int n, float **P,
     v->params = calloc((size_t)n + 1, sizeof *v->params);
     v->pcopy = calloc((size_t)n + 1, sizeof *v->pcopy);
     v->gcopy = calloc((size_t)n + 1, sizeof *v->gcopy);
+    v->pcap = calloc((size_t)n + 1, sizeof *v->pcap);
+    v->gcap = calloc((size_t)n + 1, sizeof *v->gcap);
   }
-  if (v == NULL || !v->params || !v->pcopy || !v->gcopy) {
+  if (v == NULL || !v->params || !v->pcopy || !v->gcopy || !v->pcap ||
+      !v->gcap) {
     ex_param_views_destroy(v);
     return ex_fail(e, "out of memory");
   }
@@ -184,13 +226,16 @@ int ex_param_views_create(tpdp_param *const *params, int n, float **P,
 
 void ex_param_views_destroy(ex_param_views *v) {
   if (v == NULL) return;
-  for (int i = 0; i < v->n; i++) {
+  for (int i = 0; i < v->n && v->pcopy && v->gcopy; i++) {
     free(v->pcopy[i]);
     free(v->gcopy[i]);
   }
+  for (int k = 0; k < v->npool; k++) free(v->pool[k]);
   free(v->params);
   free(v->pcopy);
   free(v->gcopy);
+  free(v->pcap);
+  free(v->gcap);
   free(v);
 }
 
@@ -201,10 +246,6 @@ void ex_param_views_refresh(ex_param_views *v) {
     const tpdp_tensor *g = tpdp_param_grad(v->params[i]);
     if (g) v->G[i] = g->dtype == TPDP_F32 ? g->data : v->gcopy[i];
   }
-}
-
-static float half_to_f32(tpdp_dtype dt, uint16_t h) {
-  return dt == TPDP_BF16 ? tpdp_bf16_to_f32(h) : tpdp_f16_to_f32(h);
 }
 
 float ex_round_to(tpdp_dtype dt, float x) {
@@ -229,43 +270,42 @@ static int views_begin(ex_param_views *v, const tpdp_fsdp_unit *u, int grads,
     const tpdp_tensor *t = tpdp_param_tensor(v->params[i]);
     if (t->dtype == TPDP_F32) continue;
     int64_t n = tpdp_tensor_numel(t);
-    free(v->pcopy[i]);
-    v->pcopy[i] = malloc(sizeof(float) * (size_t)n + 1);
+    pool_give(v, &v->pcopy[i], v->pcap[i]);
+    v->pcopy[i] = pool_take(v, n, &v->pcap[i]);
     if (grads) {
-      free(v->gcopy[i]);
-      v->gcopy[i] = calloc((size_t)n + 1, sizeof(float));
+      pool_give(v, &v->gcopy[i], v->gcap[i]);
+      v->gcopy[i] = pool_take(v, n, &v->gcap[i]);
+      if (v->gcopy[i] != NULL)
+        memset(v->gcopy[i], 0, sizeof(float) * (size_t)n);
     }
     if (v->pcopy[i] == NULL || (grads && v->gcopy[i] == NULL))
       return ex_fail(e, "out of memory for an f32 copy of %lld elements",
                      (long long)n);
-    const uint16_t *h = t->data;
-    for (int64_t j = 0; j < n; j++)
-      v->pcopy[i][j] = half_to_f32(t->dtype, h[j]);
+    EX_TRY(e, tpdp_convert_floats(v->pcopy[i], TPDP_F32, t->data, t->dtype, n));
   }
   return 0;
 }
 
 /* Before a unit's end hook: with grads, the scratch added into its
- * gradients (rounded to their dtype); the copies freed. */
-static void views_end(ex_param_views *v, const tpdp_fsdp_unit *u, int grads) {
+ * gradients (rounded to their dtype; the parameter's copy, about to go,
+ * holds the widened gradient meanwhile); the copies freed. */
+static int views_end(ex_param_views *v, const tpdp_fsdp_unit *u, int grads,
+                     ex_error *e) {
   for (int k = 0; k < tpdp_fsdp_num_params(u); k++) {
     int i = view_index(v, tpdp_fsdp_param(u, k, NULL));
     if (i < 0) continue;
     const tpdp_tensor *g = tpdp_param_grad(v->params[i]);
-    if (grads && v->gcopy[i] != NULL && g != NULL && g->dtype != TPDP_F32) {
-      uint16_t *h = g->data;
-      for (int64_t j = 0, n = tpdp_tensor_numel(g); j < n; j++) {
-        float x = half_to_f32(g->dtype, h[j]) + v->gcopy[i][j];
-        h[j] = g->dtype == TPDP_BF16 ? tpdp_f32_to_bf16(x) : tpdp_f32_to_f16(x);
-      }
+    float *wide = v->pcopy[i], *add = v->gcopy[i];
+    if (grads && wide && add && g != NULL && g->dtype != TPDP_F32) {
+      int64_t n = tpdp_tensor_numel(g);
+      EX_TRY(e, tpdp_convert_floats(wide, TPDP_F32, g->data, g->dtype, n));
+      for (int64_t j = 0; j < n; j++) wide[j] += add[j];
+      EX_TRY(e, tpdp_convert_floats(g->data, g->dtype, wide, TPDP_F32, n));
     }
-    free(v->pcopy[i]);
-    v->pcopy[i] = NULL;
-    if (grads) {
-      free(v->gcopy[i]);
-      v->gcopy[i] = NULL;
-    }
+    pool_give(v, &v->pcopy[i], v->pcap[i]);
+    if (grads) pool_give(v, &v->gcopy[i], v->gcap[i]);
   }
+  return 0;
 }
 
 int ex_module_hooks(tpdp_module *module, int event, ex_param_views *views,
@@ -273,8 +313,9 @@ int ex_module_hooks(tpdp_module *module, int event, ex_param_views *views,
   const tpdp_fsdp_unit *u = views ? tpdp_fsdp_unit_of(module) : NULL;
   int grads =
       event == EX_BLOCK_BACKWARD_BEGIN || event == EX_BLOCK_BACKWARD_END;
-  if (u && (event == EX_BLOCK_FORWARD_END || event == EX_BLOCK_BACKWARD_END))
-    views_end(views, u, grads);
+  if (u && (event == EX_BLOCK_FORWARD_END || event == EX_BLOCK_BACKWARD_END) &&
+      views_end(views, u, grads, e) != 0)
+    return -1;
   switch (event) {
     case EX_BLOCK_FORWARD_BEGIN:
       EX_TRY(e, tpdp_module_forward_begin(module));

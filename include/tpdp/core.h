@@ -216,6 +216,13 @@ TPDP_API float tpdp_f16_to_f32(uint16_t h);
 TPDP_API uint16_t tpdp_f32_to_f16(float f); /* round to nearest even */
 TPDP_API float tpdp_bf16_to_f32(uint16_t b);
 TPDP_API uint16_t tpdp_f32_to_bf16(float f); /* round to nearest even */
+/* dst[0, n) = src[0, n) converted between f32, bf16 and f16 in host
+ * memory, as the functions above convert (the same dtype: a copy; the
+ * buffers may be the same memory only then). Errors: a negative n, NULL
+ * buffers (n > 0), another dtype (TPDP_ERR_DTYPE_MISMATCH naming both). */
+TPDP_API tpdp_status tpdp_convert_floats(void *dst, tpdp_dtype dst_dtype,
+                                         const void *src, tpdp_dtype src_dtype,
+                                         int64_t n);
 
 #ifdef __cplusplus
 }

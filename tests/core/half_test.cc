@@ -3,6 +3,7 @@
 // from the IEEE 754 binary16 and bfloat16 layouts.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "tests/test_util.h"
 
@@ -165,6 +166,70 @@ TEST(BF16, NanStaysQuietNan) {
   b = tpdp_f32_to_bf16(FromBits(0x7FFFFFFF));
   EXPECT_TRUE(std::isnan(tpdp_bf16_to_f32(b)));
   EXPECT_TRUE(std::isnan(tpdp_bf16_to_f32(0xFFC1)));
+}
+
+// The bulk conversion rounds every element as the scalar functions (whose
+// bit patterns the tests above check): all 65536 16-bit patterns widened,
+// and floats around every rounding boundary (each half-way point and its
+// neighbours, inf, nan, subnormals) narrowed, in both directions and
+// between bf16 and f16; the same dtype copies; bad input refused.
+TEST(Bulk, ConvertFloatsMatchesTheScalarConversions) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t b = 0; b < 65536; b++) all[b] = (uint16_t)b;
+  std::vector<float> wide(65536);
+  for (tpdp_dtype dt : {TPDP_BF16, TPDP_F16}) {
+    ASSERT_TPDP_OK(
+        tpdp_convert_floats(wide.data(), TPDP_F32, all.data(), dt, 65536));
+    for (uint32_t b = 0; b < 65536; b++) {
+      float want = dt == TPDP_BF16 ? tpdp_bf16_to_f32((uint16_t)b)
+                                   : tpdp_f16_to_f32((uint16_t)b);
+      ASSERT_EQ(Bits(wide[b]), Bits(want)) << tpdp_dtype_name(dt) << " " << b;
+    }
+  }
+  std::vector<float> f;
+  for (uint32_t b = 0; b < 65536; b += 7) {
+    uint32_t mid = (uint32_t)b << 16 | 0x8000u;  // a bf16 half-way point
+    for (uint32_t d : {0u, 1u, 0xffffffffu}) f.push_back(FromBits(mid + d));
+    f.push_back(tpdp_f16_to_f32((uint16_t)b) * (1.0f + 1.0f / 4096));
+  }
+  f.push_back(INFINITY);
+  f.push_back(-INFINITY);
+  f.push_back(NAN);
+  f.push_back(std::ldexp(1.0f, -140));
+  std::vector<uint16_t> narrow(f.size()), cross(f.size());
+  for (tpdp_dtype dt : {TPDP_BF16, TPDP_F16}) {
+    ASSERT_TPDP_OK(tpdp_convert_floats(narrow.data(), dt, f.data(), TPDP_F32,
+                                       (int64_t)f.size()));
+    for (size_t k = 0; k < f.size(); k++) {
+      uint16_t want =
+          dt == TPDP_BF16 ? tpdp_f32_to_bf16(f[k]) : tpdp_f32_to_f16(f[k]);
+      ASSERT_EQ(narrow[k], want) << tpdp_dtype_name(dt) << " " << k;
+    }
+    tpdp_dtype other = dt == TPDP_BF16 ? TPDP_F16 : TPDP_BF16;
+    ASSERT_TPDP_OK(tpdp_convert_floats(cross.data(), other, narrow.data(), dt,
+                                       (int64_t)f.size()));
+    for (size_t k = 0; k < f.size(); k++) {
+      float x = dt == TPDP_BF16 ? tpdp_bf16_to_f32(narrow[k])
+                                : tpdp_f16_to_f32(narrow[k]);
+      uint16_t want =
+          other == TPDP_BF16 ? tpdp_f32_to_bf16(x) : tpdp_f32_to_f16(x);
+      ASSERT_EQ(cross[k], want) << tpdp_dtype_name(dt) << " to other " << k;
+    }
+  }
+  std::vector<float> copy(f.size());
+  ASSERT_TPDP_OK(tpdp_convert_floats(copy.data(), TPDP_F32, f.data(), TPDP_F32,
+                                     (int64_t)f.size()));
+  EXPECT_EQ(std::memcmp(copy.data(), f.data(), f.size() * sizeof(float)), 0);
+  double d = 0;
+  EXPECT_TPDP_ERROR(tpdp_convert_floats(&d, TPDP_F64, f.data(), TPDP_F32, 1),
+                    TPDP_ERR_DTYPE_MISMATCH, "not f32 to f64");
+  EXPECT_TPDP_ERROR(
+      tpdp_convert_floats(nullptr, TPDP_F32, f.data(), TPDP_F32, 1),
+      TPDP_ERR_NULL_POINTER, "dst");
+  EXPECT_TPDP_ERROR(
+      tpdp_convert_floats(copy.data(), TPDP_F32, f.data(), TPDP_F32, -1),
+      TPDP_ERR_INVALID_ARGUMENT, "negative count -1");
+  EXPECT_TPDP_OK(tpdp_convert_floats(nullptr, TPDP_F32, nullptr, TPDP_F32, 0));
 }
 
 }  // namespace
