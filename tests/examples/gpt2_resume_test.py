@@ -23,6 +23,11 @@ dp=2,tp=2 -> --zero 0 one process -> --zero 1 dp=3 -> --zero 2 dp=4) prints
 an uninterrupted run's losses, and the --zero 3 checkpoint consolidates to
 the --zero 0 run's file (same header, data within 1e-5).
 
+Mixed precision: a --zero 3 dp=2,tp=2 --param-dtype bf16 --reduce-dtype
+bf16 run saved after step 2 resumes at --zero 1 on the same mesh with
+the same dtypes (the checkpoint holds the f32 master shards and moments)
+and prints the uninterrupted bf16 run's losses exactly.
+
 Usage: gpt2_resume_test.py TRAIN_GPT2 MAKE_TOKENS TPDP
 """
 import json
@@ -267,6 +272,29 @@ def main():
         print("  consolidated --zero 3 vs --zero 0: max abs diff %.3e" % worst)
         return None if worst <= 1e-5 else "max abs diff %.3e" % worst
     case("consolidate a --zero 3 checkpoint", consolidate_zero)
+
+    def mixed_precision_resume():
+        bf16 = ["--dp", "2", "--tp", "2", "--param-dtype", "bf16",
+                "--reduce-dtype", "bf16"]
+        r, o, e = gf.run_train(binary, data + MODEL + bf16 + [
+            "--zero", "3", "--steps", "6"], 4)
+        want = gf.losses(o)
+        if r != 0 or sorted(want) != list(range(6)):
+            return "uninterrupted: rc=%d %s" % (r, (o + e)[-1500:])
+        zb = os.path.join(tmp, "zb")
+        r, o, e = gf.run_train(binary, data + MODEL + bf16 + [
+            "--zero", "3", "--steps", "3", "--save", zb], 4)
+        if r != 0:
+            return "saving: rc=%d %s" % (r, (o + e)[-1500:])
+        r, o, e = gf.run_train(binary, ["--load", zb, "--zero", "1",
+                                        "--steps", "6"] + bf16, 4)
+        got = gf.losses(o)
+        if r != 0 or sorted(got) != [3, 4, 5]:
+            return "resuming: rc=%d %s" % (r, (o + e)[-1500:])
+        if any(got[s] != want[s] for s in got):
+            return "resumed losses %s, uninterrupted %s" % (got, want)
+        return None
+    case("--zero 3 bf16 saved, resumed at --zero 1 bf16", mixed_precision_resume)
 
     shutil.rmtree(tmp, ignore_errors=True)
     return gf.finish("Gpt2Resume", "gpt2 resume", cases)
