@@ -4,7 +4,8 @@
  * share beyond the model math: numeric flags that reject what is not a
  * number, a failed tpdp call turned into one message, the checkpoint
  * entries of a model trained with AdamW (PyTorch's optimizer state names),
- * and the per-rank peak memory line.
+ * the fully sharded units' hooks and the model's f32 views of the units'
+ * tensors (mixed precision), and the per-rank peak memory line.
  */
 #ifndef TPDP_EXAMPLES_COMMON_TRAINER_UTIL_H
 #define TPDP_EXAMPLES_COMMON_TRAINER_UTIL_H
