@@ -375,14 +375,19 @@ int ex_flag_float_dtype(const char *flag, const char *text, tpdp_dtype *out,
   return 0;
 }
 
-void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level) {
+void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
+                        tpdp_dtype param_dtype, tpdp_dtype reduce_dtype) {
   tpdp_fsdp_stats fs;
   if (tpdp_fsdp_get_stats(root, &fs) != TPDP_SUCCESS) return;
+  char mixed[64] = "";
+  if (param_dtype != TPDP_F32 || reduce_dtype != TPDP_F32)
+    snprintf(mixed, sizeof mixed, " param_dtype %s, reduce_dtype %s,",
+             tpdp_dtype_name(param_dtype), tpdp_dtype_name(reduce_dtype));
   printf(
-      "[rank %d] fsdp: zero %d, persistent %.1f MiB, peak transient %.1f "
+      "[rank %d] fsdp: zero %d,%s persistent %.1f MiB, peak transient %.1f "
       "MiB; per step %lld all-gathers (%.1f MiB), %lld reduce-scatters "
       "(%.1f MiB)\n",
-      rank, level, fs.persistent_bytes / 1048576.0,
+      rank, level, mixed, fs.persistent_bytes / 1048576.0,
       fs.peak_transient_bytes / 1048576.0, (long long)fs.allgathers,
       fs.bytes_allgathered / 1048576.0, (long long)fs.reduce_scatters,
       fs.bytes_reduce_scattered / 1048576.0);

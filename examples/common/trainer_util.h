@@ -142,8 +142,10 @@ float ex_round_to(tpdp_dtype dt, float x);
 
 /* This rank's line of the units' accounting (tpdp_fsdp_get_stats):
  * "[rank R] fsdp: zero N, persistent X MiB, peak transient Y MiB; per step
- * A all-gathers (B MiB), C reduce-scatters (D MiB)". */
-void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level);
+ * A all-gathers (B MiB), C reduce-scatters (D MiB)"; under mixed precision
+ * "zero N, param_dtype bf16, reduce_dtype f32, persistent ...". */
+void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
+                        tpdp_dtype param_dtype, tpdp_dtype reduce_dtype);
 
 /* Collective over comm: every rank's peak resident memory (getrusage) and
  * its proportional set size now (PSS: shared pages split among the

@@ -578,7 +578,9 @@ static int train(trainer *t, run_out *out) {
     printf("threads per rank %d; OpenBLAS %s\n", nn_threads(), nn_blas_core());
   }
   if (t->summary) fflush(stdout);
-  if (t->fsdp) ex_fsdp_stats_line(t->fsdp, t->rank, o->zero);
+  if (t->fsdp)
+    ex_fsdp_stats_line(t->fsdp, t->rank, o->zero, o->param_dtype,
+                       o->reduce_dtype);
   ex_peak_memory_line(t->comm, t->summary);
   if (out->want_params || o->check) {
     if (t->b->params_to_host(t) != 0) goto done;

@@ -998,7 +998,8 @@ static int train(const options *opt, const train_backend *b, int *argc,
     fflush(stdout);
   }
   if (o->zero > 0) {
-    ex_fsdp_stats_line(t->fsdp, t->rank, o->zero);
+    ex_fsdp_stats_line(t->fsdp, t->rank, o->zero, o->param_dtype,
+                       o->reduce_dtype);
     fflush(stdout);
   }
   if (world != NULL) ex_peak_memory_line(world, t->rank == 0);

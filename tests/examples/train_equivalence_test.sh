@@ -69,6 +69,8 @@ for run in "${runs[@]}"; do
     # reduce once per step
     gathers=$([ "$zero" = 3 ] && echo $((5 * accum)) || echo 3)
     want="per step $gathers all-gathers (.*), 3 reduce-scatters"
+    [ "$pdt$rdt" = f32f32 ] ||
+      want="param_dtype $pdt, reduce_dtype $rdt, .*$want"
     nlines=$(echo "$out" | grep -c "fsdp: zero $zero, .*$want")
     if [ "$nlines" != $((dp * tp)) ]; then
       ok=0
