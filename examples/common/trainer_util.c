@@ -265,10 +265,10 @@ static int view_index(const ex_param_views *v, const tpdp_param *p) {
 static int views_begin(ex_param_views *v, const tpdp_fsdp_unit *u, int grads,
                        ex_error *e) {
   for (int k = 0; k < tpdp_fsdp_num_params(u); k++) {
-    int i = view_index(v, tpdp_fsdp_param(u, k, NULL));
+    tpdp_param *p = tpdp_fsdp_param(u, k, NULL);
+    const tpdp_tensor *t = tpdp_param_tensor(p);
+    int i = t->dtype == TPDP_F32 ? -1 : view_index(v, p);
     if (i < 0) continue;
-    const tpdp_tensor *t = tpdp_param_tensor(v->params[i]);
-    if (t->dtype == TPDP_F32) continue;
     int64_t n = tpdp_tensor_numel(t);
     pool_give(v, &v->pcopy[i], v->pcap[i]);
     v->pcopy[i] = pool_take(v, n, &v->pcap[i]);
@@ -292,9 +292,12 @@ static int views_begin(ex_param_views *v, const tpdp_fsdp_unit *u, int grads,
 static int views_end(ex_param_views *v, const tpdp_fsdp_unit *u, int grads,
                      ex_error *e) {
   for (int k = 0; k < tpdp_fsdp_num_params(u); k++) {
-    int i = view_index(v, tpdp_fsdp_param(u, k, NULL));
+    tpdp_param *p = tpdp_fsdp_param(u, k, NULL);
+    /* f32 parameters have no copies (the unit still holds them gathered
+     * here: the end hook comes after) */
+    int i = tpdp_param_tensor(p)->dtype == TPDP_F32 ? -1 : view_index(v, p);
     if (i < 0) continue;
-    const tpdp_tensor *g = tpdp_param_grad(v->params[i]);
+    const tpdp_tensor *g = tpdp_param_grad(p);
     float *wide = v->pcopy[i], *add = v->gcopy[i];
     if (grads && wide && add && g != NULL && g->dtype != TPDP_F32) {
       int64_t n = tpdp_tensor_numel(g);

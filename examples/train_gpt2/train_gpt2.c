@@ -479,7 +479,6 @@ static int train(trainer *t, run_out *out) {
           0)
         goto done;
       t->tm.hooks += ex_now() - h0;
-      tpdp_status st;
       /* The micro-batches after the first add into the gradients; only the
        * last reduces them over dp (the others: no_sync). */
       const int sync = mb == K - 1;
@@ -487,7 +486,7 @@ static int train(trainer *t, run_out *out) {
       if (o->zero > 0) {
         if (fsdp_backward(t, sync) != 0) goto done;
       } else {
-        st =
+        tpdp_status st =
             t->reducer ? tpdp_reducer_set_sync(t->reducer, sync) : TPDP_SUCCESS;
         if (st != TPDP_SUCCESS) {
           tpdp_fail(t, "tpdp_reducer_set_sync", st);
