@@ -271,6 +271,18 @@ extern "C" void mlp_cuda_model_free(mlp_cuda_model *m) {
     }                                                                         \
   } while (0)
 
+#define BLOCK_EVENT(event, layer)                                       \
+  do {                                                                  \
+    if (m->block_fn) {                                                  \
+      int rc_ = m->block_fn((event), (layer), m->block_ctx);            \
+      if (rc_ != 0) {                                                   \
+        nn_cuda_fail("block hook (event %d, layer %d) failed", (event), \
+                     (layer));                                          \
+        return rc_;                                                     \
+      }                                                                 \
+    }                                                                   \
+  } while (0)
+
 extern "C" int mlp_cuda_forward(mlp_cuda_model *m, const float *x,
                                 const int *labels, float loss_scale,
                                 mlp_cuda_allreduce_fn allreduce, void *ar_ctx,
@@ -290,6 +302,7 @@ extern "C" int mlp_cuda_forward(mlp_cuda_model *m, const float *x,
     const float *hin = m->h + l * BH;
     float *hout = m->h + (l + 1) * BH;
     float *y = m->y + l * BH, *a = m->a + l * BF, *g = m->g + l * BF;
+    BLOCK_EVENT(MLP_BLOCK_FORWARD_BEGIN, l);
     TRY(nn_cuda_layernorm_fwd(
         hin, P[mlp_block_param(l, BLK_LN_G)], P[mlp_block_param(l, BLK_LN_B)],
         y, m->mean + l * B, m->rstd + l * B, B, H, 1e-5f, st));
@@ -302,6 +315,7 @@ extern "C" int mlp_cuda_forward(mlp_cuda_model *m, const float *x,
     TP_ALLREDUCE(MLP_TP_ROWWISE_OUT, l, m->tmp, BH);
     TRY(nn_cuda_residual(hin, m->tmp, P[mlp_block_param(l, BLK_FC2_B)], hout, B,
                          H, st));
+    BLOCK_EVENT(MLP_BLOCK_FORWARD_END, l);
   }
   TRY(linear_fwd(m, m->h + L * BH, P[head], P[head + 1], m->logits, B, H, C));
   k_softmax_ce<<<grid_rows(B), 32 * WARPS_PER_BLOCK, 0, st>>>(
@@ -336,6 +350,7 @@ extern "C" int mlp_cuda_backward(mlp_cuda_model *m,
   for (int l = L - 1; l >= 0; l--) {
     const float *hin = m->h + l * BH;
     float *y = m->y + l * BH, *a = m->a + l * BF, *g = m->g + l * BF;
+    BLOCK_EVENT(MLP_BLOCK_BACKWARD_BEGIN, l);
     TRY(linear_bwd_params(m, g, m->dh, G[mlp_block_param(l, BLK_FC2_W)],
                           G[mlp_block_param(l, BLK_FC2_B)], B, F, H));
     GRAD_READY(mlp_block_param(l, BLK_FC2_W));
@@ -358,6 +373,7 @@ extern "C" int mlp_cuda_backward(mlp_cuda_model *m,
         G[mlp_block_param(l, BLK_LN_B)], B, H, m->colsum_scratch, st));
     GRAD_READY(mlp_block_param(l, BLK_LN_G));
     GRAD_READY(mlp_block_param(l, BLK_LN_B));
+    BLOCK_EVENT(MLP_BLOCK_BACKWARD_END, l);
   }
   TRY(linear_bwd_params(m, m->x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H));
   GRAD_READY(MLP_IN_W);

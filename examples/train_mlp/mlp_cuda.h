@@ -51,6 +51,12 @@ typedef struct {
   int *labels;
   double *row_loss;  /* [batch] */
   double *host_loss; /* [batch], host */
+  /* Called around each block's forward and backward as in mlp.h (the
+   * fully sharded units' hooks, which may re-point param[] and grad[]:
+   * the pointers are read after it returns). NULL: none. Set after
+   * mlp_cuda_model_init. */
+  mlp_block_fn block_fn;
+  void *block_ctx;
 } mlp_cuda_model;
 
 /* TP collective callback: in-place sum over the TP group of n floats at

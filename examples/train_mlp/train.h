@@ -81,6 +81,10 @@ typedef struct {
 } dp_ctx;
 int train_grad_ready(int i, void *ctx);
 
+/* --zero: the block's module hooks around its forward and backward (the
+ * models' block_fn, ctx the trainer); 0, or 1 after printing what failed. */
+int train_block_event(int event, int layer, void *trainer);
+
 typedef struct train_backend train_backend;
 
 /* One training run: what the loop and every backend share. */
@@ -107,8 +111,11 @@ typedef struct {
   dp_ctx dp;
   tpdp_fsdp_unit *fsdp;  /* --zero >= 1: the root unit (tpdp/fsdp.h) */
   ex_param_views *views; /* --zero >= 1: param[] and grad[] kept current */
-  char model_note[96];   /* appended to the "model (mesh ...)" header */
-  void *dev;             /* the backend's own state */
+  /* place_tree's specs (one per parameter, NULL where replicated),
+   * destroyed after the tree that points at them */
+  tpdp_spec **tree_specs;
+  char model_note[96]; /* appended to the "model (mesh ...)" header */
+  void *dev;           /* the backend's own state */
 } trainer;
 
 /* What differs with --device. Every function returns 0, or nonzero after
@@ -119,11 +126,16 @@ struct train_backend {
   int runs_without_mpi;
   /* 1: the module tree's tensors are the ones the model trains, so its
    * gradients follow the reducer's buckets too (cpu; under cuda the tree
-   * is host-side bookkeeping). */
+   * is host-side bookkeeping at --zero 0, and on the GPU under --zero). */
   int tree_holds_model;
   /* Its state in t->dev, and the communicator to build the mesh over
    * (world may be NULL under runs_without_mpi). */
   int (*open)(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm);
+  /* After tpdp_parallelize, before tpdp_pre_dp_transform: under --zero the
+   * units shard the tree's own tensors, so they must be where the model
+   * trains: the local shards moved there (cuda), under specs that name
+   * that device (made into t->tree_specs). NULL: the tree is there. */
+  int (*place_tree)(trainer *t);
   /* After tpdp_pre_dp_transform: the TP collectives' context, t->rparams /
    * param / grad, optimizer state and the model, with the parameters ready
    * for the reducer's broadcast. */

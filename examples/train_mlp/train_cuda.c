@@ -16,9 +16,16 @@
  *    collective (tpdp_work_wait_stream): no host synchronisation;
  *  - DP: the reducer over the mesh's NCCL dp communicator with device
  *    parameters and gradients and producer_stream = the model stream;
- *  - --check copies the trained device shards back into the host shards
- *    and assembles sharded parameters by a zero-padded allreduce (sum) over
- *    the tp communicator on the GPU, then compares with the CPU reference.
+ *  - --zero 1-3: the tree moves to the GPU before the pre-DP transform
+ *    (place_tree: each local shard copied once, under a spec naming the
+ *    GPU), and the fully sharded units shard those device tensors over the
+ *    dp communicator (NCCL), their copies and collectives ordered on the
+ *    model stream (options.stream); the model's block events call the
+ *    units' hooks and its pointers follow the tree (t->views), as on the
+ *    CPU. AdamW's moments are sized as the shards;
+ *  - --check copies the trained device shards to the host and assembles
+ *    sharded parameters by a zero-padded allreduce (sum) over the tp
+ *    communicator on the GPU, then compares with the CPU reference.
  * A build without MPI (tpdp_init answering TPDP_ERR_UNSUPPORTED) runs a
  * single rank (--dp 1 --tp 1) on tpdp_comm_create_nccl(NULL, ...).
  */
@@ -44,6 +51,9 @@ typedef struct {
   float **m1, **m2; /* AdamW moments (device) */
   void **gown;      /* first gradient buffers (the reducer's buckets
                          replace them in t->grad) */
+  void **tree_mem;  /* --zero: the tree's device tensors and gradients
+                         (2 per parameter) as place_tree made them; the
+                         units' shards replace them */
   double *d_loss;   /* the loss sum on the device, for the dp allreduce */
 } cuda_state;
 
@@ -88,10 +98,52 @@ static int cuda_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
     printf("device: cuda:%d (%s)\n", c->cuda_dev, dev_name);
     fflush(stdout);
   }
-  snprintf(t->model_note, sizeof t->model_note,
-           "; module tree on the host, parameters copied to cuda:%d",
-           c->cuda_dev);
+  if (t->o.zero > 0)
+    snprintf(t->model_note, sizeof t->model_note,
+             "; module tree and units on cuda:%d", c->cuda_dev);
+  else
+    snprintf(t->model_note, sizeof t->model_note,
+             "; module tree on the host, parameters copied to cuda:%d",
+             c->cuda_dev);
   *mesh_comm = t->own_comm;
+  return 0;
+fail:
+  return 1;
+}
+
+/* --zero: each local shard (host, as tpdp_parallelize sliced it) copied to
+ * the GPU and made the parameter's tensor, with a zeroed gradient beside it
+ * and, for TP-sharded parameters, a spec of the same placements that names
+ * the GPU (the pre-DP transform validates tensors against their specs). */
+static int cuda_place_tree(trainer *t) {
+  cuda_state *c = t->dev;
+  int np = t->tree.nparams;
+  c->tree_mem = calloc(2 * (size_t)np, sizeof *c->tree_mem);
+  t->tree_specs = calloc((size_t)np, sizeof *t->tree_specs);
+  if (!c->tree_mem || !t->tree_specs) goto fail;
+  for (int i = 0; i < np; i++) {
+    tpdp_param *p = t->tree.params[i];
+    const tpdp_tensor *host = tpdp_param_tensor(p);
+    size_t bytes = tpdp_tensor_nbytes(host);
+    CUDA_OK(nn_cuda_alloc(&c->tree_mem[2 * i], bytes, "a parameter"));
+    CUDA_OK(nn_cuda_alloc(&c->tree_mem[2 * i + 1], bytes, "a gradient"));
+    CUDA_OK(nn_cuda_to_device(c->tree_mem[2 * i], host->data, bytes));
+    tpdp_tensor dt, dg;
+    TRY(tpdp_tensor_init(&dt, c->tree_mem[2 * i], host->dtype, c->dev,
+                         host->ndim, host->shape));
+    dg = dt;
+    dg.data = c->tree_mem[2 * i + 1];
+    const tpdp_spec *hs = (const tpdp_spec *)tpdp_param_spec(p);
+    if (hs != NULL) {
+      TRY(tpdp_spec_create(t->mesh, tpdp_spec_placements(hs),
+                           tpdp_mesh_ndim(t->mesh), tpdp_spec_ndim(hs),
+                           tpdp_spec_global_shape(hs), tpdp_spec_dtype(hs),
+                           c->dev, &t->tree_specs[i]));
+      TRY(tpdp_param_set_spec(p, (const struct tpdp_spec *)t->tree_specs[i]));
+    }
+    TRY(tpdp_param_set_tensor(p, &dt));
+    TRY(tpdp_param_set_grad(p, &dg));
+  }
   return 0;
 fail:
   return 1;
@@ -114,7 +166,15 @@ static int cuda_setup(trainer *t) {
   c->m2 = calloc((size_t)np, sizeof *c->m2);
   c->gown = calloc((size_t)np, sizeof *c->gown);
   if (!c->m1 || !c->m2 || !c->gown) goto fail;
-  for (int i = 0; i < np; i++) {
+  for (int i = 0; i < np && t->o.zero > 0; i++) {
+    /* The tree is on the GPU (place_tree); the moments come at the first
+     * step, sized as the shards. */
+    t->rparams[i].param = *tpdp_param_tensor(t->tree.params[i]);
+    t->rparams[i].grad = *tpdp_param_grad(t->tree.params[i]);
+    t->param[i] = t->rparams[i].param.data;
+    t->grad[i] = t->rparams[i].grad.data;
+  }
+  for (int i = 0; i < np && t->o.zero == 0; i++) {
     const tpdp_tensor *host = tpdp_param_tensor(t->tree.params[i]);
     size_t bytes = sizeof(float) * (size_t)tpdp_tensor_numel(host);
     void *p = NULL, *g = NULL, *a = NULL, *b = NULL;
@@ -136,12 +196,32 @@ static int cuda_setup(trainer *t) {
   CUDA_OK(mlp_cuda_model_init(&c->model, &t->s, t->f_local, t->batch_local,
                               t->param, t->grad));
   t->grad_stream = c->model.stream;
+  if (t->o.zero > 0) {
+    c->model.block_fn = train_block_event;
+    c->model.block_ctx = t;
+  }
   /* The host-to-device copies above (legacy default stream) are complete
    * before the reducer's broadcast reads the parameters on its stream. */
   CUDA_OK(nn_cuda_stream_sync(NULL));
   void *dl = NULL;
   CUDA_OK(nn_cuda_alloc(&dl, sizeof(double), "the loss"));
   c->d_loss = dl;
+  return 0;
+fail:
+  return 1;
+}
+
+/* AdamW's moments of parameter i, sized as the tensor the tree holds (the
+ * shard under --zero), made zeroed at first use. */
+static int cuda_moments(trainer *t, int i) {
+  cuda_state *c = t->dev;
+  if (c->m1[i] != NULL) return 0;
+  size_t bytes = tpdp_tensor_nbytes(tpdp_param_tensor(t->tree.params[i]));
+  void *a = NULL, *b = NULL;
+  CUDA_OK(nn_cuda_alloc(&a, bytes, "AdamW's exp_avg"));
+  c->m1[i] = a;
+  CUDA_OK(nn_cuda_alloc(&b, bytes, "AdamW's exp_avg_sq"));
+  c->m2[i] = b;
   return 0;
 fail:
   return 1;
@@ -162,8 +242,10 @@ fail:
 
 static int cuda_backward(trainer *t) {
   cuda_state *c = t->dev;
-  if (mlp_cuda_backward(&c->model, tp_allreduce_cuda, &c->tp, train_grad_ready,
-                        &t->dp) != 0) {
+  /* --zero: the units reduce at the end of each block's backward. */
+  mlp_grad_ready_fn ready = t->o.zero > 0 ? NULL : train_grad_ready;
+  if (mlp_cuda_backward(&c->model, tp_allreduce_cuda, &c->tp, ready, &t->dp) !=
+      0) {
     TRY(c->tp.status);
     TRY(t->dp.status);
     CUDA_OK(1);
@@ -186,10 +268,15 @@ fail:
 
 static int cuda_optimizer_step(trainer *t, int step) {
   cuda_state *c = t->dev;
-  for (int i = 0; i < t->tree.nparams; i++)
+  for (int i = 0; i < t->tree.nparams; i++) {
+    /* The parameter as the tree holds it now: under --zero its shard. */
+    const tpdp_tensor *p = t->o.zero > 0 ? tpdp_param_tensor(t->tree.params[i])
+                                         : &t->rparams[i].param;
+    if (cuda_moments(t, i) != 0) goto fail;
     CUDA_OK(mlp_cuda_adamw(t->param[i], t->grad[i], c->m1[i], c->m2[i],
-                           tpdp_tensor_numel(&t->rparams[i].param),
-                           (float)t->o.lr, step, c->model.stream));
+                           tpdp_tensor_numel(p), (float)t->o.lr, step,
+                           c->model.stream));
+  }
   return 0;
 fail:
   return 1;
@@ -244,14 +331,19 @@ static void cuda_print_time(const trainer *t, const train_times *tm,
 
 /* The full value of parameter i into host memory `out` (collective over
  * the tp communicator for TP-sharded parameters): the trained device shard
- * copied into the host shard of the module tree, placed at its global
- * offset in a zeroed buffer and summed over the tp ranks on the GPU. */
+ * (under --zero the tree's, summoned whole over dp) copied to the host,
+ * placed at its global offset in a zeroed buffer and summed over the tp
+ * ranks on the GPU. */
 static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
   cuda_state *c = t->dev;
   const tpdp_param *p = t->tree.params[i];
   const tpdp_tensor *lt = tpdp_param_tensor(p);
-  CUDA_OK(nn_cuda_to_host(lt->data, t->param[i],
-                          sizeof(float) * (size_t)tpdp_tensor_numel(lt)));
+  const void *trained = t->o.zero > 0 ? lt->data : t->param[i];
+  size_t lbytes = sizeof(float) * (size_t)tpdp_tensor_numel(lt);
+  void *d = NULL;
+  float *src = malloc(lbytes + 1);
+  if (src == NULL) goto fail;
+  CUDA_OK(nn_cuda_to_host(src, trained, lbytes));
   const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
   int sharded = 0;
   if (spec != NULL) {
@@ -260,7 +352,8 @@ static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
       if (pl[d].kind != TPDP_PLACEMENT_REPLICATE) sharded = 1;
   }
   if (!sharded) {
-    memcpy(out, lt->data, sizeof(float) * (size_t)tpdp_tensor_numel(lt));
+    memcpy(out, src, lbytes);
+    free(src);
     return 0;
   }
   int ndim = tpdp_spec_ndim(spec);
@@ -271,11 +364,9 @@ static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
   int64_t lrows = ndim == 2 ? lshape[0] : 1, lcols = lshape[ndim - 1];
   int64_t roff = ndim == 2 ? loff[0] : 0, coff = loff[ndim - 1];
   memset(out, 0, sizeof(float) * (size_t)n);
-  const float *src = lt->data;
   for (int64_t r = 0; r < lrows; r++)
     for (int64_t k = 0; k < lcols; k++)
       out[(r + roff) * cols + k + coff] = src[r * lcols + k];
-  void *d = NULL;
   CUDA_OK(nn_cuda_alloc(&d, sizeof(float) * (size_t)n, "a gathered parameter"));
   CUDA_OK(nn_cuda_to_device(d, out, sizeof(float) * (size_t)n));
   tpdp_tensor dt;
@@ -286,9 +377,11 @@ static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
   CUDA_OK(nn_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(c->tp.comm)));
   CUDA_OK(nn_cuda_to_host(out, d, sizeof(float) * (size_t)n));
   nn_cuda_free(d);
+  free(src);
   return 0;
 fail:
   nn_cuda_free(d);
+  free(src);
   return 1;
 }
 
@@ -297,13 +390,19 @@ static void cuda_release(trainer *t) {
   if (!c) return;
   mlp_cuda_model_free(&c->model);
   for (int i = 0; i < t->tree.nparams; i++) {
-    if (t->param) nn_cuda_free(t->param[i]);
+    /* under --zero param[] points into the units' buffers */
+    if (t->param && t->o.zero == 0) nn_cuda_free(t->param[i]);
     if (c->gown) nn_cuda_free(c->gown[i]);
+    if (c->tree_mem) {
+      nn_cuda_free(c->tree_mem[2 * i]);
+      nn_cuda_free(c->tree_mem[2 * i + 1]);
+    }
     if (c->m1) nn_cuda_free(c->m1[i]);
     if (c->m2) nn_cuda_free(c->m2[i]);
   }
   nn_cuda_free(c->d_loss);
   free(c->gown);
+  free(c->tree_mem);
   free(c->m1);
   free(c->m2);
   free(c);
@@ -314,6 +413,7 @@ const train_backend train_cuda_backend = {
     .runs_without_mpi = 1,
     .tree_holds_model = 0,
     .open = cuda_open,
+    .place_tree = cuda_place_tree,
     .setup = cuda_setup,
     .forward = cuda_forward,
     .backward = cuda_backward,

@@ -52,8 +52,9 @@ static void usage(FILE *out) {
       "                  sharded units over dp (tpdp/fsdp.h: each block a\n"
       "                  unit, the root the rest), ZeRO level N: 1 shards\n"
       "                  the optimizer state, 2 also the gradients, 3 also\n"
-      "                  the parameters between uses (cpu; checkpoints\n"
-      "                  resume on any mesh and level)\n"
+      "                  the parameters between uses (checkpoints resume\n"
+      "                  on any mesh and level; on cuda: f32, without\n"
+      "                  --save/--load)\n"
       "  --accum K       gradient accumulation: K micro-batches of --batch\n"
       "                  rows per optimizer step (micro-batch k of step s\n"
       "                  drawn as batch s*K+k), gradients reduced once,\n"
@@ -137,10 +138,11 @@ static int parse_options(int argc, char **argv, options *o) {
     bad = "--save-every N needs N >= 1 and --save DIR";
   else if (o->zero < 0 || o->zero > 3)
     bad = "--zero must be 0, 1, 2 or 3";
-  else if (o->zero > 0 && strcmp(o->device, "cpu") != 0)
+  else if (o->zero > 0 && strcmp(o->device, "cpu") != 0 &&
+           (o->save_dir || o->load_dir))
     bad =
-        "--zero 1-3 runs on --device cpu only (fully sharded units on CUDA "
-        "are not built yet)";
+        "--save and --load with --zero 1-3 run on --device cpu only (the "
+        "units' device shards are not staged for checkpoints yet)";
   else if (o->accum < 1)
     bad = "--accum must be >= 1 (micro-batches per step)";
   else if (o->accum > 1 && strcmp(o->device, "cpu") != 0)
@@ -158,6 +160,11 @@ static int parse_options(int argc, char **argv, options *o) {
     bad =
         "--param-dtype and --reduce-dtype are the fully sharded units' "
         "mixed precision: they need --zero 1, 2 or 3";
+  else if (!bad && strcmp(o->device, "cpu") != 0 &&
+           (o->param_dtype != TPDP_F32 || o->reduce_dtype != TPDP_F32))
+    bad =
+        "--param-dtype and --reduce-dtype run on --device cpu only (the "
+        "units on CUDA are f32)";
   if (bad) {
     fprintf(stderr, "train_mlp: %s\n", bad);
     return 2;
@@ -241,6 +248,21 @@ int train_grad_ready(int i, void *vctx) {
   ctx->status = tpdp_reducer_mark_ready(ctx->reducer, i);
   ctx->seconds += mlp_now() - t0;
   return ctx->status == TPDP_SUCCESS ? 0 : 1;
+}
+
+_Static_assert((int)MLP_BLOCK_FORWARD_BEGIN == (int)EX_BLOCK_FORWARD_BEGIN &&
+                   (int)MLP_BLOCK_BACKWARD_END == (int)EX_BLOCK_BACKWARD_END,
+               "the model's block events are ex_block_hooks' events");
+
+int train_block_event(int event, int layer, void *vt) {
+  trainer *t = vt;
+  ex_error e;
+  if (ex_block_hooks(t->tree.root, "layers.", layer, event, t->views, &e) !=
+      0) {
+    fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e.msg);
+    return 1;
+  }
+  return 0;
 }
 
 /* ------------------------------------------------------------ reference */
@@ -398,22 +420,6 @@ static int cpu_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
   return t->dev ? 0 : 1;
 }
 
-/* --zero: the block's module hooks around its forward and backward. */
-_Static_assert((int)MLP_BLOCK_FORWARD_BEGIN == (int)EX_BLOCK_FORWARD_BEGIN &&
-                   (int)MLP_BLOCK_BACKWARD_END == (int)EX_BLOCK_BACKWARD_END,
-               "the model's block events are ex_block_hooks' events");
-
-static int cpu_block_event(int event, int layer, void *vt) {
-  trainer *t = vt;
-  ex_error e;
-  if (ex_block_hooks(t->tree.root, "layers.", layer, event, t->views, &e) !=
-      0) {
-    fprintf(stderr, "[rank %d] train_mlp: %s\n", t->rank, e.msg);
-    return 1;
-  }
-  return 0;
-}
-
 static int cpu_setup(trainer *t) {
   cpu_state *c = t->dev;
   if (t->o.layers > 256) {
@@ -445,7 +451,7 @@ static int cpu_setup(trainer *t) {
                      t->grad) != 0)
     goto fail;
   if (t->o.zero > 0) {
-    c->model.block_fn = cpu_block_event;
+    c->model.block_fn = train_block_event;
     c->model.block_ctx = t;
   }
   return 0;
@@ -569,6 +575,7 @@ static const train_backend cpu_backend = {
     .runs_without_mpi = 0,
     .tree_holds_model = 1,
     .open = cpu_open,
+    .place_tree = NULL,
     .setup = cpu_setup,
     .forward = cpu_forward,
     .backward = cpu_backward,
@@ -742,6 +749,7 @@ static int shard_units(trainer *t) {
   fo.zero_level = t->o.zero;
   fo.param_dtype = t->o.param_dtype;
   fo.reduce_dtype = t->o.reduce_dtype;
+  fo.stream = t->grad_stream; /* cuda: the model's stream */
   if (ex_fully_shard_blocks(t->tree.root, "layers.", t->o.layers, t->dp_comm,
                             &fo, &t->fsdp, &e) != 0 ||
       ex_param_views_create(t->tree.params, t->tree.nparams, t->param, t->grad,
@@ -846,6 +854,7 @@ static int train(const options *opt, const train_backend *b, int *argc,
            tpdp_tree_report_text(report));
     TRY(tpdp_tree_report_destroy(report));
   }
+  if (o->zero > 0 && b->place_tree && b->place_tree(t) != 0) goto fail;
   /* DP sees plain local tensors from here on. */
   TRY(tpdp_pre_dp_transform(t->tree.root));
 
@@ -1079,6 +1088,9 @@ done:
   free(labels_g);
   free(losses);
   free_tree(&t->tree);
+  for (int i = 0; t->tree_specs && i < t->tree.nparams; i++)
+    tpdp_spec_destroy(t->tree_specs[i]);
+  free(t->tree_specs);
   if (tpdp_mesh_destroy(t->mesh) != TPDP_SUCCESS) {
     fprintf(stderr, "train_mlp: %s\n", tpdp_last_error());
     exit_code = 1;

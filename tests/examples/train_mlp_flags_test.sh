@@ -30,5 +30,11 @@ check "--reduce-dtype: 'f64' is not a dtype of the units" --zero 1 \
 check "--zero must be 0, 1, 2 or 3" --zero 4
 check "--accum must be >= 1" --accum 0
 check "--batch must be a positive multiple of --dp" --dp 3 --batch 64
+# --device cuda: refused before the build's lack of CUDA is even looked at
+check "--save and --load with --zero 1-3 run on --device cpu only" \
+  --device cuda --zero 3 --save /nonexistent/ckpt
+check "--param-dtype and --reduce-dtype run on --device cpu only" \
+  --device cuda --zero 2 --param-dtype bf16
+check "--accum > 1 runs on --device cpu only" --device cuda --accum 2
 echo "train_mlp flags: $pass passed, $fail failed"
 [ $fail = 0 ]
