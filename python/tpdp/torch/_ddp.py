@@ -144,8 +144,17 @@ class DistributedDataParallel(nn.Module):
 
     # ------------------------------------------------------------ grads
 
-    def _bind_all(self):
-        """p.grad = the reducer's current view of each gradient."""
+    def _bind_all(self, moved=False):
+        """p.grad = the reducer's current view of each gradient.
+
+        moved: the buckets were rebuilt inside a backward (the first
+        hook's _begin), so only gradients that are still the old views
+        follow them (their values moved with the buckets). A gradient that
+        is None (zero_grad(set_to_none=True)) stays None, so AccumulateGrad
+        starts it afresh, not on top of the last step's values left in the
+        bucket; a tensor of autograd's own (the gradient that fired the
+        hook) stays for the hook to copy in."""
+        old = self._views if moved else None
         n = len(self._params)
         if self.gradient_as_bucket_view:
             self._views = []
@@ -155,8 +164,9 @@ class DistributedDataParallel(nn.Module):
                 self._views.append(to_torch(t).view(self._params[i].shape))
         else:
             self._views = list(self._own_grads)
-        for p, v in zip(self._params, self._views):
-            p.grad = v
+        for i, (p, v) in enumerate(zip(self._params, self._views)):
+            if old is None or p.grad is old[i]:
+                p.grad = v
 
     def _make_hook(self, i, mark):
         p = self._params[i]
@@ -187,7 +197,7 @@ class DistributedDataParallel(nn.Module):
         if not self._rebuilt and L.lib.tpdp_reducer_rebuilt(self._r):
             # The buckets moved into gradient-ready order: new views.
             self._rebuilt = True
-            self._bind_all()
+            self._bind_all(moved=True)
 
     def _end(self):
         self._in_iter = False
