@@ -248,40 +248,28 @@ extern "C" void mlp_cuda_model_free(mlp_cuda_model *m) {
   memset(m, 0, sizeof *m);
 }
 
-#define TP_ALLREDUCE(kind, layer, buf, n)                                  \
-  do {                                                                     \
-    if (allreduce) {                                                       \
-      int rc_ = allreduce((kind), (layer), (buf), (n), m->stream, ar_ctx); \
-      if (rc_ != 0) {                                                      \
-        nn_cuda_fail("TP allreduce (kind %d, layer %d) failed", (kind),    \
-                     (layer));                                             \
-        return rc_;                                                        \
-      }                                                                    \
-    }                                                                      \
+// A caller's callback (cb may be NULL: nothing to call); a nonzero return
+// fails the step with the message the arguments after `args` format.
+#define CALLBACK(cb, args, ...)    \
+  do {                             \
+    if (cb) {                      \
+      int rc_ = (cb)args;          \
+      if (rc_ != 0) {              \
+        nn_cuda_fail(__VA_ARGS__); \
+        return rc_;                \
+      }                            \
+    }                              \
   } while (0)
 
-#define GRAD_READY(i)                                                         \
-  do {                                                                        \
-    if (on_grad_ready) {                                                      \
-      int rc_ = on_grad_ready((i), gr_ctx);                                   \
-      if (rc_ != 0) {                                                         \
-        nn_cuda_fail("gradient-ready callback for parameter %d failed", (i)); \
-        return rc_;                                                           \
-      }                                                                       \
-    }                                                                         \
-  } while (0)
-
-#define BLOCK_EVENT(event, layer)                                       \
-  do {                                                                  \
-    if (m->block_fn) {                                                  \
-      int rc_ = m->block_fn((event), (layer), m->block_ctx);            \
-      if (rc_ != 0) {                                                   \
-        nn_cuda_fail("block hook (event %d, layer %d) failed", (event), \
-                     (layer));                                          \
-        return rc_;                                                     \
-      }                                                                 \
-    }                                                                   \
-  } while (0)
+#define TP_ALLREDUCE(kind, layer, buf, n)                               \
+  CALLBACK(allreduce, ((kind), (layer), (buf), (n), m->stream, ar_ctx), \
+           "TP allreduce (kind %d, layer %d) failed", (kind), (layer))
+#define GRAD_READY(i)                    \
+  CALLBACK(on_grad_ready, ((i), gr_ctx), \
+           "gradient-ready callback for parameter %d failed", (i))
+#define BLOCK_EVENT(event, layer)                         \
+  CALLBACK(m->block_fn, ((event), (layer), m->block_ctx), \
+           "block hook (event %d, layer %d) failed", (event), (layer))
 
 extern "C" int mlp_cuda_forward(mlp_cuda_model *m, const float *x,
                                 const int *labels, float loss_scale,
