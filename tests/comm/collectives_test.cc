@@ -399,8 +399,9 @@ void CheckRingAvg(tpdp_comm *c, tpdp_dtype dt, int64_t n, Mode m) {
   }
   ASSERT_EQ(st, TPDP_SUCCESS) << tpdp_last_error();
   EXPECT_TRUE(Matches(recv, 0, n, [&](int64_t i) { return AvgIn(dt, p, i); }));
-  if (!m.inplace)
+  if (!m.inplace) {
     EXPECT_TRUE(Matches(send, 0, n, [&](int64_t i) { return In(g, i); }));
+  }
 }
 
 TEST(CollectivesRingAvg, CountsAroundThresholdAndChunks) {
