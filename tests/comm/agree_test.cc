@@ -83,7 +83,9 @@ TEST(CommAgree, RankOneFailsWithTheMessageOfAFailedCall) {
   EXPECT_NE(o.msg.find("tpdp_comm_agree: tpdp_mesh_parse: "), std::string::npos)
       << o.msg;
   EXPECT_NE(o.msg.find(" (rank 1 of world)"), std::string::npos) << o.msg;
-  if (Me() == 1) EXPECT_EQ(o.msg, Agreed(rank1, 1, "world"));
+  if (Me() == 1) {
+    EXPECT_EQ(o.msg, Agreed(rank1, 1, "world"));
+  }
 }
 
 TEST(CommAgree, TwoRanksFailTheLowerWins) {

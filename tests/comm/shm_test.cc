@@ -69,7 +69,9 @@ void CheckAllreduce(tpdp_comm *c, comm_shm *s, size_t off, int64_t count,
     ASSERT_EQ(buf[i], Expected<T>(p, i, op))
         << "rank " << me << " element " << i << " of " << count << " ("
         << tpdp_dtype_name(dtype) << ", " << tpdp_reduce_op_name(op) << ")";
-  if (before) EXPECT_EQ(*before, static_cast<T>(-7));
+  if (before) {
+    EXPECT_EQ(*before, static_cast<T>(-7));
+  }
   EXPECT_EQ(buf[count], static_cast<T>(-9));
 }
 
@@ -84,8 +86,9 @@ TEST(Shm, SegmentOnEveryRankZeroFilledAndUnlinked) {
   // Rank 0 named the file after its pid and unlinked it once every rank
   // had mapped it (the exchange after the mapping is over on all ranks).
   ASSERT_TPDP_OK(tpdp_barrier(w));
-  if (tpdp_comm_rank(w) == 0)
+  if (tpdp_comm_rank(w) == 0) {
     EXPECT_EQ(LeftInDevShm(), std::vector<std::string>{});
+  }
 }
 
 TEST(Shm, AllreduceSumAndAvgEveryCount) {
@@ -179,7 +182,9 @@ TEST(Shm, ARankShortOfMemoryTurnsItOffEverywhere) {
   if (last) core_alloc_fail_at(1, 0);
   Segment seg;
   tpdp_status st = comm_shm_create(w, 4096, &seg.s);
-  if (last) EXPECT_EQ(core_alloc_fail_left(), 0) << "the failure did not fire";
+  if (last) {
+    EXPECT_EQ(core_alloc_fail_left(), 0) << "the failure did not fire";
+  }
   core_alloc_fail_at(0, 0);
   ASSERT_TPDP_OK(st);
   EXPECT_EQ(seg.s, nullptr);
@@ -201,8 +206,9 @@ TEST(Shm, AnExchangeShortOfMemoryLeavesNoFile) {
     tpdp_status st = comm_shm_create(w, 4096, &seg.s);
     core_alloc_fail_at(0, 0);
     ASSERT_TPDP_OK(tpdp_barrier(w));
-    if (tpdp_comm_rank(w) == 0)
+    if (tpdp_comm_rank(w) == 0) {
       EXPECT_EQ(LeftInDevShm(), std::vector<std::string>{}) << "n = " << n;
+    }
     if (st == TPDP_SUCCESS && seg.s != nullptr) break;
     if (st != TPDP_SUCCESS) {
       failures++;

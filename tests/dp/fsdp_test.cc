@@ -169,7 +169,9 @@ TEST_P(Levels, ShardsByTheChunkRuleAndTrainsLikeOneProcess) {
                                    : 2 * shards);
   EXPECT_EQ(st.persistent_bytes, want);
   // Level 1 holds nothing transient on one rank (nothing to exchange).
-  if (level > 1 || n > 1) EXPECT_GT(st.peak_transient_bytes, 0);
+  if (level > 1 || n > 1) {
+    EXPECT_GT(st.peak_transient_bytes, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, Levels, ::testing::Values(1, 2, 3));

@@ -410,7 +410,9 @@ TEST(ReducerSolo, OneRankCommunicatesNothing) {
     ASSERT_TPDP_OK(tpdp_reducer_get_stats(r, &s));
     EXPECT_EQ(s.iterations, 3);
     EXPECT_EQ(s.comm_seconds, 0.0);
-    if (factor == 0.0) EXPECT_EQ(s.data_seconds, 0.0);
+    if (factor == 0.0) {
+      EXPECT_EQ(s.data_seconds, 0.0);
+    }
     EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
   }
   EXPECT_TPDP_OK(tpdp_comm_destroy(self));

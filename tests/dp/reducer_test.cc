@@ -736,9 +736,11 @@ TEST_P(ReducerModes, CreateCopiesTheParamsArray) {
   MarkAll(r, {5, 4, 3, 1, 0});
   EXPECT_TPDP_OK(tpdp_reducer_finalize(r));
   EXPECT_TPDP_OK(tpdp_reducer_destroy(r));
-  if (GetParam())
-    for (int p = 0; p < kN; p++)
+  if (GetParam()) {
+    for (int p = 0; p < kN; p++) {
       EXPECT_EQ(m.params[p].grad.data, (void *)m.gdata[p].data());
+    }
+  }
 }
 
 // Without the communication thread the reducer uses non-blocking
