@@ -166,15 +166,16 @@ static int cuda_setup(trainer *t) {
   c->m2 = calloc((size_t)np, sizeof *c->m2);
   c->gown = calloc((size_t)np, sizeof *c->gown);
   if (!c->m1 || !c->m2 || !c->gown) goto fail;
-  for (int i = 0; i < np && t->o.zero > 0; i++) {
-    /* The tree is on the GPU (place_tree); the moments come at the first
-     * step, sized as the shards. */
-    t->rparams[i].param = *tpdp_param_tensor(t->tree.params[i]);
-    t->rparams[i].grad = *tpdp_param_grad(t->tree.params[i]);
-    t->param[i] = t->rparams[i].param.data;
-    t->grad[i] = t->rparams[i].grad.data;
-  }
-  for (int i = 0; i < np && t->o.zero == 0; i++) {
+  for (int i = 0; i < np; i++) {
+    if (t->o.zero > 0) {
+      /* The tree is on the GPU (place_tree); the moments come at the first
+       * step, sized as the shards. */
+      t->rparams[i].param = *tpdp_param_tensor(t->tree.params[i]);
+      t->rparams[i].grad = *tpdp_param_grad(t->tree.params[i]);
+      t->param[i] = t->rparams[i].param.data;
+      t->grad[i] = t->rparams[i].grad.data;
+      continue;
+    }
     const tpdp_tensor *host = tpdp_param_tensor(t->tree.params[i]);
     size_t bytes = sizeof(float) * (size_t)tpdp_tensor_numel(host);
     void *p = NULL, *g = NULL, *a = NULL, *b = NULL;
