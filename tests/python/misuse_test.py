@@ -356,22 +356,24 @@ def test_one_ranks_extra_backward_stays_local():
     ddp.close()
 
 
+# Rank ODD ran forward 3 while the others ran the backward of forward 2.
+OUT_OF_STEP = words("the ranks are out of step", "rank 0 in the backward of "
+                    "its forward 2", "rank %d in its forward 3" % ODD)
+
+
 def test_one_ranks_missing_backward_is_caught_on_every_rank():
     ddp = tt.DistributedDataParallel(make())
     loss_of(ddp, 0).backward()
-    if RANK == ODD:
-        loss_of(ddp, 1)  # forward, no backward
-        with pytest.raises(tt.TpdpError, match=words(
-                "the ranks are out of step", "rank 0 in the backward of its "
-                "forward 2", "rank %d in its forward 3" % ODD)) as e:
+    loss = loss_of(ddp, 1)
+    if RANK == ODD:  # forward 2 without its backward
+        def step():
             loss_of(ddp, 2)
     else:
-        loss = loss_of(ddp, 1)
-        with pytest.raises(tt.TpdpError, match=words(
-                "the ranks are out of step", "rank 0 in the backward of its "
-                "forward 2", "rank %d in its forward 3" % ODD)) as e:
-            loss.backward()
+        step = loss.backward
+    with pytest.raises(tt.TpdpError, match=OUT_OF_STEP) as e:
+        step()
     assert e.value.status == "TPDP_ERR_STATE"
+    del loss
     assert_trains(ddp)
     ddp.close()
 
@@ -382,9 +384,7 @@ def test_one_ranks_extra_forward_is_caught_on_every_rank():
     if RANK == ODD:
         loss_of(ddp, 1)  # under grad, never backward: an extra forward
     loss = None
-    with pytest.raises(tt.TpdpError, match=words(
-            "the ranks are out of step", "rank 0 in the backward of its "
-            "forward 2", "rank %d in its forward 3" % ODD)):
+    with pytest.raises(tt.TpdpError, match=OUT_OF_STEP):
         loss = loss_of(ddp, 2)
         loss.backward()
     del loss
