@@ -57,9 +57,10 @@ def scatter_sum_dim(x, g, dim):
 
 def full_len(local, g):
     """The full length of a dim this rank holds `local` of (one allreduce
-    of a scalar)."""
+    of a host scalar, over the MPI communicator also on a "cuda" mesh)."""
     t = torch.tensor([local], dtype=torch.int64)
-    return int(all_reduce_(t, g.comm)[0])
+    return int(all_reduce_(t, g.mesh.host_comm(
+        "tpdp.torch: the forward of %s" % g.who))[0])
 
 
 class CopyToTP(torch.autograd.Function):
