@@ -80,8 +80,10 @@ def choose_core():
     os.environ[_OWN_CHOICE] = picked
     os.environ["OPENBLAS_CORETYPE"] = core
     sys.stdout.flush()
+    # the interpreter's own options too (-u, -X ...), where Python keeps them
+    argv = getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv
     try:
-        os.execv(sys.executable, [sys.executable] + sys.argv)
+        os.execv(sys.executable, argv)
     except OSError as e:
         del os.environ["OPENBLAS_CORETYPE"], os.environ[_OWN_CHOICE]
         print("train_gpt2.py: warning: OpenBLAS runs its %s kernels on this "
