@@ -79,7 +79,8 @@ typedef struct {
    * NULL: gathered from the host tree. */
   int (*gather_param)(ex_trainer *t, int i, float *out, int64_t n);
   /* Views of parameter i's AdamW moments (where the backend keeps them),
-   * for checkpoints. NULL: the trainer's own arrays. */
+   * for checkpoints. NULL where the trainer keeps the moments itself
+   * (train_gpt2's t->m1, t->m2). */
   int (*moment_views)(ex_trainer *t, int i, tpdp_tensor *m1, tpdp_tensor *m2);
   /* The summary's "time..." line: tm over the timed steps, the reducer's
    * collectives and passes over gradient data. */
