@@ -29,15 +29,10 @@ args=(--data "$tmp/tokens.bin" --layers 12 --embd 768 --heads 12
 mpi=(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 cores=$(nproc)
 # OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and runs its
-# generic SSE3 kernels there; the GEMM floor and every train_gpt2 run below
-# get the kernel set the CPU supports (the same for baseline and runs;
-# OPENBLAS_CORETYPE, if set, decides instead). train_gpt2 warns its users
-# of the same.
-better=$("$bin/bench/gpt2_gemm_bench" --better-core)
-if [ -n "$better" ]; then
-  echo "bench/gpt2: OPENBLAS_CORETYPE=$better (OpenBLAS did not recognise this CPU)"
-  export OPENBLAS_CORETYPE=$better
-fi
+# generic SSE3 kernels there. train_gpt2 and the GEMM floor choose the
+# kernel set the CPU supports themselves (examples/common/blas_core.h;
+# OPENBLAS_CORETYPE, if set, decides instead), so this bench measures what
+# a user gets; each run's "openblas:" line says which kernels ran.
 echo "bench/gpt2: GPT-2 124M shape, $steps steps (step 0 excluded), $cores cores"
 floor=$("$bin/bench/gpt2_gemm_bench" --threads "$cores" --rows 256)
 echo "one rank: $floor"
