@@ -70,8 +70,8 @@ tpdp_status comm_traffic_attach(tpdp_comm *c, const int *world_ranks) {
   comm_traffic *t = calloc(1, sizeof *t + (size_t)c->size);
   if (t == NULL)
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
-                    "the traffic record of communicator %s (%d ranks)",
-                    c->name, c->size);
+                    "the traffic record of communicator %s (%d ranks)", c->name,
+                    c->size);
   t->size = c->size;
   const int me = world_ranks[c->rank];
   for (int q = 0; q < c->size; q++) {
@@ -155,17 +155,24 @@ void comm_traffic_collective(const tpdp_comm *c, const tpdp_coll_args *a) {
   }
 }
 
-tpdp_status tpdp_comm_traffic_get(const tpdp_comm *comm,
-                                  tpdp_comm_traffic *out) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(comm);
-  CHECK_PTR(out);
+/* The front end's checks of both accessors: a live communicator that
+ * counts. */
+static tpdp_status check_counted(const tpdp_comm *comm) {
   CHECK(comm_check_alive(comm));
   if (comm->traffic == NULL)
     return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
                     "communicator %s (%s backend) does not count its traffic: "
                     "the MPI backend's communicators do",
                     comm->name, comm->ops->backend);
+  return TPDP_SUCCESS;
+}
+
+tpdp_status tpdp_comm_traffic_get(const tpdp_comm *comm,
+                                  tpdp_comm_traffic *out) {
+  TPDP_API_ENTRY;
+  CHECK_PTR(comm);
+  CHECK_PTR(out);
+  CHECK(check_counted(comm));
   out->bytes =
       atomic_load_explicit(&comm->traffic->bytes, memory_order_relaxed);
   out->cross_host_bytes =
@@ -176,12 +183,7 @@ tpdp_status tpdp_comm_traffic_get(const tpdp_comm *comm,
 tpdp_status tpdp_comm_traffic_reset(tpdp_comm *comm) {
   TPDP_API_ENTRY;
   CHECK_PTR(comm);
-  CHECK(comm_check_alive(comm));
-  if (comm->traffic == NULL)
-    return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
-                    "communicator %s (%s backend) does not count its traffic: "
-                    "the MPI backend's communicators do",
-                    comm->name, comm->ops->backend);
+  CHECK(check_counted(comm));
   atomic_store_explicit(&comm->traffic->bytes, 0, memory_order_relaxed);
   atomic_store_explicit(&comm->traffic->cross, 0, memory_order_relaxed);
   return TPDP_SUCCESS;

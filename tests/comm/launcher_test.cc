@@ -33,9 +33,9 @@ struct Outcome {
 
 // The variables of any launcher, cleared before each case sets its own.
 const char *const kLauncherVars[] = {
-    "WORLD_SIZE",    "RANK",          "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
-    "SLURM_NTASKS",  "SLURM_STEP_ID", "SLURM_PROCID",  "SLURM_JOB_ID",
-    "TPDP_LAUNCHER_CHECK"};
+    "WORLD_SIZE",       "RANK",         "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE", "SLURM_NTASKS", "SLURM_STEP_ID",
+    "SLURM_PROCID",     "SLURM_JOB_ID", "TPDP_LAUNCHER_CHECK"};
 
 // tpdp_init in a child process with `env` set; its status, message and
 // tpdp_is_initialized() afterwards.

@@ -179,7 +179,8 @@ TEST_F(Traffic_, PiecesAllgatherCountsEachSend) {
   comm_piece half[2] = {{0, S / 2}, {S / 2, S - S / 2}};
   comm_pieces sp = {half, 2};
   tpdp_work *w = nullptr;
-  ASSERT_TPDP_OK(comm_allgather_pieces_async(World(), &s, &sp, &g, nullptr, &w));
+  ASSERT_TPDP_OK(
+      comm_allgather_pieces_async(World(), &s, &sp, &g, nullptr, &w));
   ASSERT_TPDP_OK(tpdp_work_wait(w));
   tpdp_comm_traffic got = Traffic(World());
   EXPECT_EQ(got.bytes, 3 * S * kF32);

@@ -21,8 +21,7 @@ static const char *env(const char *name) {
 int main(int argc, char **argv) {
   tpdp_status st = tpdp_init(&argc, &argv);
   if (st != TPDP_SUCCESS) {
-    printf("launch_check: %s: %s\n", tpdp_status_string(st),
-           tpdp_last_error());
+    printf("launch_check: %s: %s\n", tpdp_status_string(st), tpdp_last_error());
     return 2;
   }
   tpdp_comm *world = NULL;
@@ -34,8 +33,7 @@ int main(int argc, char **argv) {
   first = lr == 0;
   if (st == TPDP_SUCCESS) st = tpdp_allreduce(world, &t, &t, TPDP_OP_SUM);
   if (st != TPDP_SUCCESS) {
-    printf("launch_check: %s: %s\n", tpdp_status_string(st),
-           tpdp_last_error());
+    printf("launch_check: %s: %s\n", tpdp_status_string(st), tpdp_last_error());
     return 1;
   }
   char host[256] = {0};
