@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
+# shellcheck shell=bash disable=SC2034 # its variables are for the benches
 # The prologue every bench/*.sh shares, sourced first:
 #   . "$(dirname "$0")/common.sh"
 # It moves to the repository's root, exports Open MPI's run-as-root
@@ -22,7 +23,7 @@
 # Environment (optional): BAZEL (the bazel command), BAZEL_STARTUP_FLAGS
 # (startup options), BAZEL_OUTPUT_BASE (passed as --output_base),
 # BAZEL_FLAGS (build options; default -c opt).
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
