@@ -125,8 +125,8 @@ TEST(Launcher, OneProcessOrTheCheckOffIsFine) {
 // 1. The refusal leaves tpdp uninitialised (and MPI finalised, as tpdp
 // found it).
 TEST(AfterMpiInit, TorchrunVariablesMeetAWorldOfOne) {
-  ASSERT_NE(std::getenv("OMPI_COMM_WORLD_SIZE"), nullptr)
-      << "run under mpirun -np 1 (launcher_mpirun_test)";
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr)
+    GTEST_SKIP() << "runs under mpirun -np 1 (launcher_mpirun_test)";
   setenv("WORLD_SIZE", "2", 1);
   setenv("RANK", "0", 1);
   EXPECT_TPDP_ERROR(tpdp_init(nullptr, nullptr), TPDP_ERR_INVALID_ARGUMENT,
