@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* Transformer layouts (tpdp/dtensor.h): the two-phase machinery that turns
+/* Transformer layouts (tpdp/tp.h): the two-phase machinery that turns
  * a module's parameters into DTensors whose global shape is a row-major
  * view of the full tensor, and linear modules in either orientation.
  * tp/head_shard.c and tp/vocab_parallel.c build on it. */

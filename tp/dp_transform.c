@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* TP+DP composition (PyTorch's TP-inside-DDP): localize DTensor parameters
- * for DP and reconstruct them around forward with hooks on the transformed
- * module, keeping the training states of PyTorch FSDP live.
+/* The TP+DP transform (tpdp_pre_dp_transform; PyTorch's TP-inside-DDP
+ * composition): localize DTensor parameters for DP and reconstruct them
+ * around forward with module hooks on the transformed module, keeping the
+ * training states of PyTorch FSDP live.
  *
- * Unlike the seed, which walks named_parameters() and rebuilds parameter
- * objects on every call, the DTensor parameters are resolved once at
- * transform time into flat arrays (parameter, spec, FQN), so a hook call is
- * two passes over those arrays (check everything, then change everything
- * in one core call): no traversal, allocation or string work. The tree is
- * resolved again only when tpdp_module_tree_generation() says some tree
- * changed, to refuse a DTensor parameter the transform does not know. */
+ * The hooks run on every forward, so they do no per-call discovery: the
+ * DTensor parameters are resolved once, at transform time, into flat
+ * arrays (parameter, spec, FQN), and a hook call is two passes over those
+ * arrays (check everything, then change everything in one core call): no
+ * traversal, allocation or string work (bench/hooks.sh measures it
+ * against walking the tree and building the names on every call). The
+ * tree is resolved again only when tpdp_module_tree_generation() says some
+ * tree changed, to refuse a DTensor parameter the transform does not
+ * know. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +191,7 @@ done:
   return st;
 }
 
-/* ---------------------------------------------------------------- hooks */
+/* ---------------------------------------------------------- module hooks */
 
 static const tpdp_training_state forward_ok[2] = {TPDP_STATE_IDLE,
                                                   TPDP_STATE_FORWARD_BACKWARD};
