@@ -90,9 +90,10 @@ static tpdp_status make_mirror(const int *world, int n, int world_size,
 }
 
 /* After a timeout (the watchdog has printed why): the job ends through
- * MPI, the last step issue 13 allows for a rank stuck inside MPI, which no
- * status can reach. The watchdog thread calls it while another thread may
- * be inside MPI: tpdp_init asks for MPI_THREAD_MULTIPLE. */
+ * MPI. A rank stuck inside MPI returns no status that tpdp could report,
+ * so ending the job is the one way out left (the library ends the job
+ * nowhere else). The watchdog thread calls it while another thread may be
+ * inside MPI: tpdp_init asks for MPI_THREAD_MULTIPLE. */
 static void abort_job(void) { MPI_Abort(MPI_COMM_WORLD, TPDP_ERR_TIMEOUT); }
 
 static tpdp_status free_board(void) {
