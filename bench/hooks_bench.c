@@ -7,9 +7,10 @@
  * its own spec on a layout-only 2x4 mesh). One step = forward_begin(root)
  * (reconstruct every DTensor, validated) + forward_end(root) (localize).
  *
- * Baseline, measured in the same run: the seed-004 approach, which walks the
- * tree and builds the parameter names on every call (here:
- * tpdp_param_fqns_create + the same per-parameter work + destroy).
+ * Baseline, measured in the same run: the plain way a framework would do it,
+ * walking the tree and building the parameter names on every call (here:
+ * tpdp_param_fqns_create + the same per-parameter work + destroy), which is
+ * what the hooks avoid by resolving a flat array once.
  *
  * Heap allocations are counted by wrapping malloc/calloc/realloc at link
  * time (-Wl,--wrap=...), counting only while `counting` is set, i.e. during
@@ -116,9 +117,9 @@ static void build(tpdp_mesh *mesh, tpdp_module **out_root) {
   *out_root = root;
 }
 
-/* Seed-004 style: resolve the DTensor parameters by walking the tree and
+/* The baseline: resolve the DTensor parameters by walking the tree and
  * naming every parameter, on every call. */
-static void seed_style(tpdp_module *root, tpdp_param_form form) {
+static void walk_per_call(tpdp_module *root, tpdp_param_form form) {
   static const char *const none[1] = {""};
   tpdp_param_fqns *map;
   TRY(tpdp_param_fqns_create(root, 1, none, 0, &map));
@@ -163,21 +164,21 @@ int main(int argc, char **argv) {
   /* Baseline first (the tree is still in DTensor form). */
   long base_steps = steps / 20 > 0 ? steps / 20 : 1;
   for (int w = 0; w < 10; w++) {
-    seed_style(root, TPDP_PARAM_LOCALIZED);
-    seed_style(root, TPDP_PARAM_DTENSOR);
+    walk_per_call(root, TPDP_PARAM_LOCALIZED);
+    walk_per_call(root, TPDP_PARAM_DTENSOR);
   }
   allocations = 0;
   counting = 1;
   double t0 = now_ns();
   for (long s = 0; s < base_steps; s++) {
-    seed_style(root, TPDP_PARAM_DTENSOR);
-    seed_style(root, TPDP_PARAM_LOCALIZED);
+    walk_per_call(root, TPDP_PARAM_DTENSOR);
+    walk_per_call(root, TPDP_PARAM_LOCALIZED);
   }
   double t1 = now_ns();
   counting = 0;
   double base_ns = (t1 - t0) / ((double)base_steps * NPARAMS);
   double base_allocs = (double)allocations / (double)base_steps;
-  seed_style(root, TPDP_PARAM_DTENSOR);
+  walk_per_call(root, TPDP_PARAM_DTENSOR);
 
   TRY(tpdp_pre_dp_transform(root));
   if (tpdp_pre_dp_transform_count(root) != NPARAMS) {
@@ -228,7 +229,7 @@ int main(int argc, char **argv) {
       "depth %d)\n",
       NPARAMS, NBLOCKS * DEPTH, NBLOCKS, DEPTH);
   printf(
-      "baseline (seed-004 walk + names per call): %.1f ns/param, %g "
+      "baseline (tree walk + names per call): %.1f ns/param, %g "
       "allocations per step (%ld steps)\n",
       base_ns, base_allocs, base_steps);
   printf(
