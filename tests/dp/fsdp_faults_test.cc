@@ -110,7 +110,8 @@ tpdp_status TryShard(Model &m, Units &u, const Config &c, tpdp_comm *dp,
 void AddGrads(const Model &m, int k) {
   for (int p : kManaged[k]) {
     const tpdp_tensor *g = tpdp_param_grad(m.params[p]);
-    for (int64_t e = 0; e < Numel(Spec(m, p)); e++)
+    const int64_t n = Numel(Spec(m, p));
+    for (int64_t e = 0; e < n; e++)
       Store(g, e, Load(g, e) + Grad(0, 0, tpdp_test::WorldRank(), p, e));
   }
 }
