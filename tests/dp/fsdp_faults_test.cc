@@ -52,8 +52,8 @@ struct FreshComm {
 // Rows added to blocks.0.w in the configurations that say so, so that the
 // full tensors of blocks.0 pass CORE_MEM_CACHE_MIN_BYTES: on the host they
 // then come from the units' cache of buffers (core/mem.h), from which a
-// second step takes them again. In one configuration only: at this size
-// a try takes about a second under valgrind (scripts/valgrind-tests).
+// second step takes them again. In two configurations only (f32 and
+// bf16 parameters): fresh pages make such a try slow.
 const int kExtraRows = (int)(CORE_MEM_CACHE_MIN_BYTES / 12);
 
 struct Config {
@@ -297,7 +297,7 @@ TEST_P(FsdpFaults, FullyShardShortOfMemoryChangesNothingAndCanBeRetried) {
 // some of its messages went out (comm/mpi_backend.c cancels what it
 // posted, but a send cannot be taken back), can leave a message on the
 // communicator that a later collective on it would take for its own.
-// For the same reason the large configuration runs on one rank only:
+// For the same reason the large configurations run on one rank only:
 // there a message of 1 MiB goes by rendezvous, and one left half sent
 // reads its buffer after the units have freed it.
 TEST_P(FsdpFaults, StepShortOfMemoryFailsEveryRankAlike) {
@@ -334,15 +334,15 @@ TEST_P(FsdpFaults, StepShortOfMemoryFailsEveryRankAlike) {
   EXPECT_EQ(buffers, StepBuffers(c, tpdp_test::WorldSize()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, FsdpFaults,
-                         ::testing::Values(Config{1, TPDP_F32, TPDP_F32, 0},
-                                           Config{2, TPDP_F32, TPDP_F32, 0},
-                                           Config{3, TPDP_F32, TPDP_F32, 0},
-                                           Config{3, TPDP_F32, TPDP_F32,
-                                                  kExtraRows},
-                                           Config{1, TPDP_F16, TPDP_F16, 0},
-                                           Config{2, TPDP_BF16, TPDP_F32, 0},
-                                           Config{3, TPDP_BF16, TPDP_BF16, 0}),
-                         Name);
+INSTANTIATE_TEST_SUITE_P(
+    Levels, FsdpFaults,
+    ::testing::Values(Config{1, TPDP_F32, TPDP_F32, 0},
+                      Config{2, TPDP_F32, TPDP_F32, 0},
+                      Config{3, TPDP_F32, TPDP_F32, 0},
+                      Config{3, TPDP_F32, TPDP_F32, kExtraRows},
+                      Config{1, TPDP_F16, TPDP_F16, 0},
+                      Config{2, TPDP_BF16, TPDP_F32, kExtraRows},
+                      Config{3, TPDP_BF16, TPDP_BF16, 0}),
+    Name);
 
 }  // namespace
