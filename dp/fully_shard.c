@@ -69,7 +69,7 @@ typedef struct {
 static tpdp_status mark_module(tpdp_fsdp_unit *u, attached *a) {
   CHECK(tpdp_module_set_unit(u->module, "FSDP", " FULLY SHARDED"));
   a->unit_set = 1;
-  CHECK(tpdp_module_set_ext(u->module, FSDP_EXT_KEY, u, fsdp_unit_free));
+  CHECK(tpdp_module_attach_state(u->module, FSDP_EXT_KEY, u, fsdp_unit_free));
   a->ext_set = 1;
   return fsdp_register_hooks(u);
 }
@@ -96,7 +96,7 @@ static void detach(tpdp_fsdp_unit *u, const attached *a) {
   if (a->sharded) fsdp_restore_params(u); /* the caller's memory again */
   if (a->unit_set) (void)tpdp_module_clear_unit(u->module);
   if (a->ext_set) /* frees the unit */
-    (void)tpdp_module_set_ext(u->module, FSDP_EXT_KEY, NULL, NULL);
+    (void)tpdp_module_attach_state(u->module, FSDP_EXT_KEY, NULL, NULL);
   else
     fsdp_unit_free(u);
 }
@@ -142,7 +142,7 @@ static tpdp_status check_unit(const tpdp_fsdp_unit *u, const char *arg) {
 }
 
 tpdp_fsdp_unit *tpdp_fsdp_unit_of(const tpdp_module *module) {
-  return module ? tpdp_module_get_ext(module, FSDP_EXT_KEY) : NULL;
+  return module ? tpdp_module_attached_state(module, FSDP_EXT_KEY) : NULL;
 }
 
 tpdp_module *tpdp_fsdp_unit_module(const tpdp_fsdp_unit *u) {

@@ -22,6 +22,12 @@ import os
 import struct
 import sys
 
+if __name__ == "__main__":
+    # OpenBLAS's widest kernels for this CPU: decided before torch loads
+    # OpenBLAS (may restart this script once, before MPI starts).
+    import openblas_core
+    openblas_core.choose_core()
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -225,6 +231,11 @@ def main(argv=None):
     tokens = read_tokens(a.data)
     per = a.batch // a.dp
     d = mesh.get_local_rank("dp")
+    if tt.rank() == 0 and __name__ == "__main__":
+        import openblas_core
+        kernels = openblas_core.describe()
+        if kernels:
+            print("openblas: " + kernels, flush=True)
     losses, worst = [], 0.0
     for step in range(a.steps):
         x, y = batch(tokens, step, a.batch, a.seq)

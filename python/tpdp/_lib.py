@@ -133,6 +133,8 @@ _SIGNATURES = {
     "tpdp_comm_create_nccl": (_S, [_P, ctypes.c_int, ctypes.POINTER(_P)]),
     "tpdp_nccl_available": (ctypes.c_int, []),
     "tpdp_comm_nccl_stream": (_P, [_P]),
+    "tpdp_chunk_range": (None, [_I64, _I64, _I64, ctypes.POINTER(_I64),
+                                ctypes.POINTER(_I64)]),
     "tpdp_tensor_1d": (Tensor, [_P, ctypes.c_int, _I64]),
     "tpdp_tensor_nbytes": (ctypes.c_size_t, [_PT]),
     "tpdp_tensor_from_dlpack": (_S, [ctypes.POINTER(DLTensor), _PT]),

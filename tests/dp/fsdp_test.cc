@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Fully sharded units (dp/fsdp.c) on 1-4 ranks, driven as a C framework
+// Fully sharded units (dp/fully_shard.c and its fsdp_*.c) on 1-4 ranks, driven as a C framework
 // drives them (forward_begin/end and backward_begin/end around each
 // module, finalize, an SGD step on the shards). Everything expected is
 // computed here: each rank's rows by the chunk rule, the gathered values

@@ -8,6 +8,16 @@ import socket
 
 import pytest
 
+# Under --config=asan, pytest_rank.sh preloads the sanitizer runtimes and
+# names them here: they must be in this process, else a use-after-free in
+# libtpdp would go unseen (a library built with ASan but run without its
+# runtime does not even load, so this also guards the preload itself).
+for _lib in os.environ.get("TPDP_TEST_PRELOADED", "").split():
+    with open("/proc/self/maps") as _maps:
+        if os.path.realpath(_lib) not in _maps.read():
+            raise RuntimeError("tests/python: %s was to be preloaded "
+                               "(LD_PRELOAD) but is not mapped" % _lib)
+
 torch = pytest.importorskip("torch", reason="PyTorch is not installed "
                             "(bash scripts/install-deps --bench)")
 try:

@@ -66,5 +66,5 @@ def test_tp_styles_on_the_gpu():
     x = torch.randn(4, 16, device=DEV)
     assert rel_err(par(x), ref(x)) <= TOL
     y = torch.ones(3, device=DEV)
-    tt._mesh.all_reduce_(y, mesh["tp"].comm())
+    tt.all_reduce(y, mesh["tp"])
     assert y.tolist() == [1.0, 1.0, 1.0]

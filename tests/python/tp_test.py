@@ -12,11 +12,28 @@ from torch import nn
 
 import tpdp.torch as tt
 from conftest import rel_err
-from tpdp.torch._tp import chunk_range
+from tpdp.torch._placement_types import chunk_range as tpdp_chunk_range
 
 TOL = 1e-5
 RANK, SIZE = tt.rank(), tt.world_size()
 V, D, HID, OUT, B, T = 37, 10, 15, 7, 3, 7
+
+
+def chunk_range(n, size, rank):
+    """[lo, hi) of rank's part of torch.chunk(range(n), size), padded with
+    empty parts to `size` (the reference: torch itself)."""
+    parts = torch.arange(n).chunk(size) if n else ()
+    if rank >= len(parts):
+        return n, n
+    return int(parts[rank][0]), int(parts[rank][-1]) + 1
+
+
+def test_chunk_rule_is_torch_chunk():
+    # tpdp_chunk_range (the C library's rule, which the binding calls)
+    for n in range(0, 40):
+        for size in range(1, 9):
+            for r in range(size):
+                assert tpdp_chunk_range(n, size, r) == chunk_range(n, size, r)
 
 
 class Net(nn.Module):
@@ -97,7 +114,7 @@ def test_forward_and_grads_match_unparallelized(kind):
             # the head is not parallelized: its gradient is this rank's
             # sequence chunk's part; summed over ranks it is the whole
             got = p.grad.clone()
-            tt._mesh.all_reduce_(got, mesh["tp"].comm())
+            tt.all_reduce(got, mesh["tp"])
         else:
             got = p.grad
         assert p.shape == expect.shape, n
@@ -141,7 +158,7 @@ def test_tp_dp_2x2_trains_like_one_process():
         local.backward()
         # the head's gradients are partial over the sequence chunks
         for p in par.head.parameters():
-            tt._mesh.all_reduce_(p.grad, mesh["tp"].comm())
+            tt.all_reduce(p.grad, mesh["tp"])
         opt.step()
         opt.zero_grad()
     dims = SHARD_DIMS["sp"]

@@ -4,13 +4,25 @@ parallel styles on tpdp (see docs/torch.md).
 
     from tpdp.torch import init_device_mesh, DistributedDataParallel
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+
+Modules, after torch's: _mesh (DeviceMesh), _ddp (DistributedDataParallel),
+_placement_types, _functional_collectives, _style and _api (tensor
+parallelism), _c10d (the collectives), _lifetime and _agree (what every
+object holding C resources shares: lifetimes, ownership, agreement across
+ranks), _dlpack (tensors to and from C).
 """
+import torch as _torch
+
 from .. import _lib
 from .._lib import TpdpError
+from ._api import parallelize_module
+from ._c10d import all_reduce_ as _all_reduce_
 from ._ddp import DistributedDataParallel
-from ._mesh import DeviceMesh, init_device_mesh
-from ._tp import (ColwiseParallel, ParallelStyle, Replicate, RowwiseParallel,
-                  SequenceParallel, Shard, parallelize_module)
+from ._dlpack import check_dtype as _check_dtype
+from ._mesh import DeviceMesh, check_mesh as _check_mesh, init_device_mesh
+from ._placement_types import Replicate, Shard
+from ._style import (ColwiseParallel, ParallelStyle, RowwiseParallel,
+                     SequenceParallel)
 
 __all__ = ["TpdpError", "DeviceMesh", "init_device_mesh",
            "DistributedDataParallel", "parallelize_module", "ParallelStyle",
@@ -38,11 +50,18 @@ _OPS = {"sum": _lib.OP_SUM, "avg": _lib.OP_AVG, "max": _lib.OP_MAX,
 def all_reduce(tensor, device_mesh, op="sum"):
     """In place over a 1-D mesh (e.g. mesh["dp"]): op is "sum", "avg",
     "max" or "min". The tensor must be contiguous."""
-    from ._mesh import all_reduce_
+    w = "tpdp.torch.all_reduce"
+    if not isinstance(tensor, _torch.Tensor):
+        raise TypeError("%s: tensor is a %s, not a torch.Tensor"
+                        % (w, type(tensor).__name__))
+    mesh = _check_mesh(device_mesh, w)
     if op not in _OPS:
-        raise ValueError("tpdp.torch.all_reduce: op %r: use one of %s"
-                         % (op, ", ".join(_OPS)))
+        raise ValueError("%s: op %r: use one of %s"
+                         % (w, op, ", ".join(_OPS)))
+    _check_dtype(tensor, "all_reduce's tensor")
     if not tensor.is_contiguous():
-        raise ValueError("tpdp.torch.all_reduce: the tensor is not "
-                         "contiguous")
-    return all_reduce_(tensor, device_mesh.comm(), _OPS[op])
+        raise ValueError("%s: the tensor is not contiguous" % w)
+    if tensor.device.type != mesh.device_type:
+        raise ValueError("%s: the tensor is on %s, device_mesh is for %r"
+                         % (w, tensor.device, mesh.device_type))
+    return _all_reduce_(tensor, mesh.comm(w), _OPS[op])

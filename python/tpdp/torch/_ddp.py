@@ -1,29 +1,70 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """DistributedDataParallel over tpdp's reducer.
 
-Each parameter's .grad is a view into the reducer's bucket memory (or, with
-gradient_as_bucket_view=False, a tensor the reducer copies from and to).
-A hook on each parameter's AccumulateGrad node (register_post_accumulate_
-grad_hook where torch has it) marks the gradient ready; the first one of a
-backward starts the reducer's iteration and queues the finalize at the end
-of backward on the autograd engine.
+Memory: the reducer runs in gradient-as-bucket-view mode whatever the
+option says, and is given no gradient buffer of ours, so C only ever
+touches its own bucket memory (and the parameters, during create). With
+gradient_as_bucket_view=True each p.grad is a tensor over its bucket slot,
+handed out through a CViews (moved at the bucket rebuild, given memory of
+its own at close); with False, p.grad is an ordinary tensor, copied into
+the slot by its hook and back after the reduction, as torch's DDP does.
+A p.grad replaced by the user (`p.grad = t`, `p.grad.data = t`, another
+dtype or device) is adopted: copied into the slot, p.grad bound to the
+slot again; one of another shape is refused.
+
+Steps: a forward under grad arms the next backward: its first gradient
+hook starts the reducer's iteration (prepare) and queues the finalize at
+the end of backward; hooks of a backward that no forward armed (a second
+backward of the same graph, a forward run on the inner module) keep their
+gradients local, as torch's DDP does. Each synchronised forward and
+backward (and each forward that broadcasts buffers) begins with one small
+allgather of every rank's step record (`_agree_step`): ranks out of step
+(a backward missing or extra on some rank) or a mistake found on one rank
+(a parameter replaced, a gradient of the wrong shape) raise on every rank
+alike, before any bucket is reduced, instead of pairing one rank's buckets
+with another step's or waiting for the watchdog.
 """
 import contextlib
 import ctypes
+import functools
+import itertools
 
 import torch
 from torch import nn
 
 from .. import _lib as L
+from ._agree import Records, agree
+from ._c10d import broadcast_tensors_
 from ._dlpack import FLOAT_DTYPES, View, to_torch
-from ._mesh import broadcast_, track, world_mesh
+from ._lifetime import WRAPPED, CViews, Lifetime, state_error, weak_hook
+from ._mesh import check_mesh, world_mesh
 
+_W = "tpdp.torch.DistributedDataParallel"
 _HOOKS = {None: L.HOOK_NONE, "bf16": L.HOOK_BF16, "fp16": L.HOOK_F16}
 # torch's DDP: the first bucket 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
 FIRST_BUCKET_BYTES = 1024 * 1024
+# The phases of a step record (_agree_step).
+_FORWARD, _FORWARD_LOCAL, _BACKWARD = 0, 1, 2
+# Mistakes found on one rank, carried in the step record.
+_REPLACED, _BUFFER_REPLACED, _GRAD_SHAPE = 1, 2, 3
+_serial = itertools.count(1)
 
 
-class DistributedDataParallel(nn.Module):
+def _slot_tensor(r, i):
+    """A new torch tensor over the reducer's current slot of gradient i."""
+    t = L.Tensor()
+    L.call("tpdp_reducer_grad_view", r, i, ctypes.byref(t))
+    return to_torch(t)
+
+
+def _flag(x, what):
+    if not isinstance(x, (bool, int)):
+        raise TypeError("%s: %s is a %s: True or False" % (
+            _W, what, type(x).__name__))
+    return bool(x)
+
+
+class DistributedDataParallel(nn.Module, Lifetime):
     """torch.nn.parallel.DistributedDataParallel's names and meanings,
     reduced over `device_mesh` (1-D; all ranks when None)."""
 
@@ -31,83 +72,82 @@ class DistributedDataParallel(nn.Module):
                  find_unused_parameters=False, gradient_as_bucket_view=True,
                  broadcast_buffers=True, comm_hook=None):
         super().__init__()
-        if not isinstance(module, nn.Module):
-            raise TypeError("tpdp.torch.DistributedDataParallel: module is "
-                            "a %s, not a torch.nn.Module"
-                            % type(module).__name__)
-        if comm_hook not in _HOOKS:
-            raise ValueError("tpdp.torch.DistributedDataParallel: comm_hook "
-                             "%r: use None, 'bf16' or 'fp16'" % (comm_hook,))
-        if not bucket_cap_mb > 0:
-            raise ValueError("tpdp.torch.DistributedDataParallel: "
-                             "bucket_cap_mb %r must be > 0" % (bucket_cap_mb,))
-        named = [(n, p) for n, p in module.named_parameters()
-                 if p.requires_grad]
-        if not named:
-            raise ValueError("tpdp.torch.DistributedDataParallel: the module "
-                             "has no parameter that requires grad")
-        device = named[0][1].device
-        for n, p in named:
-            if p.dtype not in FLOAT_DTYPES:
-                raise TypeError("tpdp.torch.DistributedDataParallel: "
-                                "parameter %r has dtype %s; tpdp reduces "
-                                "float32, float64, float16, bfloat16"
-                                % (n, p.dtype))
-            if p.device != device:
-                raise ValueError("tpdp.torch.DistributedDataParallel: "
-                                 "parameter %r is on %s, %r on %s: one device"
-                                 % (n, p.device, named[0][0], device))
-            if not p.is_contiguous():
-                raise ValueError("tpdp.torch.DistributedDataParallel: "
-                                 "parameter %r is not contiguous" % n)
+        if device_mesh is not None:
+            check_mesh(device_mesh, _W)
+        # Everything else is checked on every rank, then agreed: a mistake
+        # on one rank raises on all of them before any other collective.
+        error, named, device = None, [], None
+        try:
+            named, device = self._check_args(
+                module, device_mesh, bucket_cap_mb, find_unused_parameters,
+                gradient_as_bucket_view, broadcast_buffers, comm_hook)
+        except (TypeError, ValueError) as e:
+            error = e
+        comm = device_mesh.host_comm() if device_mesh is not None \
+            else L.world()
+        same = None
+        if error is None:
+            same = ["option %s=%r" % kv for kv in (
+                ("bucket_cap_mb", float(bucket_cap_mb)),
+                ("find_unused_parameters", bool(find_unused_parameters)),
+                ("gradient_as_bucket_view", bool(gradient_as_bucket_view)),
+                ("broadcast_buffers", bool(broadcast_buffers)),
+                ("comm_hook", comm_hook))]
+            same += ["parameter %r %s %s%s" % (
+                n, p.dtype, tuple(p.shape),
+                "" if p.requires_grad else " (no grad)")
+                for n, p in module.named_parameters()]
+            same += ["buffer %r %s %s" % (n, b.dtype, tuple(b.shape))
+                     for n, b in module.named_buffers()]
+        agree(comm, error, same, what="%s: the module or an option" % _W)
+
         if device_mesh is None:
             device_mesh = world_mesh(device.type)
-        if device_mesh.ndim != 1:
-            raise ValueError("tpdp.torch.DistributedDataParallel: "
-                             "device_mesh must be 1-D, e.g. mesh[%r]"
-                             % device_mesh.mesh_dim_names[0])
-        if device_mesh.device_type != device.type:
-            raise ValueError("tpdp.torch.DistributedDataParallel: the mesh "
-                             "is for %r, the parameters on %s"
-                             % (device_mesh.device_type, device))
         self.module = module
         self.device_mesh = device_mesh
-        self.broadcast_buffers = broadcast_buffers
-        self.gradient_as_bucket_view = gradient_as_bucket_view
-        self.find_unused_parameters = find_unused_parameters
+        self.broadcast_buffers = bool(broadcast_buffers)
+        self.gradient_as_bucket_view = bool(gradient_as_bucket_view)
+        self.find_unused_parameters = bool(find_unused_parameters)
         self.require_backward_grad_sync = True
+        self._serial = next(_serial)
         self._names = [n for n, _ in named]
         self._params = [p for _, p in named]
-        # (owning module, attribute, parameter) to see replacements
-        self._slots = []
-        for n, p in named:
-            owner, _, attr = n.rpartition(".")
-            self._slots.append((module.get_submodule(owner), attr, p))
+        # (owning module, attribute, object): replacements are seen
+        self._param_slots = [self._slot_of(module, n, p) for n, p in named]
+        self._checks = [(d, a, p, p.shape) for d, a, p in self._param_slots]
+        self._buffers = [b for _, b in module.named_buffers()]
+        self._buffer_names = [n for n, _ in module.named_buffers()]
+        self._buffer_slots = [self._slot_of(module, n, b) for n, b in
+                              module.named_buffers()]
+        self._host = device_mesh.host_comm()
+        self._records = Records(self._host, 6)
         self._comm = device_mesh.comm()
         self._size = L.lib.tpdp_comm_size(self._comm)
         self._r = None
 
-        # The gradients the reducer starts from (zeros where None).
-        grads = []
-        for p in self._params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-            grads.append(p.grad)
+        # Rank 0's state everywhere: the reducer broadcasts the parameters
+        # it reduces; the rest (parameters without grad, buffers: any
+        # dtype, any layout) goes here, before anything reads them.
+        frozen = [p for p in module.parameters() if not p.requires_grad]
+        self._broadcast(frozen + self._buffers)
+
         n = len(self._params)
         arr = (L.ReducerParam * n)()
         self._fqns = [s.encode() for s in self._names]
         views = []
-        for i, (p, g) in enumerate(zip(self._params, grads)):
-            pv, gv = View(p, "parameter %r" % self._names[i]), View(g)
-            arr[i].param, arr[i].grad, arr[i].fqn = pv.t, gv.t, self._fqns[i]
-            views.append((pv, gv))
-        # In view mode the reducer writes the array until destroy: keep it.
-        self._arr, self._own_grads = arr, grads
+        for i, p in enumerate(self._params):
+            pv = View(p, "parameter %r" % self._names[i])
+            arr[i].param = pv.t
+            arr[i].grad = pv.t
+            arr[i].grad.data = None  # no buffer of ours: see the top
+            arr[i].fqn = self._fqns[i]
+            views.append(pv)
+        self._arr = arr  # the reducer writes it until destroy
         opts = L.lib.tpdp_reducer_options_default()
         opts.first_bucket_bytes = FIRST_BUCKET_BYTES
         opts.bucket_cap_bytes = int(bucket_cap_mb * 1024 * 1024)
-        opts.gradient_as_bucket_view = int(bool(gradient_as_bucket_view))
-        opts.find_unused_parameters = int(bool(find_unused_parameters))
+        opts.gradient_as_bucket_view = 1
+        opts.find_unused_parameters = int(self.find_unused_parameters)
         opts.comm_hook = _HOOKS[comm_hook]
         opts.broadcast_from_rank0 = 1  # DDP copies rank 0's parameters
         if device.type == "cuda":
@@ -117,21 +157,43 @@ class DistributedDataParallel(nn.Module):
                ctypes.byref(r))
         del views
         self._r = r
-        track(self)
-        self._rebuilt = False
-        self._in_iter = False
-        self._sync_now = True
-        self._sync_next = True
-        self._bind_all()
-        self._buffers = [b for b in module.buffers()]
-        self._sync_buffers()
         self._hook_handles = []
         self._acc = []
-        mark = L.lib.tpdp_reducer_mark_ready
+        self._lt_start((device_mesh,))
+        for p in module.parameters():
+            WRAPPED.claim(p, self)
+
+        # Each gradient's slot (ours only: never handed out) and the tensors
+        # over it that are handed out as p.grad (view mode).
+        self._slot = [_slot_tensor(r, i) for i in range(n)]
+        self._cv = CViews(functools.partial(_slot_tensor, r), n)
+        self._own = []  # copy mode: p.grad when the user left it None
+        with torch.no_grad():
+            for i, p in enumerate(self._params):
+                g = p.grad
+                if g is not None and g.shape == p.shape:
+                    self._slot[i].copy_(g)  # the values the user had
+                if self.gradient_as_bucket_view:
+                    p.grad = self._cv.get(i)
+                else:
+                    if g is None or g.shape != p.shape:
+                        g = torch.zeros_like(p)
+                    p.grad = g
+                    self._own.append(g)
+
+        self._rebuilt = False
+        self._armed = False       # a forward under grad ran since the last
+        self._armed_sync = True   # backward; with sync, or under no_sync
+        self._in_iter = False
+        self._sync_now = True     # the reducer's sync setting
+        self._seq = 0             # step records exchanged
+        self._forwards = 0        # synchronised forwards under grad
+        self._backwards = 0       # synchronised backwards reduced
+        self._late = None         # a gradient refused inside a backward
         post = getattr(torch.Tensor, "register_post_accumulate_grad_hook",
                        None)
         for i, p in enumerate(self._params):
-            hook = self._make_hook(i, mark)
+            hook = weak_hook(self, DistributedDataParallel._grad_ready, i)
             if post is not None:
                 self._hook_handles.append(
                     p.register_post_accumulate_grad_hook(hook))
@@ -142,100 +204,279 @@ class DistributedDataParallel(nn.Module):
                 self._acc.append(acc)  # the hook lives with the node
                 self._hook_handles.append(acc.register_hook(hook))
 
-    # ------------------------------------------------------------ grads
+    # ------------------------------------------------------------ setup
 
-    def _bind_all(self, moved=False):
-        """p.grad = the reducer's current view of each gradient.
+    @staticmethod
+    def _slot_of(module, fqn, obj):
+        """(the dict that holds `obj` in its module, its key, obj): one
+        look-up tells whether it was replaced."""
+        owner, _, attr = fqn.rpartition(".")
+        m = module.get_submodule(owner)
+        return (m._parameters if isinstance(obj, nn.Parameter)
+                else m._buffers, attr, obj)
 
-        moved: the buckets were rebuilt inside a backward (the first
-        hook's _begin), so only gradients that are still the old views
-        follow them (their values moved with the buckets). A gradient that
-        is None (zero_grad(set_to_none=True)) stays None, so AccumulateGrad
-        starts it afresh, not on top of the last step's values left in the
-        bucket; a tensor of autograd's own (the gradient that fired the
-        hook) stays for the hook to copy in."""
-        old = self._views if moved else None
-        n = len(self._params)
-        if self.gradient_as_bucket_view:
-            self._views = []
-            t = L.Tensor()
-            for i in range(n):
-                L.call("tpdp_reducer_grad_view", self._r, i, ctypes.byref(t))
-                self._views.append(to_torch(t).view(self._params[i].shape))
-        else:
-            self._views = list(self._own_grads)
-        for i, (p, v) in enumerate(zip(self._params, self._views)):
-            if old is None or p.grad is old[i]:
-                p.grad = v
+    @staticmethod
+    def _check_args(module, device_mesh, bucket_cap_mb, find_unused,
+                    as_view, broadcast_buffers, comm_hook):
+        if not isinstance(module, nn.Module):
+            raise TypeError("%s: module is a %s, not a torch.nn.Module"
+                            % (_W, type(module).__name__))
+        if isinstance(module, DistributedDataParallel):
+            raise ValueError("%s: module is already a %s: wrap the inner "
+                             "module once" % (_W, module._lt_name()))
+        if comm_hook not in _HOOKS:
+            raise ValueError("%s: comm_hook %r: use None, 'bf16' or 'fp16'"
+                             % (_W, comm_hook))
+        if not isinstance(bucket_cap_mb, (int, float)) or \
+                isinstance(bucket_cap_mb, bool):
+            raise TypeError("%s: bucket_cap_mb is a %s: a number of MiB"
+                            % (_W, type(bucket_cap_mb).__name__))
+        if not bucket_cap_mb > 0 or bucket_cap_mb != bucket_cap_mb:
+            raise ValueError("%s: bucket_cap_mb %r must be > 0"
+                             % (_W, bucket_cap_mb))
+        _flag(find_unused, "find_unused_parameters")
+        _flag(as_view, "gradient_as_bucket_view")
+        _flag(broadcast_buffers, "broadcast_buffers")
+        named = [(n, p) for n, p in module.named_parameters()
+                 if p.requires_grad]
+        if not named:
+            raise ValueError("%s: the module has no parameter that requires "
+                             "grad" % _W)
+        device = named[0][1].device
+        if device.type not in ("cpu", "cuda"):
+            raise ValueError("%s: parameter %r is on %s: tpdp reduces 'cpu' "
+                             "and 'cuda' tensors" % (_W, named[0][0], device))
+        for n, p in named:
+            if p.dtype not in FLOAT_DTYPES:
+                raise TypeError("%s: parameter %r has dtype %s; tpdp reduces "
+                                "float32, float64, float16, bfloat16"
+                                % (_W, n, p.dtype))
+            if p.device != device:
+                raise ValueError("%s: parameter %r is on %s, %r on %s: one "
+                                 "device" % (_W, n, p.device, named[0][0],
+                                             device))
+            if not p.is_contiguous():
+                raise ValueError("%s: parameter %r is not contiguous"
+                                 % (_W, n))
+        if device_mesh is not None and device_mesh.device_type != device.type:
+            raise ValueError("%s: device_mesh is for %r, the parameters on "
+                             "%s" % (_W, device_mesh.device_type, device))
+        for n, p in module.named_parameters():
+            h = WRAPPED.holder(p)
+            if h is not None:
+                raise ValueError(
+                    "%s: module: its parameter %r is held by %s: close() "
+                    "that wrapper (or drop every reference to it) before "
+                    "wrapping the module again" % (_W, n, h._lt_name()))
+        return named, device
 
-    def _make_hook(self, i, mark):
-        p = self._params[i]
-        r = self._r
+    def _lt_name(self):
+        return "DistributedDataParallel #%d (of a %s, over %r)" % (
+            self._serial, type(self.module).__name__, self.device_mesh)
 
-        def hook(*_):
-            if not self._in_iter:
-                self._begin()
-            v = self._views[i]
+    def _broadcast(self, tensors):
+        """Rank 0's values of `tensors` on every rank of the mesh (CPU
+        tensors over the host communicator, GPU ones over the mesh's)."""
+        if self._size == 1:
+            return
+        cpu = [t for t in tensors if not t.is_cuda]
+        gpu = [t for t in tensors if t.is_cuda]
+        broadcast_tensors_(cpu, self._host)
+        if gpu:
+            broadcast_tensors_(gpu, self._comm)
+
+    # ------------------------------------------------------------ steps
+
+    def _check_state(self):
+        """(mistake, index) of the first parameter replaced in its module,
+        buffer replaced, or gradient of another shape (0, -1 if none).
+        Gradients replaced by tensors of the right shape are adopted."""
+        view = self.gradient_as_bucket_view
+        given, ptrs = self._cv.tensors, self._cv.ptrs
+        for i, (d, attr, p, shape) in enumerate(self._checks):
+            if d.get(attr) is not p:
+                return _REPLACED, i
             g = p.grad
-            if g is not v:
-                # zero_grad(set_to_none=True), or a gradient assigned by
-                # hand: bring it into the reducer's memory.
-                v.copy_(g)
-                p.grad = v
-            st = mark(r, i)
-            if st:
-                L.check(st, "tpdp_reducer_mark_ready(%s)" % self._names[i])
-        return hook
+            if g is None:
+                continue
+            if g.shape != shape:
+                return _GRAD_SHAPE, i
+            if view and (g is not given[i] or g.data_ptr() != ptrs[i]):
+                self._adopt(i, p, g)
+        for j, (d, attr, b) in enumerate(self._buffer_slots):
+            if d.get(attr) is not b:
+                return _BUFFER_REPLACED, j
+        return 0, -1
+
+    def _adopt(self, i, p, g):
+        """A gradient of the user's (p.grad assigned, its .data swapped,
+        another dtype or device): its values into the slot, p.grad the
+        slot's tensor again."""
+        with torch.no_grad():
+            self._slot[i].copy_(g)
+        p.grad = self._cv.get(i)
+
+    def _mistake(self, code, index, rank):
+        if code == _REPLACED:
+            return ValueError(
+                "%s: parameter %r was replaced after wrapping (rank %d): "
+                "close() this wrapper and wrap the module again"
+                % (_W, self._names[index], rank))
+        if code == _BUFFER_REPLACED:
+            return ValueError(
+                "%s: buffer %r was replaced after wrapping (rank %d): close() "
+                "this wrapper and wrap the module again (or update the "
+                "buffer in place)" % (_W, self._buffer_names[index], rank))
+        p = self._params[index]
+        return ValueError(
+            "%s: the gradient of parameter %r has another shape than the "
+            "parameter %s (rank %d): a gradient of the parameter's shape "
+            "(any dtype or device) is taken over, this one is refused; set "
+            "p.grad = None" % (_W, self._names[index], tuple(p.shape), rank))
+
+    def _agree_step(self, phase, code=0, index=-1):
+        """Every rank's step record, compared: ranks in another phase or
+        step, or a mistake found on one of them, raise on every rank."""
+        rec = [self._seq, phase, self._forwards, self._backwards, code, index]
+        recs = self._records.exchange(rec)
+        self._seq += 1
+        if any(x[:2] != rec[:2] for x in recs):
+            # In step again from here on: the next forward is every rank's.
+            self._seq = max(x[0] for x in recs) + 1
+            self._forwards = max(x[2] for x in recs)
+            self._backwards = self._forwards
+            self._armed = False
+            raise state_error(_W, self._out_of_step(recs))
+        for r, x in enumerate(recs):
+            if x[4]:
+                raise self._mistake(x[4], x[5], r)
+
+    def _out_of_step(self, recs):
+        def where(x):
+            if x[1] == _FORWARD:
+                return "in its forward %d" % (x[2] + 1)
+            if x[1] == _FORWARD_LOCAL:
+                return ("in a forward that broadcasts the buffers but "
+                        "reduces nothing (under no_sync() or no_grad) after "
+                        "forward %d" % x[2])
+            return "in the backward of its forward %d" % x[2]
+        ranks = "; ".join("rank %d %s" % (r, where(x))
+                          for r, x in enumerate(recs))
+        return ("%s: the ranks are out of step: %s. Every forward under grad "
+                "through the wrapper is followed by one backward on every "
+                "rank (a backward is missing on some rank, or one ran an "
+                "extra forward; run forwards without backward under "
+                "torch.no_grad()). Every rank raised this error and nothing "
+                "was reduced; the next forward starts a step on every rank "
+                "(zero the gradients first)" % (self._lt_name(), ranks))
+
+    def forward(self, *args, **kwargs):
+        self._lt_check_open(_W + ".forward")
+        grad = torch.is_grad_enabled()
+        sync = self.require_backward_grad_sync
+        bcast = self.broadcast_buffers and self._size > 1 and \
+            len(self._buffers) > 0
+        code, index = self._check_state()
+        if grad and sync:
+            self._agree_step(_FORWARD, code, index)
+        elif bcast:  # a collective: agreed too
+            self._agree_step(_FORWARD_LOCAL, code, index)
+        elif code:
+            raise self._mistake(code, index, L.lib.tpdp_comm_rank(self._host))
+        if bcast:  # as torch, under no_sync() too
+            self._broadcast(self._buffers)
+        if grad:
+            self._armed, self._armed_sync = True, sync
+            if sync:
+                self._forwards += 1
+        return self.module(*args, **kwargs)
+
+    def _grad_ready(self, i):
+        """The hook of gradient i (its accumulation is done)."""
+        if not self._in_iter:
+            if not self._armed:
+                return  # no forward armed this backward: local, as torch
+            self._begin()
+        p = self._params[i]
+        g = p.grad
+        if self.gradient_as_bucket_view:
+            if g is not self._cv.tensors[i] or \
+                    g.data_ptr() != self._cv.ptrs[i]:
+                if g.shape == p.shape:
+                    self._adopt(i, p, g)
+                else:
+                    self._refuse_late(i, p)
+        elif g.shape == p.shape:
+            with torch.no_grad():
+                self._slot[i].copy_(g)
+        else:
+            self._refuse_late(i, p)
+        st = L.lib.tpdp_reducer_mark_ready(self._r, i)
+        if st:
+            L.check(st, "tpdp_reducer_mark_ready(%s)" % self._names[i])
+
+    def _refuse_late(self, i, p):
+        """A gradient of another shape seen inside a backward: it counts as
+        zeros (the other ranks are reducing already) and raises at the end
+        of this backward, on this rank."""
+        with torch.no_grad():
+            self._slot[i].zero_()
+        if self._late is None:
+            self._late = self._mistake(_GRAD_SHAPE, i, L.lib.tpdp_comm_rank(
+                self._host))
 
     def _begin(self):
-        if self._sync_next != self._sync_now:
-            L.call("tpdp_reducer_set_sync", self._r, int(self._sync_next))
-            self._sync_now = self._sync_next
+        sync = self._armed_sync
+        self._armed = False
+        if sync:
+            self._agree_step(_BACKWARD)
+        if sync != self._sync_now:
+            L.call("tpdp_reducer_set_sync", self._r, int(sync))
+            self._sync_now = sync
         L.call("tpdp_reducer_prepare", self._r)
         self._in_iter = True
         torch.autograd.Variable._execution_engine.queue_callback(self._end)
         if not self._rebuilt and L.lib.tpdp_reducer_rebuilt(self._r):
-            # The buckets moved into gradient-ready order: new views.
+            # The buckets moved into gradient-ready order (the old memory
+            # is gone): every tensor over a slot follows its gradient.
             self._rebuilt = True
-            self._bind_all(moved=True)
+            for i in range(len(self._params)):
+                self._slot[i] = _slot_tensor(self._r, i)
+                self._cv.move(i, self._slot[i])
 
     def _end(self):
+        if self._r is None:  # closed inside the backward
+            return
         self._in_iter = False
         L.call("tpdp_reducer_finalize", self._r)
-        for p, v in zip(self._params, self._views):
-            if p.grad is not v:  # unused here after set_to_none
-                p.grad = v
+        if self._sync_now:
+            self._backwards += 1
+        with torch.no_grad():
+            for i, p in enumerate(self._params):
+                if self.gradient_as_bucket_view:
+                    if p.grad is None:  # unused here after set_to_none
+                        p.grad = self._cv.get(i)
+                elif self._sync_now:
+                    g = p.grad
+                    if g is None or g.shape != p.shape:
+                        if self._own[i].shape != p.shape:  # resized
+                            self._own[i] = torch.empty_like(p)
+                        g = p.grad = self._own[i]
+                    g.copy_(self._slot[i])
+        if self._late is not None:
+            late, self._late = self._late, None
+            raise late
 
-    # ---------------------------------------------------------- forward
+    # ---------------------------------------------------------- no_sync
 
-    def forward(self, *args, **kwargs):
-        if torch.is_grad_enabled():
-            self._check_params()
-            self._sync_next = self.require_backward_grad_sync
-        if self.broadcast_buffers:  # as torch, under no_sync() too
-            self._sync_buffers()
-        return self.module(*args, **kwargs)
-
-    def _check_params(self):
-        # One dict look-up per parameter (named_parameters() would walk
-        # the module tree on every forward).
-        for (mod, attr, p), name in zip(self._slots, self._names):
-            if mod._parameters.get(attr) is not p:
-                raise ValueError(
-                    "tpdp.torch.DistributedDataParallel: parameter %r was "
-                    "replaced after wrapping; wrap the module again after "
-                    "changing its parameters" % name)
-
-    def _sync_buffers(self):
-        if self._size > 1:
-            for b in self._buffers:
-                if b.is_contiguous():
-                    broadcast_(b, self._comm, 0)
+    def no_sync(self):
+        """A context: backward passes of forwards inside accumulate
+        locally; the next synchronised one reduces the sum."""
+        self._lt_check_open(_W + ".no_sync")
+        return self._no_sync()
 
     @contextlib.contextmanager
-    def no_sync(self):
-        """Backward passes of forwards inside accumulate locally; the next
-        synchronised one reduces the sum."""
+    def _no_sync(self):
         old = self.require_backward_grad_sync
         self.require_backward_grad_sync = False
         try:
@@ -247,6 +488,7 @@ class DistributedDataParallel(nn.Module):
 
     def bucket_indices(self):
         """Parameter indices of each bucket, in launch order."""
+        self._lt_check_open(_W + ".bucket_indices")
         out = []
         for b in range(L.lib.tpdp_reducer_num_buckets(self._r)):
             idx = ctypes.POINTER(ctypes.c_int64)()
@@ -258,6 +500,7 @@ class DistributedDataParallel(nn.Module):
 
     def unused_parameters(self):
         """Names of the parameters treated as unused by the last step."""
+        self._lt_check_open(_W + ".unused_parameters")
         idx = ctypes.POINTER(ctypes.c_int64)()
         cnt = ctypes.c_int64()
         L.call("tpdp_reducer_unused_params", self._r, ctypes.byref(idx),
@@ -267,25 +510,36 @@ class DistributedDataParallel(nn.Module):
     def stats(self):
         """The reducer's accumulated time: total, comm, data seconds and
         the iteration count."""
+        self._lt_check_open(_W + ".stats")
         s = L.ReducerStats()
         L.call("tpdp_reducer_get_stats", self._r, ctypes.byref(s))
         return {"total_seconds": s.total_seconds,
                 "comm_seconds": s.comm_seconds,
                 "data_seconds": s.data_seconds, "iterations": s.iterations}
 
-    def close(self):
-        """Destroy the reducer (gradients are copied back into tensors of
-        their own). Also at exit and when the wrapper is collected."""
-        if self._r is not None:
-            r, self._r = self._r, None
-            for h in self._hook_handles:
-                h.remove()
-            L.call("tpdp_reducer_destroy", r)
-            for p, g in zip(self._params, self._own_grads):
-                p.grad = g
+    # ---------------------------------------------------------- lifetime
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - nothing to report to
-            pass
+    def close(self):
+        """Destroy the reducer: hooks removed, each gradient moved into a
+        tensor of its own (its values kept). Afterwards the wrapper's
+        methods raise TpdpError(TPDP_ERR_STATE); the module trains on
+        alone, or is wrapped again. Also done when the mesh is closed, when
+        the wrapper is collected, and at exit. Local: call it on every
+        rank, between steps."""
+        self._lt_close("close() was called")
+
+    def _release(self):
+        """Hooks off, gradients into memory of their own, the reducer
+        destroyed (see close())."""
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles, self._acc = [], []
+        WRAPPED.release(self)
+        r, self._r = self._r, None
+        self._in_iter = self._armed = False
+        if r is None:
+            return
+        self._cv.release()
+        self._slot = []
+        L.call("tpdp_reducer_destroy", r)
+

@@ -1,34 +1,23 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""DeviceMesh over tpdp_mesh, and the collectives on torch tensors."""
+"""DeviceMesh over tpdp_mesh: init_device_mesh, 1-D slices, the
+communicators. A mesh and each slice is a Lifetime (_lifetime.py): closing
+the mesh closes its slices and whatever runs over them first."""
 import ctypes
-import weakref
 
 import torch
 
 from .. import _lib as L
-from ._dlpack import View
+from ._agree import agree
+from ._lifetime import Lifetime
 
-_live = []  # weak references to objects to close before tpdp_finalize
-
-
-def _close_all():
-    for ref in reversed(_live):
-        obj = ref()
-        if obj is not None:
-            obj.close()
-    _live.clear()
+_W = "tpdp.torch.init_device_mesh"
 
 
-def track(obj):
-    """obj.close() runs before tpdp_finalize at exit (if obj still lives)."""
-    if not _live:
-        L.on_finalize(_close_all)
-    _live.append(weakref.ref(obj))
-
-
-class DeviceMesh:
+class DeviceMesh(Lifetime):
     """PyTorch's DeviceMesh on tpdp: `mesh["tp"]` is the 1-D slice along a
-    named dim (this rank's group), `mesh.size()`, `mesh.get_local_rank()`."""
+    named dim (this rank's group), `mesh.size()`, `mesh.get_local_rank()`.
+    Made by init_device_mesh; `close()` frees it (and what runs over it)."""
+    _lt_close_when_collected = False
 
     def __init__(self, device_type, shape, names, handle=None, dim=None,
                  parent=None):
@@ -39,113 +28,223 @@ class DeviceMesh:
         self._dim = dim        # for a 1-D slice: its dim in the parent
         self._parent = parent
         self._slices = {}
-        self._comm = None      # the communicator of a 1-D slice or 1-D mesh
-        self._nccl = None
+        self._host = None      # the dim's MPI communicator (a 1-D mesh)
+        self._nccl = None      # its NCCL communicator ("cuda")
+        self._lt_start((parent,) if parent is not None else ())
+
+    def _lt_name(self):
+        if self._parent is None:
+            return repr(self)
+        return "%r (slice %r of %r)" % (self, self.mesh_dim_names[0],
+                                        self._parent)
 
     @property
     def ndim(self):
         return len(self._shape)
 
-    def size(self, dim=None):
-        if dim is None:
+    def size(self, mesh_dim=None):
+        """The number of ranks (along `mesh_dim`, an index or a name)."""
+        self._lt_check_open("tpdp.torch.DeviceMesh.size")
+        if mesh_dim is None:
             n = 1
             for s in self._shape:
                 n *= s
             return n
-        return self._shape[dim]
+        return self._shape[self._dim_index(mesh_dim, "size")]
+
+    def _dim_index(self, mesh_dim, what):
+        if isinstance(mesh_dim, str):
+            if mesh_dim not in self.mesh_dim_names:
+                raise KeyError("tpdp.torch.DeviceMesh.%s: mesh_dim %r: the "
+                               "mesh has no such dim (dims: %s)"
+                               % (what, mesh_dim,
+                                  ", ".join(self.mesh_dim_names)))
+            return self.mesh_dim_names.index(mesh_dim)
+        if not isinstance(mesh_dim, int) or isinstance(mesh_dim, bool):
+            raise TypeError("tpdp.torch.DeviceMesh.%s: mesh_dim is a %s: "
+                            "give a dim name or index"
+                            % (what, type(mesh_dim).__name__))
+        if not -self.ndim <= mesh_dim < self.ndim:
+            raise ValueError("tpdp.torch.DeviceMesh.%s: mesh_dim %d is "
+                             "outside the %d dims of %r"
+                             % (what, mesh_dim, self.ndim, self))
+        return mesh_dim % self.ndim
 
     def __getitem__(self, name):
+        self._lt_check_open("tpdp.torch.DeviceMesh[%r]" % (name,))
+        if not isinstance(name, str):
+            raise TypeError("tpdp.torch.DeviceMesh[]: a dim name (str), not "
+                            "a %s" % type(name).__name__)
         if self.ndim == 1 and name == self.mesh_dim_names[0]:
             return self
         if name not in self.mesh_dim_names:
             raise KeyError("tpdp.torch: the mesh has no dim %r (dims: %s)"
                            % (name, ", ".join(self.mesh_dim_names)))
-        if name not in self._slices:
+        s = self._slices.get(name)
+        if s is None or s.closed:
             d = self.mesh_dim_names.index(name)
-            self._slices[name] = DeviceMesh(self.device_type,
-                                            (self._shape[d],), (name,),
-                                            dim=d, parent=self)
-        return self._slices[name]
+            s = DeviceMesh(self.device_type, (self._shape[d],), (name,),
+                           dim=d, parent=self)
+            self._slices[name] = s
+        return s
 
     def _root(self):
         return self._parent if self._parent is not None else self
 
-    def comm(self):
-        """The tpdp_comm* of a 1-D mesh (NCCL for a "cuda" mesh)."""
+    def host_comm(self, what="tpdp.torch.DeviceMesh.host_comm"):
+        """The tpdp_comm* (MPI) of a 1-D mesh: agreement and host-side
+        collectives, also on a "cuda" mesh."""
+        self._lt_check_open(what)
         if self.ndim != 1:
-            raise ValueError("tpdp.torch: a %d-D mesh has no single "
-                             "communicator: take a 1-D slice, mesh[%r]"
-                             % (self.ndim, self.mesh_dim_names[0]))
-        if self._comm is None:
-            root = self._root()
+            raise ValueError("%s: a %d-D mesh has no single communicator: "
+                             "take a 1-D slice, mesh[%r]"
+                             % (what, self.ndim, self.mesh_dim_names[0]))
+        if self._host is None:
             c = ctypes.c_void_p()
-            L.call("tpdp_mesh_dim_comm", root._handle,
-                   self._dim if self._dim is not None else 0, ctypes.byref(c))
-            self._comm = c
-            if self.device_type == "cuda":
-                n = ctypes.c_void_p()
-                L.call("tpdp_comm_create_nccl", c,
-                       torch.cuda.current_device(), ctypes.byref(n))
-                self._nccl = n
-                self._comm = n
-                track(self)
-        return self._comm
+            L.call("tpdp_mesh_dim_comm", self._root()._handle,
+                   self._dim if self._dim is not None else 0,
+                   ctypes.byref(c))
+            self._host = c
+        return self._host
+
+    def comm(self, what="tpdp.torch.DeviceMesh.comm"):
+        """The tpdp_comm* of a 1-D mesh (NCCL for a "cuda" mesh)."""
+        c = self.host_comm(what)
+        if self.device_type != "cuda":
+            return c
+        if self._nccl is None:
+            n = ctypes.c_void_p()
+            L.call("tpdp_comm_create_nccl", c, torch.cuda.current_device(),
+                   ctypes.byref(n))
+            self._nccl = n
+        return self._nccl
 
     def get_local_rank(self, mesh_dim=None):
+        """This rank's index along `mesh_dim` (a name or index; may be left
+        out on a 1-D mesh)."""
+        self._lt_check_open("tpdp.torch.DeviceMesh.get_local_rank")
         if mesh_dim is None:
             if self.ndim != 1:
-                raise ValueError("tpdp.torch: name the mesh dim")
-            return L.lib.tpdp_comm_rank(self.comm())
-        if isinstance(mesh_dim, str):
-            return self[mesh_dim].get_local_rank()
-        return self[self.mesh_dim_names[mesh_dim]].get_local_rank()
+                raise ValueError("tpdp.torch.DeviceMesh.get_local_rank: "
+                                 "mesh_dim is needed on a %d-D mesh (one of "
+                                 "%s)" % (self.ndim,
+                                          ", ".join(self.mesh_dim_names)))
+            return L.lib.tpdp_comm_rank(self.host_comm())
+        d = self._dim_index(mesh_dim, "get_local_rank")
+        return self[self.mesh_dim_names[d]].get_local_rank()
 
     def get_rank(self):
+        """This process's rank in the mesh."""
+        self._lt_check_open("tpdp.torch.DeviceMesh.get_rank")
         return L.lib.tpdp_mesh_rank(self._root()._handle)
 
-    def close(self):
-        if self._nccl is not None:
-            L.lib.tpdp_comm_destroy(self._nccl)
-            self._nccl = None
-            self._comm = None
-        if self._handle is not None:
-            for s in self._slices.values():
-                s.close()
-            L.lib.tpdp_mesh_destroy(self._handle)
-            self._handle = None
+    def _release(self):
+        self._slices = {}
+        nccl, self._nccl, self._host = self._nccl, None, None
+        h, self._handle = self._handle, None
+        if nccl is not None:
+            L.call("tpdp_comm_destroy", nccl)
+        if h is not None:
+            L.call("tpdp_mesh_destroy", h)
 
     def __repr__(self):
         return "DeviceMesh(%r, %s, mesh_dim_names=%s)" % (
             self.device_type, self._shape, self.mesh_dim_names)
 
 
+def check_mesh(mesh, what, arg="device_mesh"):
+    """A DeviceMesh argument: open and 1-D, else TypeError, ValueError or
+    TpdpError(TPDP_ERR_STATE) naming `arg`."""
+    if not isinstance(mesh, DeviceMesh):
+        raise TypeError("%s: %s is a %s, not a tpdp.torch.DeviceMesh (from "
+                        "tpdp.torch.init_device_mesh)"
+                        % (what, arg, type(mesh).__name__))
+    mesh._lt_check_open("%s (%s)" % (what, arg))
+    if mesh.ndim != 1:
+        raise ValueError("%s: %s must be 1-D, e.g. mesh[%r]; it is %r"
+                         % (what, arg, mesh.mesh_dim_names[-1], mesh))
+    return mesh
+
+
+def _check_args(device_type, mesh_shape, mesh_dim_names):
+    if not isinstance(device_type, str):
+        raise TypeError("%s: device_type is a %s: 'cpu' or 'cuda'"
+                        % (_W, type(device_type).__name__))
+    if device_type not in ("cpu", "cuda"):
+        raise ValueError("%s: device_type %r: tpdp has 'cpu' and 'cuda'"
+                         % (_W, device_type))
+    if device_type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("%s: device_type 'cuda': this torch has no "
+                             "usable GPU (torch.cuda.is_available() is "
+                             "False); use 'cpu'" % _W)
+        if not L.lib.tpdp_nccl_available():
+            raise ValueError("%s: device_type 'cuda': libtpdp.so was built "
+                             "without NCCL (bazel build --config=cuda, or "
+                             "scripts/gpu-check)" % _W)
+    if mesh_shape is None:
+        raise TypeError("%s: mesh_shape is missing: give the ranks per dim, "
+                        "e.g. init_device_mesh(%r, (2, 2), mesh_dim_names="
+                        "('dp', 'tp'))" % (_W, device_type))
+    if isinstance(mesh_shape, int) and not isinstance(mesh_shape, bool):
+        mesh_shape = (mesh_shape,)
+    if not isinstance(mesh_shape, (tuple, list)) or not all(
+            isinstance(s, int) and not isinstance(s, bool)
+            for s in mesh_shape):
+        raise TypeError("%s: mesh_shape %r: a tuple of ints" % (_W,
+                                                                mesh_shape))
+    if not 1 <= len(mesh_shape) <= L.MAX_DIMS:
+        raise ValueError("%s: mesh_shape %r: 1 to %d dims"
+                         % (_W, tuple(mesh_shape), L.MAX_DIMS))
+    for i, s in enumerate(mesh_shape):
+        if s < 1:
+            raise ValueError("%s: mesh_shape %r: dim %d has size %d (at least "
+                             "1)" % (_W, tuple(mesh_shape), i, s))
+    if mesh_dim_names is None:
+        mesh_dim_names = tuple("dim%d" % i for i in range(len(mesh_shape)))
+    if not isinstance(mesh_dim_names, (tuple, list)) or not all(
+            isinstance(n, str) for n in mesh_dim_names):
+        raise TypeError("%s: mesh_dim_names %r: a tuple of str"
+                        % (_W, mesh_dim_names))
+    if len(mesh_dim_names) != len(mesh_shape):
+        raise ValueError("%s: mesh_dim_names: %d names for the %d dims of "
+                         "mesh_shape %r" % (_W, len(mesh_dim_names),
+                                            len(mesh_shape),
+                                            tuple(mesh_shape)))
+    for n in mesh_dim_names:
+        if not n or "," in n or "=" in n:
+            raise ValueError("%s: mesh_dim_names: %r is not a dim name"
+                             % (_W, n))
+        if list(mesh_dim_names).count(n) > 1:
+            raise ValueError("%s: mesh_dim_names: %r appears twice"
+                             % (_W, n))
+    return tuple(mesh_shape), tuple(mesh_dim_names)
+
+
 def init_device_mesh(device_type="cpu", mesh_shape=None, *,
                      mesh_dim_names=None):
     """init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")); the
     device type may be left out: init_device_mesh((2, 2), ...) ("cuda" when
-    torch has a GPU, else "cpu"). Collective over all ranks."""
-    if not isinstance(device_type, str):
+    torch has a GPU, else "cpu"). Collective over all ranks: an argument
+    refused on one rank is refused on every rank."""
+    if mesh_shape is None and isinstance(device_type, (tuple, list, int)) \
+            and not isinstance(device_type, bool):
         device_type, mesh_shape = (
             "cuda" if torch.cuda.is_available() else "cpu"), device_type
-    if device_type not in ("cpu", "cuda"):
-        raise ValueError("tpdp.torch: device type %r: tpdp has 'cpu' and "
-                         "'cuda'" % device_type)
-    if isinstance(mesh_shape, int):
-        mesh_shape = (mesh_shape,)
-    mesh_shape = tuple(int(s) for s in mesh_shape)
-    if mesh_dim_names is None:
-        mesh_dim_names = tuple("dim%d" % i for i in range(len(mesh_shape)))
-    if len(mesh_dim_names) != len(mesh_shape):
-        raise ValueError("tpdp.torch: %d mesh dims but %d names"
-                         % (len(mesh_shape), len(mesh_dim_names)))
-    n = len(mesh_shape)
-    sizes = (ctypes.c_int64 * n)(*mesh_shape)
-    names = (ctypes.c_char_p * n)(*[s.encode() for s in mesh_dim_names])
+    error = None
+    try:
+        shape, names = _check_args(device_type, mesh_shape, mesh_dim_names)
+    except (TypeError, ValueError) as e:
+        error = e
+    world = L.world()
+    agree(world, error, same=["device_type %r" % (device_type,)],
+          what="%s: device_type" % _W)
+    n = len(shape)
+    sizes = (ctypes.c_int64 * n)(*shape)
+    cnames = (ctypes.c_char_p * n)(*[s.encode() for s in names])
     h = ctypes.c_void_p()
-    L.call("tpdp_mesh_create", L.world(), n, sizes, names, ctypes.byref(h))
-    mesh = DeviceMesh(device_type, mesh_shape, mesh_dim_names, handle=h)
-    track(mesh)
-    return mesh
+    L.call("tpdp_mesh_create", world, n, sizes, cnames, ctypes.byref(h))
+    return DeviceMesh(device_type, shape, names, handle=h)
 
 
 _world_mesh = {}
@@ -153,56 +252,9 @@ _world_mesh = {}
 
 def world_mesh(device_type):
     """A 1-D mesh over all ranks (DDP without a device_mesh)."""
-    if device_type not in _world_mesh:
+    m = _world_mesh.get(device_type)
+    if m is None or m.closed:
         size = L.lib.tpdp_comm_size(L.world())
-        _world_mesh[device_type] = init_device_mesh(
+        m = _world_mesh[device_type] = init_device_mesh(
             device_type, (size,), mesh_dim_names=("world",))
-    return _world_mesh[device_type]
-
-
-# ------------------------------------------------------------ collectives
-
-def _collective(name, t, comm, *args):
-    """tpdp's collective `name` on `comm`. On a GPU, ordered after torch's
-    current stream and before its later work (no host synchronisation)."""
-    if t.is_cuda:
-        stream = torch.cuda.current_stream(t.device).cuda_stream
-        L.call("tpdp_comm_order_after", comm, stream)
-        work = ctypes.c_void_p()
-        L.call(name + "_async", comm, *args, ctypes.byref(work))
-        L.call("tpdp_work_wait_stream", work, stream)
-    else:
-        L.call(name, comm, *args)
-
-
-def all_reduce_(t, comm, op=L.OP_SUM):
-    """In place over `comm` (a contiguous tensor)."""
-    v = View(t)
-    _collective("tpdp_allreduce", t, comm, v.ref, v.ref, op)
-    return t
-
-
-def all_gather(t, comm, size):
-    """The concatenation over ranks along dim 0 of a contiguous tensor."""
-    t = t.contiguous()
-    out = torch.empty((size * t.shape[0],) + tuple(t.shape[1:]),
-                      dtype=t.dtype, device=t.device)
-    s, r = View(t), View(out)
-    _collective("tpdp_allgather", t, comm, s.ref, r.ref)
-    return out
-
-
-def reduce_scatter(t, comm, size):
-    """Sum over ranks, each rank keeping its block of dim 0."""
-    t = t.contiguous()
-    out = torch.empty((t.shape[0] // size,) + tuple(t.shape[1:]),
-                      dtype=t.dtype, device=t.device)
-    s, r = View(t), View(out)
-    _collective("tpdp_reduce_scatter", t, comm, s.ref, r.ref, L.OP_SUM)
-    return out
-
-
-def broadcast_(t, comm, root=0):
-    v = View(t)
-    _collective("tpdp_broadcast", t, comm, v.ref, v.ref, root)
-    return t
+    return m
