@@ -64,7 +64,7 @@ static int64_t ring_block_len(int64_t n, int p, int k) {
 }
 
 /* A power of two divides exactly as a multiply by its reciprocal, which
- * vectorises better than a division (as dp_buf_divide does). */
+ * vectorises better than a division (as dp_pass_divide does). */
 static int is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 /* dst[i] = own[i] + in[i], or (own[i] + in[i]) / p when p > 0. own is the

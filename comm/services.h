@@ -134,7 +134,7 @@ tpdp_status comm_allreduce_shm(tpdp_comm *comm, comm_shm *shm, tpdp_tensor *t,
  * pieces' counts add up to it). Holes must lie at the same flat positions
  * on every rank. What it saves is the copy into and out of a packed
  * buffer: fully sharded units gather straight into their parameters and
- * reduce straight out of their gradients (dp/fsdp.c). The MPI backend runs
+ * reduce out of their gradients (dp/fsdp_collectives.c). The MPI backend runs
  * it as point-to-point messages with derived datatypes; other backends
  * have no such path (comm_supports_pieces). The pieces must stay valid
  * until the work is waited for. */

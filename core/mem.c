@@ -191,6 +191,57 @@ tpdp_status core_scratch_free(core_scratch *s) {
   return st;
 }
 
+/* The size class of a request of `bytes` >= CORE_MEM_CACHE_MIN_BYTES: a
+ * multiple of an eighth of the largest power of two not above it. */
+static size_t cache_class(size_t bytes) {
+  size_t top = (size_t)1 << (63 - __builtin_clzll((unsigned long long)bytes));
+  size_t step = top / 8;
+  return (bytes + step - 1) / step * step;
+}
+
+tpdp_status core_mem_cache_get(core_mem_cache *c, size_t bytes, int zero,
+                               void **out) {
+  if (bytes < CORE_MEM_CACHE_MIN_BYTES) return host_alloc(bytes, zero, out);
+  size_t cls = cache_class(bytes);
+  for (int i = c->n - 1; i >= 0; i--) {
+    if (c->bytes[i] != cls) continue;
+    /* Counted as an allocation, so that fault injection reaches it. */
+    if (core_alloc_fail_now())
+      return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY,
+                      "out of memory allocating %zu bytes", bytes);
+    void *p = c->data[i];
+    c->n--;
+    c->data[i] = c->data[c->n];
+    c->bytes[i] = c->bytes[c->n];
+    if (zero) memset(p, 0, bytes);
+    *out = p;
+    return TPDP_SUCCESS;
+  }
+  void *p = NULL;
+  CHECK(host_alloc(cls, 0, &p));
+  if (zero) { /* the bytes asked for only: the rest of the class may */
+    core_mem_populate(p, bytes); /* never be touched, and costs nothing */
+    memset(p, 0, bytes);
+  }
+  *out = p;
+  return TPDP_SUCCESS;
+}
+
+void core_mem_cache_put(core_mem_cache *c, void *p, size_t bytes) {
+  if (p == NULL) return;
+  if (bytes < CORE_MEM_CACHE_MIN_BYTES || c->n == CORE_MEM_CACHE_SLOTS) {
+    free(p);
+    return;
+  }
+  c->data[c->n] = p;
+  c->bytes[c->n++] = cache_class(bytes);
+}
+
+void core_mem_cache_release(core_mem_cache *c) {
+  for (int i = 0; i < c->n; i++) free(c->data[i]);
+  c->n = 0;
+}
+
 tpdp_status core_mem_copy(tpdp_tensor *dst, const tpdp_tensor *src) {
   CHECK(core_mem_supported(dst->device, "the destination"));
   CHECK(core_mem_supported(src->device, "the source"));

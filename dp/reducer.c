@@ -9,7 +9,6 @@
 
 #include "comm/services.h"
 #include "core/mem.h"
-#include "dp/buffers.h"
 #include "dp/reducer_internal.h"
 
 tpdp_reducer_options tpdp_reducer_options_default(void) {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "core/mem.h"
-#include "dp/buffers.h"
+#include "dp/host_collectives.h"
 #include "dp/reducer_internal.h"
 
 /* xxHash as a header-only library (as ckpt/): no run-time dependency. */
@@ -299,7 +299,7 @@ tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
   fill_header(n, o, header);
   tpdp_tensor s = tpdp_tensor_1d(header, TPDP_I64, HDR_LEN);
   tpdp_tensor rv = tpdp_tensor_1d(headers, TPDP_I64, (int64_t)size * HDR_LEN);
-  CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
+  CHECK_GOTO(dp_host_allgather(comm, &s, &rv), st, done);
   for (int k = 0; k < NAGREED; k++)
     for (int q = 1; q < size; q++) {
       if (headers[(size_t)q * HDR_LEN + 1 + (size_t)k] == headers[1 + k])
@@ -325,7 +325,7 @@ tpdp_status dp_check_across(tpdp_comm *comm, const tpdp_reducer_param *params,
     fill_desc(&params[i].param, mine + i * DESC_LEN);
   s = tpdp_tensor_1d(mine, TPDP_I64, n * DESC_LEN);
   rv = tpdp_tensor_1d(all, TPDP_I64, n * DESC_LEN * size);
-  CHECK_GOTO(dp_buf_host_allgather(comm, &s, &rv), st, done);
+  CHECK_GOTO(dp_host_allgather(comm, &s, &rv), st, done);
   for (int64_t i = 0; i < n; i++) {
     const int64_t *d0 = all + i * DESC_LEN;
     for (int k = 1; k < size; k++) {
@@ -423,14 +423,14 @@ tpdp_status dp_check_values(tpdp_comm *comm, const tpdp_reducer_param *params,
     keys[n + i] = -own[i];
   }
   tpdp_tensor t = tpdp_tensor_1d(keys, TPDP_I64, n * 2);
-  CHECK_GOTO(dp_buf_host_allreduce(comm, &t, TPDP_OP_MAX), st, done);
+  CHECK_GOTO(dp_host_allreduce(comm, &t, TPDP_OP_MAX), st, done);
   for (int64_t i = 0; i < n; i++) {
     if (keys[i] == -keys[n + i]) continue; /* max == min */
     /* Every rank finds the same first parameter: the ranks' checksums of
      * it tell which ranks differ. */
     tpdp_tensor s1 = tpdp_tensor_1d(&own[i], TPDP_I64, 1);
     tpdp_tensor rv = tpdp_tensor_1d(per_rank, TPDP_I64, size);
-    st = dp_buf_host_allgather(comm, &s1, &rv);
+    st = dp_host_allgather(comm, &s1, &rv);
     if (st != TPDP_SUCCESS) break;
     char ranks[200];
     list_ranks(per_rank, size, ranks, sizeof ranks);

@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "core/mem.h"
-#include "dp/buffers.h"
+#include "dp/bucket_passes.h"
+#include "dp/host_collectives.h"
 #include "dp/reducer_internal.h"
 
 /* Marks of parameter p in the current iteration. */
@@ -155,8 +156,8 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
     h.device = r->device;
     if (!b->thread_prepares)
       DP_CHECK_TIMED(r, data_seconds,
-                     dp_buf_cast_divide(r->device, r->stream, b->dtype, b->buf,
-                                        r->half_dtype, b->half, n, r->divide));
+                     dp_pass_cast_divide(r->device, r->stream, b->dtype, b->buf,
+                                         r->half_dtype, b->half, n, r->divide));
     return start_reduction(r, j, &h);
   }
   /* Averaging over the whole communicator on the host: the thread's
@@ -169,7 +170,7 @@ static tpdp_status launch(tpdp_reducer *r, int64_t j) {
   else if (!b->thread_prepares)
     DP_CHECK_TIMED(
         r, data_seconds,
-        dp_buf_divide(r->device, r->stream, b->dtype, b->buf, n, r->divide));
+        dp_pass_divide(r->device, r->stream, b->dtype, b->buf, n, r->divide));
   return start_reduction(r, j, &flat);
 }
 
@@ -212,8 +213,8 @@ static tpdp_status complete(tpdp_reducer *r, int64_t j) {
   size_t n = b->bytes / tpdp_dtype_size(b->dtype);
   if (b->half != NULL)
     DP_CHECK_TIMED(r, data_seconds,
-                   dp_buf_cast_divide(r->device, r->stream, r->half_dtype,
-                                      b->half, b->dtype, b->buf, n, 1.0));
+                   dp_pass_cast_divide(r->device, r->stream, r->half_dtype,
+                                       b->half, b->dtype, b->buf, n, 1.0));
   if (!r->opt.gradient_as_bucket_view) {
     for (int64_t k = 0; k < b->n; k++) {
       tpdp_tensor slot = dp_slot_view(r, b, k);
@@ -286,7 +287,7 @@ static tpdp_status rebuild(tpdp_reducer *r) {
   dp_bucket *nb = NULL;
   int64_t nnb = 0;
   tpdp_tensor ord = tpdp_tensor_1d(r->rebuild_order, TPDP_I64, r->n);
-  DP_CHECK_TIMED(r, comm_seconds, dp_buf_host_broadcast(r->comm, &ord, 0));
+  DP_CHECK_TIMED(r, comm_seconds, dp_host_broadcast(r->comm, &ord, 0));
   size_t limits[2] = {r->opt.first_bucket_bytes, r->opt.bucket_cap_bytes};
   /* View mode: the gradients move into the spare arena (the current one
    * is freed afterwards); copy mode re-slices the current one. */

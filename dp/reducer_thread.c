@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "comm/services.h"
-#include "dp/buffers.h"
+#include "dp/bucket_passes.h"
 #include "dp/reducer_internal.h"
 
 /* Bucket j's work: the optional divide (and cast), then the allreduce. */
@@ -25,10 +25,10 @@ static tpdp_status reduce_bucket(tpdp_reducer *r, int64_t j) {
      * keeps the sum from overflowing) */
     size_t n = b->bytes / tpdp_dtype_size(b->dtype);
     CHECK(v->data == b->buf
-              ? dp_buf_divide(r->device, r->stream, b->dtype, b->buf, n,
-                              r->divide)
-              : dp_buf_cast_divide(r->device, r->stream, b->dtype, b->buf,
-                                   v->dtype, v->data, n, r->divide));
+              ? dp_pass_divide(r->device, r->stream, b->dtype, b->buf, n,
+                               r->divide)
+              : dp_pass_cast_divide(r->device, r->stream, b->dtype, b->buf,
+                                    v->dtype, v->data, n, r->divide));
   }
   tpdp_reduce_op op = b->fused_avg ? TPDP_OP_AVG : TPDP_OP_SUM;
   /* The bucket itself (not a 16-bit copy) in shared memory: every rank

@@ -17,10 +17,10 @@
  * rank's rows straight into the full tensors and the reduce-scatter reads
  * them straight out of the full gradients (point-to-point messages with
  * derived datatypes, padding left out), except where a cast to
- * param_dtype or reduce_dtype needs a buffer anyway. Buffers of 1 MiB and
- * more are kept from step to step for the next request of their size
+ * param_dtype or reduce_dtype needs a buffer anyway. Host buffers of 1 MiB
+ * and more are kept from step to step for the next request of their size
  * (their pages stay mapped, as PyTorch's caching allocator keeps device
- * memory), and freed with the last unit.
+ * memory) by the units under one root, and freed with the last of them.
  *
  * Life cycle of a unit u (hooks on u's module; the framework calls
  * tpdp_module_forward_begin/end and tpdp_module_backward_begin/end around

@@ -2,7 +2,7 @@
 // core/mem.h on the host (the CUDA path is exercised by the GPU checks):
 // zeroed allocation, strided copies and zero fills against values worked
 // by hand, the first failure kept by core_mem_free_keep, the reused
-// scratch buffer, the refusal of
+// scratch buffer, the cache of host buffers by size class, the refusal of
 // device memory in a build without CUDA; and the allocation fault
 // injection of core/util.h that the reducer's tests rely on.
 #include "core/mem.h"
@@ -104,6 +104,70 @@ TEST(Mem, ScratchGrowsAndIsReused) {
   EXPECT_TPDP_OK(core_scratch_free(&s));
   EXPECT_EQ(s.data, nullptr);
   EXPECT_TPDP_OK(core_scratch_free(&s));  // empty: no-op
+}
+
+// The cache of host buffers: a request of a size class takes back the
+// buffer given back for its class (zeroed when asked), another class or a
+// small request gets memory of its own, every request counts for the
+// fault injection (a failed one leaves the cache as it was), at most
+// CORE_MEM_CACHE_SLOTS buffers are kept, and release frees them.
+TEST(Mem, CacheReusesBuffersBySizeClass) {
+  core_mem_cache c = {};
+  const size_t mb = CORE_MEM_CACHE_MIN_BYTES;  // 1 MiB: classes of 128 KiB
+  void *a = nullptr, *b = nullptr;
+  ASSERT_TPDP_OK(core_mem_cache_get(&c, 3 * mb, 1, &a));
+  const unsigned char *x = static_cast<const unsigned char *>(a);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < 3 * mb; i++) nonzero += x[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  memset(a, 7, 3 * mb);
+  core_mem_cache_put(&c, a, 3 * mb);
+  EXPECT_EQ(c.n, 1);
+  // 3 MiB - 1000 bytes is in the same class (3 MiB), zeroed on request.
+  ASSERT_TPDP_OK(core_mem_cache_get(&c, 3 * mb - 1000, 1, &b));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(c.n, 0);
+  nonzero = 0;
+  for (size_t i = 0; i < 3 * mb - 1000; i++) nonzero += x[i] != 0;
+  EXPECT_EQ(nonzero, 0u);
+  core_mem_cache_put(&c, b, 3 * mb - 1000);
+  // Without zeroing the old bytes stay; 3 MiB + 1 is the next class.
+  memset(a, 7, 3 * mb);
+  ASSERT_TPDP_OK(core_mem_cache_get(&c, 3 * mb, 0, &b));
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(x[3 * mb - 1], 7);
+  core_mem_cache_put(&c, b, 3 * mb);
+  void *d = nullptr;
+  ASSERT_TPDP_OK(core_mem_cache_get(&c, 3 * mb + 1, 0, &d));
+  EXPECT_NE(d, a);
+  EXPECT_EQ(c.n, 1);
+  core_mem_cache_put(&c, d, 3 * mb + 1);
+  EXPECT_EQ(c.n, 2);
+  // A small request neither takes nor keeps a buffer.
+  void *s = nullptr;
+  ASSERT_TPDP_OK(core_mem_cache_get(&c, 1000, 1, &s));
+  core_mem_cache_put(&c, s, 1000);
+  EXPECT_EQ(c.n, 2);
+  // A request served from the cache counts as an allocation: failed, it
+  // leaves the kept buffer there for the next one.
+  core_alloc_fail_at(1, 0);
+  void *e = &c;
+  EXPECT_TPDP_ERROR(core_mem_cache_get(&c, 3 * mb, 0, &e),
+                    TPDP_ERR_OUT_OF_MEMORY, "out of memory allocating");
+  EXPECT_EQ(e, &c);
+  EXPECT_EQ(c.n, 2);
+  ASSERT_TPDP_OK(core_mem_cache_get(&c, 3 * mb, 0, &e));
+  EXPECT_EQ(e, a);
+  core_mem_cache_put(&c, e, 3 * mb);
+  // Past CORE_MEM_CACHE_SLOTS buffers given back are freed (valgrind and
+  // ASan see any that is not).
+  std::vector<void *> many(CORE_MEM_CACHE_SLOTS);
+  for (void *&p : many) ASSERT_TPDP_OK(core_mem_cache_get(&c, 2 * mb, 0, &p));
+  for (void *p : many) core_mem_cache_put(&c, p, 2 * mb);
+  EXPECT_EQ(c.n, CORE_MEM_CACHE_SLOTS);
+  core_mem_cache_release(&c);
+  EXPECT_EQ(c.n, 0);
+  core_mem_cache_release(&c);  // empty: no-op
 }
 
 #ifndef TPDP_WITH_CUDA

@@ -1,10 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The model the fully sharded unit tests drive (tests/dp/fsdp_test.cc,
-// tests/misuse/fsdp_misuse_test.cc): Net{emb; blocks.0, blocks.1: Block{w,
-// b}}, its values and gradients as formulas, and the units over it.
+// fsdp_faults_test.cc, tests/misuse/fsdp_misuse_test.cc): Net{emb;
+// blocks.0, blocks.1: Block{w, b}}, its values and gradients as formulas,
+// the units over it, and a training step checked against the reference.
 #ifndef TPDP_TESTS_DP_FSDP_MODEL_H
 #define TPDP_TESTS_DP_FSDP_MODEL_H
 
+#include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -103,6 +106,131 @@ Units Shard(Model &m, int level) {
         tpdp_fully_shard(m.blocks[b], tpdp_test::World(), &o, &u.block[b]));
   EXPECT_TPDP_OK(tpdp_fully_shard(m.root, tpdp_test::World(), &o, &u.root));
   return u;
+}
+
+// Every element of parameter p's current view equals the reference's rows
+// [row0, row0 + rows).
+void ExpectValues(const Model &m, int p, int64_t row0, int64_t rows,
+                  const char *when) {
+  const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+  ASSERT_EQ(t->shape[0], rows) << kSpecs[p].name << " " << when;
+  int64_t re = RowElems(kSpecs[p]);
+  const float *x = static_cast<const float *>(t->data);
+  for (int64_t k = 0; k < rows * re; k++)
+    ASSERT_NEAR(x[k], m.ref[p][row0 * re + k], 1e-5)
+        << "param " << p << " element " << row0 * re + k << " " << when;
+}
+
+void ExpectFull(const Model &m, int p, const char *when) {
+  ExpectValues(m, p, 0, kSpecs[p].shape[0], when);
+}
+
+void ExpectShard(const Model &m, int p, const char *when) {
+  int rank = tpdp_test::WorldRank(), n = tpdp_test::WorldSize();
+  int64_t rows = Rows(kSpecs[p], rank, n);
+  ExpectValues(m, p, rows ? rank * Chunk(kSpecs[p], n) : 0, rows, when);
+}
+
+// Add micro-batch mb's gradient into parameter p's (full) gradient view.
+void AddGrad(const Model &m, int p, int step, int mb) {
+  const tpdp_tensor *g = tpdp_param_grad(m.params[p]);
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(tpdp_tensor_numel(g), Numel(kSpecs[p])) << "full gradient";
+  float *x = static_cast<float *>(g->data);
+  for (int64_t e = 0; e < Numel(kSpecs[p]); e++)
+    x[e] += Grad(step, mb, tpdp_test::WorldRank(), p, e);
+}
+
+// One training step as a framework runs it, with `micro` micro-batches
+// (sync off for all but the last); block 1 skipped when `skip_block1`.
+void Step(Model &m, Units &u, int step, int micro = 1,
+          bool skip_block1 = false) {
+  for (int mb = 0; mb < micro; mb++) {
+    ASSERT_TPDP_OK(
+        tpdp_fsdp_set_requires_gradient_sync(u.root, mb == micro - 1));
+    ASSERT_TPDP_OK(tpdp_module_forward_begin(m.root));
+    ExpectFull(m, 0, "root forward");
+    for (int b = 0; b < 2; b++) {
+      if (b == 1 && skip_block1) continue;
+      ASSERT_TPDP_OK(tpdp_module_forward_begin(m.blocks[b]));
+      ExpectFull(m, 1 + 2 * b, "block forward");
+      ExpectFull(m, 2 + 2 * b, "block forward");
+      ASSERT_TPDP_OK(tpdp_module_forward_end(m.blocks[b]));
+    }
+    ASSERT_TPDP_OK(tpdp_module_forward_end(m.root));
+    ASSERT_TPDP_OK(tpdp_module_backward_begin(m.root));
+    AddGrad(m, 0, step, mb);
+    for (int b = 1; b >= 0; b--) {
+      if (b == 1 && skip_block1) continue;
+      ASSERT_TPDP_OK(tpdp_module_backward_begin(m.blocks[b]));
+      ExpectFull(m, 1 + 2 * b, "block backward");
+      AddGrad(m, 1 + 2 * b, step, mb);
+      AddGrad(m, 2 + 2 * b, step, mb);
+      ASSERT_TPDP_OK(tpdp_module_backward_end(m.blocks[b]));
+    }
+    ASSERT_TPDP_OK(tpdp_module_backward_end(m.root));
+  }
+  ASSERT_TPDP_OK(tpdp_fsdp_finalize(u.root));
+  // Each rank's gradient: the mean over ranks of the micro-batches' sum,
+  // on its rows; then SGD on the shard, and the same on the reference.
+  int rank = tpdp_test::WorldRank(), n = tpdp_test::WorldSize();
+  for (size_t p = 0; p < kSpecs.size(); p++) {
+    bool unused = skip_block1 && (p == 3 || p == 4);
+    const ParamSpec &s = kSpecs[p];
+    int64_t re = RowElems(s), rows = Rows(s, rank, n);
+    int64_t e0 = rank * Chunk(s, n) * re;
+    const tpdp_tensor *g = tpdp_param_grad(m.params[p]);
+    const tpdp_tensor *t = tpdp_param_tensor(m.params[p]);
+    ASSERT_EQ(g->shape[0], rows);
+    ASSERT_EQ(t->shape[0], rows);
+    float *gx = static_cast<float *>(g->data);
+    float *tx = static_cast<float *>(t->data);
+    for (int64_t k = 0; k < rows * re; k++) {
+      double mean = 0;
+      for (int r = 0; r < n && !unused; r++)
+        for (int mb = 0; mb < micro; mb++)
+          mean += Grad(step, mb, r, (int)p, e0 + k);
+      mean /= n;
+      ASSERT_NEAR(gx[k], mean, 1e-5 * (1 + std::fabs(mean)))
+          << "param " << p << " element " << e0 + k << " step " << step;
+      tx[k] -= (float)kLr * gx[k];
+    }
+    for (int64_t e = 0; e < Numel(s); e++) {
+      double mean = 0;
+      for (int r = 0; r < n && !unused; r++)
+        for (int mb = 0; mb < micro; mb++) mean += Grad(step, mb, r, (int)p, e);
+      m.ref[p][e] -= kLr * (mean / n);
+    }
+  }
+}
+
+// Round-to-nearest-even casts written here, independently of the library.
+float RoundTo(tpdp_dtype dt, float x) {
+  if (dt == TPDP_F32) return x;
+  if (dt == TPDP_BF16) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+  }
+  // f16: 10 mantissa bits; these values are normal f16 numbers.
+  int e;
+  double m = std::frexp((double)x, &e);  // x = m * 2^e, 0.5 <= |m| < 1
+  return (float)std::ldexp(std::nearbyint(std::ldexp(m, 11)), e - 11);
+}
+float Load(const tpdp_tensor *t, int64_t k) {
+  if (t->dtype == TPDP_F32) return ((const float *)t->data)[k];
+  uint16_t h = ((const uint16_t *)t->data)[k];
+  return t->dtype == TPDP_BF16 ? tpdp_bf16_to_f32(h) : tpdp_f16_to_f32(h);
+}
+void Store(const tpdp_tensor *t, int64_t k, float x) {
+  if (t->dtype == TPDP_F32) {
+    ((float *)t->data)[k] = x;
+    return;
+  }
+  ((uint16_t *)t->data)[k] =
+      t->dtype == TPDP_BF16 ? tpdp_f32_to_bf16(x) : tpdp_f32_to_f16(x);
 }
 
 }  // namespace fsdp_model

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Device kernels of the reducer's bucket memory (dp/buffers.c, CUDA path):
+// Device kernels of the reducer's bucket memory (dp/bucket_passes.c, CUDA path):
 // divide in place and cast-with-divide between the float dtypes, for the
 // averaging and the bf16/f16 compression hooks. Compiled by nvcc through
 // the genrule in dp/BUILD (sm_80, sm_90, PTX for later GPUs) and by
-// scripts/gpu-check; called through the C launchers in dp/buffers_cuda.h.
+// scripts/gpu-check; called through the C launchers in dp/bucket_passes_cuda.h.
 // The arithmetic mirrors the host path so both give the same bits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "dp/buffers_cuda.h"
+#include "dp/bucket_passes_cuda.h"
 
 namespace {
 
