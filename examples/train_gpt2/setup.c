@@ -243,7 +243,8 @@ int trainer_setup(trainer *t) {
     if (shard_units(t) != 0) return -1;
     return o->load_dir != NULL ? load_checkpoint(t) : 0;
   }
-  /* Before the reducer, which broadcasts the parameters from dp rank 0. */
+  /* Before the reducer, which checks that every dp rank holds the same
+   * parameters (same seed, same checkpoint; broadcast_from_rank0 stays 0). */
   if (o->load_dir != NULL && load_checkpoint(t) != 0) return -1;
   tpdp_reducer_options ropts = tpdp_reducer_options_default();
   ropts.bucket_cap_bytes = (size_t)(o->bucket_mib * 1048576.0);
@@ -256,6 +257,5 @@ int trainer_setup(trainer *t) {
   ropts.producer_stream = t->grad_stream;
   TRY(tpdp_reducer_create(t->reduce_comm, t->rparams, t->np, &ropts,
                           &t->reducer));
-  /* The reducer broadcast the parameters from dp rank 0. */
   return ex_call(t->b->wait_dp, t);
 }

@@ -124,7 +124,8 @@ static int setup(trainer *t, int start) {
     return ex_fail(&t->err, "out of memory");
   if (t->b->setup(t) != 0) return -1;
   for (int i = 0; i < np; i++) t->rparams[i].fqn = t->tree.names[i];
-  /* Before the reducer, which broadcasts the parameters from dp rank 0;
+  /* Before the reducer, which checks that every dp rank holds the same
+   * parameters (same seed, same checkpoint; broadcast_from_rank0 stays 0);
    * --zero: into the units' shards (any saved layout). */
   if (o->zero > 0 && shard_units(t) != 0) return -1;
   if (o->load_dir && load_checkpoint(t, start) != 0) return -1;
@@ -140,8 +141,7 @@ static int setup(trainer *t, int start) {
     ropts.module = t->tree.root;
     TRY(tpdp_reducer_create(t->dp_comm, t->rparams, np, &ropts, &t->reducer));
   }
-  /* The reducer broadcast the parameters from dp rank 0 (the units' copies
-   * are queued on the model's stream). */
+  /* The units' copies are queued on the model's stream. */
   return ex_call(t->b->wait_dp, t);
 }
 
