@@ -1,0 +1,64 @@
+#!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
+# tpdp.torch's fully_shard against its DistributedDataParallel, in one run:
+# examples/torch/train_gpt2.py at GPT-2 124M's shape (L=12, C=768, H=12,
+# V=50257, batch 4, seq 64, random init) on 2 ranks sharing the cores,
+# --fsdp (fully_shard on each block and the root, reshard_after_forward
+# True) and without (DistributedDataParallel over the same 2 ranks). For
+# each: the median ms/step (step 0, the warm-up, left out; the slower
+# rank's) and each rank's peak RSS. DDP runs under TPDP_SHM=0 so that its
+# gradient buckets are private memory (in shared memory, pages touched by
+# both ranks count in both ranks' RSS), as bench/fsdp.sh does.
+# Last line (FSDP / DDP; memory: the larger rank's peak RSS):
+#   torch_fsdp: mem_ratio <a> step_ratio <b>
+# Targets: a <= 0.7, b <= 1.2.
+# Needs python3-torch (scripts/install-deps --bench).
+# Usage: bench/torch_fsdp.sh [--steps N]   (default 5)
+# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=5
+[ "${1:-}" = "--steps" ] && steps="${2:-5}"
+if ! /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
+  echo "torch_fsdp: skipped (python3-torch missing: scripts/install-deps --bench)"
+  exit 0
+fi
+ob=()
+[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
+bazel "${ob[@]}" build -c opt //:libtpdp.so >/dev/null 2>&1 ||
+  bazel "${ob[@]}" build -c opt //:libtpdp.so
+export TPDP_LIB=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/libtpdp.so
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cat README.md DEVELOPERS.md > "$tmp/text.txt"
+/usr/bin/python3 scripts/make-tokens "$tmp/text.txt" "$tmp/tokens.bin" >/dev/null
+args=(--data "$tmp/tokens.bin" --layers 12 --embd 768 --heads 12
+      --vocab 50257 --positions 1024 --batch 4 --seq 64 --steps "$steps"
+      --dp 2 --report)
+mpi=(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+echo "bench/torch_fsdp: GPT-2 124M shape, 2 ranks, $steps steps (step 0 excluded)"
+
+# The larger peak RSS over ranks (MiB), ms/step.
+peak_mib() {
+  sed -n 's/^peak memory: //p' | tr ',' '\n' |
+    sed -n 's/.*rank [0-9]* \([0-9.]*\) MiB.*/\1/p' | sort -g | tail -1
+}
+ms_step() { sed -n 's/^throughput: \([0-9.]*\) ms\/step.*/\1/p'; }
+
+declare -A mem step
+for kind in ddp fsdp; do
+  if [ $kind = ddp ]; then
+    out=$(TPDP_SHM=0 "${mpi[@]}" /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}")
+  else
+    out=$("${mpi[@]}" /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}" --fsdp)
+  fi
+  mem[$kind]=$(echo "$out" | peak_mib)
+  step[$kind]=$(echo "$out" | ms_step)
+  echo "$kind: ${step[$kind]} ms/step, peak RSS ${mem[$kind]} MiB (larger rank)"
+  echo "$out" | grep -E '^(step|peak memory|throughput)' | sed 's/^/  /'
+done
+awk -v md="${mem[ddp]}" -v mf="${mem[fsdp]}" -v sd="${step[ddp]}" \
+    -v sf="${step[fsdp]}" 'BEGIN {
+  printf "torch_fsdp: mem_ratio %.3f step_ratio %.3f\n", mf / md, sf / sd }'
