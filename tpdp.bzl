@@ -109,26 +109,36 @@ def tpdp_test(name, srcs, deps = [], data = [], args = [], **kwargs):
         **kwargs
     )
 
-def tpdp_mpi_test(name, srcs, np, deps = [], data = [], args = [], tags = [], **kwargs):
-    """A GoogleTest run on `np` MPI ranks through tests/mpirun_test.sh.
-
-    Tagged exclusive: several oversubscribed mpirun jobs at once on a
-    2-core machine would starve each other."""
+def _tpdp_launched_test(name, srcs, runner, runner_args, deps, data, args,
+                        tags, **kwargs):
+    """A GoogleTest binary (NAME_bin, with tests/mpi_main.cc) and the
+    sh_test that runs it through `runner` (RUNNER RUNNER_ARGS... BINARY
+    ARGS...), tagged exclusive and mpi."""
     native.cc_binary(
         name = name + "_bin",
         srcs = srcs,
         copts = TPDP_TEST_COPTS,
         deps = deps + ["//tests:test_util", "//tests:mpi_main", "@gtest//:gtest"],
         testonly = True,
+        # Other launchers run the same binaries (tests/slurm: under srun).
+        visibility = ["//tests:__subpackages__"],
     )
     native.sh_test(
         name = name,
-        srcs = ["//tests:mpirun_test.sh"],
-        args = [str(np), "$(location :%s_bin)" % name] + args,
+        srcs = [runner],
+        args = runner_args + ["$(location :%s_bin)" % name] + args,
         data = data + [":%s_bin" % name],
         tags = tags + ["exclusive", "mpi"],
         **kwargs
     )
+
+def tpdp_mpi_test(name, srcs, np, deps = [], data = [], args = [], tags = [], **kwargs):
+    """A GoogleTest run on `np` MPI ranks through tests/mpirun_test.sh.
+
+    Tagged exclusive: several oversubscribed mpirun jobs at once on a
+    2-core machine would starve each other."""
+    _tpdp_launched_test(name, srcs, "//tests:mpirun_test.sh", [str(np)],
+                        deps, data, args, tags, **kwargs)
 
 def tpdp_multihost_test(name, srcs, ranks_per_host = 2, deps = [], data = [],
                         args = [], tags = [], **kwargs):
@@ -139,21 +149,10 @@ def tpdp_multihost_test(name, srcs, ranks_per_host = 2, deps = [], data = [],
 
     Tagged exclusive and "multihost" (`bazel test --test_tag_filters=multihost`
     runs them alone)."""
-    native.cc_binary(
-        name = name + "_bin",
-        srcs = srcs,
-        copts = TPDP_TEST_COPTS,
-        deps = deps + ["//tests:test_util", "//tests:mpi_main", "@gtest//:gtest"],
-        testonly = True,
-    )
-    native.sh_test(
-        name = name,
-        srcs = ["//tests:multihost_test.sh"],
-        args = [str(ranks_per_host), "$(location :%s_bin)" % name] + args,
-        data = data + [":%s_bin" % name, "//scripts:multihost"],
-        tags = tags + ["exclusive", "mpi", "multihost"],
-        **kwargs
-    )
+    _tpdp_launched_test(name, srcs, "//tests:multihost_test.sh",
+                        [str(ranks_per_host)], deps,
+                        data + ["//scripts:multihost"], args,
+                        tags + ["multihost"], **kwargs)
 
 # nvcc, for every .cu file (tpdp_cuda_object). scripts/gpu-check builds the
 # same objects without Bazel and reads both lists from this file: keep the

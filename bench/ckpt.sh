@@ -20,14 +20,11 @@
 # Usage: bench/ckpt.sh [--mib N] [--rounds R] [--tensors T]
 # The files go to a temporary directory under $TPDP_BENCH_DIR (default
 # $TMPDIR or /tmp), removed at the end; it needs about 3x the model size.
-# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+# Bazel's settings: see bench/common.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ob=()
-[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
-bazel "${ob[@]}" build -c opt //bench:ckpt_bench >/dev/null 2>&1 ||
-  bazel "${ob[@]}" build -c opt //bench:ckpt_bench
-bin=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/bench/ckpt_bench
+. "$(dirname "$0")/common.sh"
+bench_build //bench:ckpt_bench
+bin=$bench_bin/bench/ckpt_bench
 mib=1024
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
@@ -41,7 +38,5 @@ if [ "$free_mib" -lt $((3 * mib + 512)) ]; then
 fi
 dir=$(mktemp -d "$root/tpdp-ckpt-bench.XXXXXX")
 trap 'rm -rf "$dir"' EXIT
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 echo "bench/ckpt: mpirun -np 4 ckpt_bench --dir $dir $*"
-mpirun -np 4 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-  "$bin" --dir "$dir" "$@"
+"${bench_mpirun[@]}" -np 4 "$bin" --dir "$dir" "$@"

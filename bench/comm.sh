@@ -7,20 +7,13 @@
 #
 #   bench/comm.sh [comm_bench options: --min-bytes B --max-bytes B --rounds R]
 #
-# Environment:
-#   BAZEL               bazel command (default: bazel)
-#   BAZEL_STARTUP_FLAGS startup options, e.g. --output_base=/tmp/ob
-#   BAZEL_FLAGS         build options (default: -c opt)
+# Environment (and Bazel's settings: see bench/common.sh):
 #   NP                  ranks (default 2)
 #   MPIRUN_FLAGS        extra mpirun options (default: --bind-to none)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BAZEL="${BAZEL:-bazel}"
-startup=(${BAZEL_STARTUP_FLAGS:-})
-flags=(${BAZEL_FLAGS:--c opt})
-"$BAZEL" "${startup[@]}" build "${flags[@]}" //bench:comm_bench >&2
-bin="$("$BAZEL" "${startup[@]}" info "${flags[@]}" bazel-bin 2>/dev/null)/bench/comm_bench"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/common.sh"
+bench_build //bench:comm_bench
 export OMPI_MCA_rmaps_base_oversubscribe=1
+# shellcheck disable=SC2086 # MPIRUN_FLAGS are words
 exec mpirun -np "${NP:-2}" --oversubscribe ${MPIRUN_FLAGS:---bind-to none} \
-  "$bin" "$@"
+  "$bench_bin/bench/comm_bench" "$@"

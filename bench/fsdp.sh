@@ -17,21 +17,17 @@
 #   fsdp bf16: zero3_bf16_step <x> zero3_bf16_mem <y>   (ratios to --zero 0)
 # Usage: bench/fsdp.sh [--steps N]   (default 5; step 0 is warm-up)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/common.sh"
 steps=5
 [ "${1:-}" = "--steps" ] && steps="${2:-5}"
-bazel build -c opt //examples:train_gpt2 //bench:gpt2_gemm_bench >/dev/null 2>&1 ||
-  bazel build -c opt //examples:train_gpt2 //bench:gpt2_gemm_bench
-bin=$(bazel info -c opt bazel-bin 2>/dev/null)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cat README.md DEVELOPERS.md > "$tmp/text.txt"
-python3 scripts/make-tokens "$tmp/text.txt" "$tmp/tokens.bin" >/dev/null
-args=(--data "$tmp/tokens.bin" --layers 12 --embd 768 --heads 12
+bench_build //examples:train_gpt2 //bench:gpt2_gemm_bench
+bin=$bench_bin
+bench_tmpdir
+bench_tokens "$bench_tmp/tokens.bin"
+args=(--data "$bench_tmp/tokens.bin" --layers 12 --embd 768 --heads 12
       --vocab 50257 --positions 1024 --batch 4 --seq 64 --steps "$steps"
       --quiet --dp 2)
-mpi=(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+mpi=("${bench_mpirun[@]}" -np 2)
 # The CPU's own OpenBLAS kernels, as bench/gpt2.sh.
 better=$("$bin/bench/gpt2_gemm_bench" --better-core)
 [ -n "$better" ] && export OPENBLAS_CORETYPE=$better

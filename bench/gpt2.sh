@@ -12,32 +12,23 @@
 # (x, y: the one-rank run; p: the largest of the three runs).
 # Usage: bench/gpt2.sh [--steps N]   (default 6; step 0 is warm-up)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/common.sh"
 steps=6
 [ "${1:-}" = "--steps" ] && steps="${2:-6}"
-bazel build -c opt //examples:train_gpt2 //bench:gpt2_gemm_bench >/dev/null 2>&1 ||
-  bazel build -c opt //examples:train_gpt2 //bench:gpt2_gemm_bench
-bin=$(bazel info -c opt bazel-bin 2>/dev/null)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cat README.md DEVELOPERS.md > "$tmp/text.txt"
-python3 scripts/make-tokens "$tmp/text.txt" "$tmp/tokens.bin" >/dev/null
-args=(--data "$tmp/tokens.bin" --layers 12 --embd 768 --heads 12
+bench_build //examples:train_gpt2 //bench:gpt2_gemm_bench
+bin=$bench_bin
+bench_tmpdir
+bench_tokens "$bench_tmp/tokens.bin"
+args=(--data "$bench_tmp/tokens.bin" --layers 12 --embd 768 --heads 12
       --vocab 50257 --positions 1024 --batch 4 --seq 64 --steps "$steps"
       --quiet)
-mpi=(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+mpi=("${bench_mpirun[@]}" -np 2)
 cores=$(nproc)
 # OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and runs its
-# generic SSE3 kernels there; the GEMM floor and every train_gpt2 run below
-# get the kernel set the CPU supports (the same for baseline and runs;
-# OPENBLAS_CORETYPE, if set, decides instead). train_gpt2 warns its users
-# of the same.
-better=$("$bin/bench/gpt2_gemm_bench" --better-core)
-if [ -n "$better" ]; then
-  echo "bench/gpt2: OPENBLAS_CORETYPE=$better (OpenBLAS did not recognise this CPU)"
-  export OPENBLAS_CORETYPE=$better
-fi
+# generic SSE3 kernels there. train_gpt2 and the GEMM floor choose the
+# kernel set the CPU supports themselves (examples/common/blas_core.h;
+# OPENBLAS_CORETYPE, if set, decides instead), so this bench measures what
+# a user gets; each run's "openblas:" line says which kernels ran.
 echo "bench/gpt2: GPT-2 124M shape, $steps steps (step 0 excluded), $cores cores"
 floor=$("$bin/bench/gpt2_gemm_bench" --threads "$cores" --rows 256)
 echo "one rank: $floor"

@@ -13,7 +13,9 @@
  * <core>)" (the best of R).
  *        gpt2_gemm_bench --better-core
  * Prints the OPENBLAS_CORETYPE that would give this CPU faster kernels than
- * OpenBLAS picked (nn_blas_better_core), or an empty line.
+ * OpenBLAS picked (ex_blas_better_core), or an empty line.
+ * Otherwise it chooses its kernels as train_gpt2 does (ex_blas_choose_core),
+ * so that the floor runs the trainer's GEMMs.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -21,15 +23,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "examples/common/blas_core.h"
 #include "examples/common/nn_cpu.h"
 #include "examples/common/util.h"
 
 int main(int argc, char **argv) {
   if (argc == 2 && strcmp(argv[1], "--better-core") == 0) {
-    const char *core = nn_blas_better_core();
+    const char *core = ex_blas_better_core();
     printf("%s\n", core ? core : "");
     return 0;
   }
+  ex_blas_choose_core(argv, "gpt2_gemm_bench");
   int L = 12, C = 768, V = 50257, N = 256, repeat = 3;
   int threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
   static const struct option opts[] = {{"layers", required_argument, 0, 'L'},
@@ -100,7 +104,7 @@ int main(int argc, char **argv) {
     if (r > 0 && dt < best) best = dt;
   }
   printf("gemm_floor: %.1f ms, %.1f GFLOP/s (%d threads, OpenBLAS %s)\n",
-         1e3 * best, flop / best * 1e-9, threads, nn_blas_core());
+         1e3 * best, flop / best * 1e-9, threads, ex_blas_core());
   free(W);
   free(dW);
   free(X);

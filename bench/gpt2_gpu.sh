@@ -33,12 +33,13 @@ if [ $# -lt 1 ]; then
   echo "gpt2_gpu: skipped: $why"
   exit 0
 fi
-BIN=$1
+BIN=$(realpath "$1") # before common.sh moves to the repository's root
 STEPS=${2:-12}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORK=${GPT2_GPU_WORK:-$(mktemp -d)}
+WORK=$(realpath -m "${GPT2_GPU_WORK:-$(mktemp -d)}")
+# The shared prologue (Open MPI's variables); nothing here builds with
+# Bazel: a GPU machine has none (scripts/gpu-check built BIN).
+. "$(dirname "$0")/common.sh"
 mkdir -p "$WORK"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 B=4 T=1024
 # Tokens for STEPS batches of B*T (+1), uniform over the vocabulary.
 python3 - "$WORK/tokens.bin" "$((STEPS * B * T + 1))" <<'PY' || exit 1

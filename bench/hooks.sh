@@ -8,13 +8,9 @@
 # (targets: <= 50 ns/param, 0 allocations; allocations counted by wrapping
 # malloc/calloc/realloc during the timed loop only). Single process, no MPI.
 # Usage: bench/hooks.sh [--steps N]
-# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+# Bazel's settings: see bench/common.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ob=()
-[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
-bazel "${ob[@]}" build -c opt //bench:hooks_bench >/dev/null 2>&1 ||
-  bazel "${ob[@]}" build -c opt //bench:hooks_bench
-bin=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/bench/hooks_bench
+. "$(dirname "$0")/common.sh"
+bench_build //bench:hooks_bench
 echo "bench/hooks: hooks_bench $*"
-"$bin" "$@"
+"$bench_bin/bench/hooks_bench" "$@"

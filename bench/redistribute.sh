@@ -5,15 +5,9 @@
 # S(0)->R (allgather), P->S(0) (reduce_scatter) and S(1)->R (packs), and
 # last `redistribute: ratio <min of S(0)->R and P->S(0)>` (target >= 0.9).
 # Usage: bench/redistribute.sh [--mib N] [--rounds N]
-# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+# Bazel's settings: see bench/common.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-ob=()
-[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
-bazel "${ob[@]}" build -c opt //bench:redistribute_bench >/dev/null 2>&1 ||
-  bazel "${ob[@]}" build -c opt //bench:redistribute_bench
-bin=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/bench/redistribute_bench
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/common.sh"
+bench_build //bench:redistribute_bench
 echo "bench/redistribute: mpirun -np 4 redistribute_bench $*"
-mpirun -np 4 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-  "$bin" "$@"
+"${bench_mpirun[@]}" -np 4 "$bench_bin/bench/redistribute_bench" "$@"

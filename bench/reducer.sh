@@ -15,24 +15,20 @@
 #   reducer: ratio <raw/tpdp>, vs_ddp <ddp_sync/tpdp_sync>
 # (targets: ratio >= 0.9, vs_ddp >= 2.5).
 # Usage: bench/reducer.sh [--steps N]   (default 10)
-# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+# Bazel's settings: see bench/common.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/common.sh"
 steps=10
 [ "${1:-}" = "--steps" ] && steps="${2:-10}"
-ob=()
-[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
-bazel "${ob[@]}" build -c opt //bench:reducer_bench >/dev/null 2>&1 ||
-  bazel "${ob[@]}" build -c opt //bench:reducer_bench
-bin=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/bench/reducer_bench
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-mpi=(mpirun -np 2 --oversubscribe --bind-to none)
+bench_build //bench:reducer_bench
+bin=$bench_bin/bench/reducer_bench
+mpi=("${bench_mpirun_spin[@]}" -np 2)
 echo "bench/reducer: 2 ranks, 100 x 250k f32, cap 25 MiB, $steps steps"
 t=$("${mpi[@]}" "$bin" time --steps "$steps")
 rv=$("${mpi[@]}" "$bin" rss view --steps 3)
 rc=$("${mpi[@]}" "$bin" rss copy --steps 3)
 d=$(/usr/bin/python3 bench/reducer_ddp.py "$steps")
-field() { echo "$1" | awk -v k="$2" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}'; }
+field() { bench_field "$@"; }
 raw=$(field "$t" raw_ms); tp=$(field "$t" tpdp_ms); nb=$(field "$t" buckets)
 ddp=$(field "$d" ddp_sync_ms); ddp_step=$(field "$d" ddp_sync_step_ms)
 ddp_nosync=$(field "$d" ddp_nosync_step_ms)

@@ -21,7 +21,10 @@
  *     per step, alternating: raw (as above), hier = the reducer with its
  *     shared-memory buckets (hierarchical across hosts), flat = the reducer
  *     made with TPDP_SHM=0 (its buckets through MPI alone); prints
- *     "raw_ms X hier_ms Y flat_ms Z buckets B" (medians, max over ranks).
+ *     "raw_ms X hier_ms Y flat_ms Z buckets B" (medians, max over ranks)
+ *     "hier_cross_bytes H flat_cross_bytes F": the bytes the comm layer
+ *     counted going to ranks on another host in one step of each reducer
+ *     (tpdp_comm_traffic_get on the world, summed over the ranks).
  *   reducer_bench rss view|copy [--steps N]
  *     only the reducer in that mode (view: the gradients live in the
  *     buckets; copy: the caller owns separate gradient buffers), then
@@ -182,9 +185,11 @@ int main(int argc, char **argv) {
     if (!bbytes || !raw || !t[0] || !t[1] || !t[2]) return die("alloc");
     for (int64_t b = 0; b < nb; b++)
       OK(tpdp_reducer_bucket(rh, b, NULL, NULL, &bbytes[b], NULL));
+    uint64_t cross[3] = {0, 0, 0};     /* the last step's, this rank */
     for (int s = -2; s < steps; s++) { /* two warm-up steps */
       for (int k = 0; k < 3; k++) {
         MPI_Barrier(MPI_COMM_WORLD);
+        OK(tpdp_comm_traffic_reset(world));
         double t0 = MPI_Wtime();
         if (k == 0) {
           size_t off = 0;
@@ -197,14 +202,22 @@ int main(int argc, char **argv) {
           return 1;
         }
         if (s >= 0) t[k][s] = MPI_Wtime() - t0;
+        tpdp_comm_traffic tr;
+        OK(tpdp_comm_traffic_get(world, &tr));
+        cross[k] = tr.cross_host_bytes;
       }
     }
+    uint64_t cross_all[3];
+    MPI_Allreduce(cross, cross_all, 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
     double ms[3];
     for (int k = 0; k < 3; k++)
       ms[k] = max_over_ranks(median(t[k], steps) * 1e3);
     if (rank == 0)
-      printf("raw_ms %.2f hier_ms %.2f flat_ms %.2f buckets %lld\n", ms[0],
-             ms[1], ms[2], (long long)nb);
+      printf(
+          "raw_ms %.2f hier_ms %.2f flat_ms %.2f buckets %lld "
+          "hier_cross_bytes %llu flat_cross_bytes %llu\n",
+          ms[0], ms[1], ms[2], (long long)nb, (unsigned long long)cross_all[1],
+          (unsigned long long)cross_all[2]);
     OK(tpdp_reducer_destroy(rh));
     OK(tpdp_reducer_destroy(rf));
     for (int k = 0; k < 3; k++) free(t[k]);

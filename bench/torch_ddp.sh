@@ -12,26 +12,21 @@
 # step_ratio >= 1.3, hook_us_per_param <= 5.
 # Needs python3-torch and python3-mpi4py (scripts/install-deps --bench).
 # Usage: bench/torch_ddp.sh [--steps N]   (default 10)
-# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+# Bazel's settings: see bench/common.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/common.sh"
 steps=10
 [ "${1:-}" = "--steps" ] && steps="${2:-10}"
 if ! /usr/bin/python3 -c "import torch, mpi4py" >/dev/null 2>&1; then
   echo "torch_ddp: skipped (python3-torch or python3-mpi4py missing: scripts/install-deps --bench)"
   exit 0
 fi
-ob=()
-[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
-bazel "${ob[@]}" build -c opt //:libtpdp.so >/dev/null 2>&1 ||
-  bazel "${ob[@]}" build -c opt //:libtpdp.so
-export TPDP_LIB=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/libtpdp.so
+bench_build //:libtpdp.so
+export TPDP_LIB=$bench_bin/libtpdp.so
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-out=$(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-  /usr/bin/python3 bench/torch_ddp.py "$steps")
+out=$("${bench_mpirun[@]}" -np 2 /usr/bin/python3 bench/torch_ddp.py "$steps")
 echo "bench/torch_ddp: $(echo "$out" | cut -d' ' -f1-8)"
-field() { echo "$out" | awk -v k="$1" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}'; }
+field() { bench_field "$out" "$1"; }
 for k in plain torch_sync torch_nosync tpdp_sync tpdp_nosync hooks_plain \
   hooks_torch_nosync hooks_tpdp_nosync; do
   printf '%-40s %10.2f\n' "$k (median step, max over ranks, ms)" "$(field "${k}_ms")"

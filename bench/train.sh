@@ -12,20 +12,18 @@
 # (target: <= 1% each).
 # Usage: bench/train.sh [extra train_mlp flags]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bazel build -c opt //examples:train_mlp >/dev/null 2>&1 ||
-  bazel build -c opt //examples:train_mlp
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+. "$(dirname "$0")/common.sh"
+bench_build //examples:train_mlp
 shape=(--layers 4 --hidden 1030 --width 512 --inputs 256 --classes 32
        --batch 256 --steps 20 --quiet "$@")
-mpi=(mpirun --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
+mpi=("${bench_mpirun[@]}")
 
 # run NAME NP DP TP: one configuration; sets pct_NAME.
 run() {
   local name=$1 np=$2 dp=$3 tp=$4
   echo "bench/train: $name: mpirun -np $np train_mlp --dp $dp --tp $tp ${shape[*]}"
   local out
-  out=$("${mpi[@]}" -np "$np" bazel-bin/examples/train_mlp --dp "$dp" \
+  out=$("${mpi[@]}" -np "$np" "$bench_bin/examples/train_mlp" --dp "$dp" \
         --tp "$tp" "${shape[@]}")
   echo "$out" | sed 's/^/  /'
   local pct

@@ -100,6 +100,9 @@ struct tpdp_comm {
    * caller destroys it with tpdp_comm_destroy, which refuses the others. */
   const void *owner;
   void *impl; /* backend state */
+  /* Bytes moved and how many crossed hosts (traffic.c); NULL: not
+   * counted (a backend that does not attach one). */
+  struct comm_traffic *traffic;
 };
 
 /* tpdp_comm.owner of the world communicator. */
@@ -164,10 +167,51 @@ tpdp_status comm_fp_check_agree(tpdp_comm *comm);
 tpdp_status comm_shm_allreduce(comm_shm *s, const tpdp_comm *comm,
                                tpdp_tensor *t, tpdp_reduce_op op);
 
+/* ------------------------------------------- the launcher (launcher.c) */
+
+/* tpdp_init's refusal of N processes that MPI does not know as one job:
+ * TPDP_ERR_INVALID_ARGUMENT when a launcher's variables say N > 1
+ * (torchrun's WORLD_SIZE, an srun step's SLURM_NTASKS) and no MPI
+ * launcher's are set (before MPI_Init: under srun without PMI Open MPI
+ * would stop the process in it), or, given the world's size after it,
+ * when that is 1. TPDP_LAUNCHER_CHECK=0 turns both off. */
+tpdp_status comm_launcher_check_env(void);
+tpdp_status comm_launcher_check_world(int world_size);
+
+/* --------------------------------- bytes moved per communicator (traffic.c)
+ *
+ * See tpdp_comm_traffic_get (tpdp/comm.h) for what is counted. */
+typedef struct comm_traffic comm_traffic;
+
+/* A hash of this host's name: ranks with equal hashes share a host. */
+uint64_t comm_host_hash(void);
+/* At tpdp_init: learn every world rank's host (comm_mpi_world_hosts).
+ * comm_traffic_fini forgets it (tpdp_finalize). */
+tpdp_status comm_traffic_init(void);
+void comm_traffic_fini(void);
+/* Give `c` its record, from the world rank of each of its ranks (a
+ * backend does, when it makes a communicator). Without a host map (no
+ * tpdp_init) `c` stays uncounted. Errors: TPDP_ERR_OUT_OF_MEMORY. */
+tpdp_status comm_traffic_attach(tpdp_comm *c, const int *world_ranks);
+void comm_traffic_detach(tpdp_comm *c);
+/* `helper` carries part of `owner`'s collectives (the hierarchical
+ * allreduce's cross-host step): its bytes count as owner's. */
+void comm_traffic_charge_to(tpdp_comm *helper, tpdp_comm *owner);
+/* `bytes` sent by this rank to rank `peer` of `c` (a message the backend
+ * posts itself). */
+void comm_traffic_add(const tpdp_comm *c, int peer, uint64_t bytes);
+/* What a ring moves for collective `a` issued on `c` (the front end, for
+ * every collective not over pieces). */
+void comm_traffic_collective(const tpdp_comm *c, const tpdp_coll_args *a);
+
 /* MPI backend (comm/mpi_backend.c). */
 tpdp_status comm_mpi_backend_init(int *argc, char ***argv, int *we_initialized);
 tpdp_status comm_mpi_backend_finalize(int we_initialized);
 tpdp_status comm_mpi_world(tpdp_comm **out);
+/* comm_host_hash of every world rank (*n of them, malloc'd), by an
+ * allgather on MPI_COMM_WORLD itself: no tpdp communicator's collective
+ * sequence moves. */
+tpdp_status comm_mpi_world_hosts(uint64_t **hosts, int *n);
 
 #ifdef __cplusplus
 }

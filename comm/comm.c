@@ -42,15 +42,24 @@ const char *comm_coll_name(tpdp_coll_kind kind) {
 tpdp_status tpdp_init(int *argc, char ***argv) {
   TPDP_API_ENTRY;
   if (initialized) return TPDP_SUCCESS;
+  CHECK(comm_launcher_check_env());
   CHECK(comm_mpi_backend_init(argc, argv, &we_initialized_mpi));
   epoch_now = ++epoch_last;
-  tpdp_status st = comm_mpi_world(&world);
+  tpdp_status st = comm_traffic_init();
+  if (st == TPDP_SUCCESS) st = comm_mpi_world(&world);
+  if (st == TPDP_SUCCESS) st = comm_launcher_check_world(world->size);
   if (st != TPDP_SUCCESS) {
     epoch_now = 0;
     /* Leave MPI as it was found, so that a later tpdp_init starts over. */
     core_first_error f;
     core_first_error_init(&f);
     core_first_error_add(&f, st);
+    if (world != NULL) {
+      core_first_error_add(&f, world->ops->destroy(world));
+      free(world);
+      world = NULL;
+    }
+    comm_traffic_fini();
     core_first_error_add(&f, comm_mpi_backend_finalize(we_initialized_mpi));
     we_initialized_mpi = 0;
     return f.status;
@@ -77,6 +86,7 @@ tpdp_status tpdp_finalize(void) {
   retired_worlds = world;
   world = NULL;
   core_first_error_add(&f, comm_mpi_backend_finalize(we_initialized_mpi));
+  comm_traffic_fini();
   return f.status;
 }
 
@@ -340,7 +350,9 @@ static tpdp_status run_collective(tpdp_comm *comm, tpdp_coll_args *args,
    * that its peers fail too instead of waiting for it. */
   if (comm->debug_collectives) st = comm_fp_check(comm, args, st);
   CHECK(st);
-  return comm->ops->collective(comm, args, work);
+  CHECK(comm->ops->collective(comm, args, work));
+  comm_traffic_collective(comm, args);
+  return TPDP_SUCCESS;
 }
 
 static tpdp_status run_blocking(tpdp_comm *comm, tpdp_coll_args *args) {

@@ -413,12 +413,14 @@ static tpdp_status wrap_comm(MPI_Comm mc, const char *name, uint64_t key,
   c->impl = impl;
   c->concurrent_threads = thread_level == MPI_THREAD_MULTIPLE;
   CHECK_GOTO(world_ranks_of(mc, size, &world), st, fail);
+  CHECK_GOTO(comm_traffic_attach(c, world), st, fail);
   CHECK_GOTO(comm_watch_register(&impl->watch, c, key, world), st, fail);
   free(world);
   *out = c;
   return TPDP_SUCCESS;
 fail:
   free(world);
+  if (c != NULL) comm_traffic_detach(c);
   free(c);
   free(impl);
   return st;
@@ -443,9 +445,26 @@ tpdp_status comm_mpi_world(tpdp_comm **out) {
   return wrap_or_free(dup, "world", 1, out);
 }
 
+tpdp_status comm_mpi_world_hosts(uint64_t **hosts, int *n) {
+  int size = 0;
+  MPI_CHECK(NULL, MPI_Comm_size, MPI_COMM_WORLD, &size);
+  uint64_t mine = comm_host_hash(), *all = NULL;
+  CHECK(TPDP_CALLOC(all, (size_t)size));
+  int rc = MPI_Allgather(&mine, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T,
+                         MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) {
+    free(all);
+    return mpi_status(rc, "MPI_Allgather", NULL);
+  }
+  *hosts = all;
+  *n = size;
+  return TPDP_SUCCESS;
+}
+
 static tpdp_status mpi_destroy(tpdp_comm *comm) {
   mpi_comm_impl *impl = (mpi_comm_impl *)comm->impl;
   comm_watch_unregister(&impl->watch);
+  comm_traffic_detach(comm);
   int finalized = 0;
   tpdp_status st = mpi_status(MPI_Finalized(&finalized), "MPI_Finalized", comm);
   /* After MPI_Finalize the communicator is gone with MPI. */
@@ -668,6 +687,7 @@ static tpdp_status post(const tpdp_comm *comm, mpi_work_impl *w, int send,
                         size_t es, int peer) {
   const int64_t m = pieces_msg_elems(es);
   MPI_Comm mc = ((mpi_comm_impl *)comm->impl)->comm;
+  if (send) comm_traffic_add(comm, peer, (uint64_t)segs_elems(s, n) * es);
   seg *part = NULL;
   CHECK(TPDP_CALLOC(part, (size_t)(n > 0 ? n : 1)));
   tpdp_status st = TPDP_SUCCESS;

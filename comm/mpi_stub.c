@@ -27,3 +27,9 @@ tpdp_status comm_mpi_world(tpdp_comm **out) {
   *out = NULL;
   return TPDP_ERR(TPDP_ERR_UNSUPPORTED, NO_MPI);
 }
+
+tpdp_status comm_mpi_world_hosts(uint64_t **hosts, int *n) {
+  *hosts = NULL;
+  *n = 0;
+  return TPDP_ERR(TPDP_ERR_UNSUPPORTED, NO_MPI);
+}

@@ -133,17 +133,6 @@ static uint64_t random_nonce(void) {
   return x | 1;
 }
 
-/* FNV-1a of the host name: ranks with equal hashes are taken to share a
- * host, which the mapping then proves (the header's nonce). */
-static uint64_t host_hash(void) {
-  char host[256] = {0};
-  if (gethostname(host, sizeof host - 1) != 0) return 0;
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (const char *c = host; *c; c++)
-    h = (h ^ (unsigned char)*c) * 0x100000001b3ULL;
-  return h;
-}
-
 /* Map the segment `name` of `total` bytes (rank 0 creates and sizes it).
  * Returns an errno-style reason on failure (0: mapped). */
 static int map_segment(const char *name, size_t total, int create, char **map) {
@@ -260,7 +249,9 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   memset(&mine, 0, sizeof mine);
   memset(all, 0, sizeof all);
   mine.ok = shm_wanted();
-  mine.host = host_hash();
+  /* Ranks with equal host hashes are taken to share a host, which the
+   * mapping then proves (the header's nonce). */
+  mine.host = comm_host_hash();
   mine.bytes = bytes;
   mine.pid = (int32_t)getpid();
   mine.counter = atomic_fetch_add(&counter, 1);
@@ -332,6 +323,7 @@ tpdp_status comm_shm_create(tpdp_comm *comm, size_t bytes, comm_shm **out) {
   if (hosts > 1)
     CHECK_GOTO(tpdp_comm_split(comm, me.local_rank, me.host, &s->cross), st,
                done);
+  comm_traffic_charge_to(s->cross, comm); /* its bytes are comm's */
   s->rank = me.local_rank;
   s->size = me.local_size;
   s->total = comm->size;

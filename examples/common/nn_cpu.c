@@ -6,7 +6,6 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <strings.h>
 
 /* A small pool for the elementwise kernels. Its workers wait on a
  * condition variable, not spinning: between kernels the cores belong to
@@ -82,29 +81,6 @@ void nn_set_threads(int n) {
 }
 
 int nn_threads(void) { return pool.n; }
-
-const char *nn_blas_core(void) { return openblas_get_corename(); }
-
-const char *nn_blas_better_core(void) {
-  if (getenv("OPENBLAS_CORETYPE") != NULL) return NULL;
-  const char *core = openblas_get_corename();
-  __builtin_cpu_init();
-  /* OpenBLAS's names of its AVX-512 and AVX2 kernel sets. */
-  static const char *const avx512[] = {"SkylakeX", "Cooperlake",
-                                       "SapphireRapids"};
-  static const char *const avx2[] = {"Haswell", "Zen"};
-  int has512 =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  int has2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  int wide = 0;
-  for (size_t i = 0; i < sizeof avx512 / sizeof *avx512; i++)
-    wide |= strcasecmp(core, avx512[i]) == 0;
-  if (has512) return wide ? NULL : "SKYLAKEX";
-  for (size_t i = 0; i < sizeof avx2 / sizeof *avx2; i++)
-    wide |= strcasecmp(core, avx2[i]) == 0;
-  return has2 && !wide ? "HASWELL" : NULL;
-}
 
 /* Run fn over [0, n) in one contiguous range per thread (a single call for
  * short loops, where waking threads would cost more than it saves).
@@ -295,42 +271,20 @@ void nn_gelu_bwd(const float *x, float *d, int64_t n) {
 typedef struct {
   float *p, *m, *v;
   const float *g;
-  float decay, b1, b2, a1, a2, step_size, bc2_sqrt, eps;
+  nn_adamw_scalars s;
 } adamw_ctx;
 
 static void adamw_range(int64_t lo, int64_t hi, void *vctx) {
   const adamw_ctx *c = vctx;
   float *restrict p = c->p, *restrict m = c->m, *restrict v = c->v;
   const float *restrict g = c->g;
-  const float decay = c->decay, b1 = c->b1, b2 = c->b2, a1 = c->a1;
-  const float a2 = c->a2, step_size = c->step_size, bc2_sqrt = c->bc2_sqrt;
-  const float eps = c->eps;
-  for (int64_t k = lo; k < hi; k++) {
-    const float gk = g[k];
-    const float mk = m[k] * b1 + gk * a1;
-    const float vk = v[k] * b2 + gk * gk * a2;
-    m[k] = mk;
-    v[k] = vk;
-    const float denom = sqrtf(vk) / bc2_sqrt + eps;
-    p[k] = p[k] * decay - step_size * (mk / denom);
-  }
+  const nn_adamw_scalars s = c->s;
+  for (int64_t k = lo; k < hi; k++)
+    nn_adamw_element(&p[k], &m[k], &v[k], g[k], &s);
 }
 
 void nn_adamw(float *p, const float *g, float *m, float *v, int64_t n,
               const nn_adamw_opts *o, double weight_decay, int step) {
-  /* The scalars as torch computes them: Python floats (double), used as
-   * f32 by the tensor ops. */
-  adamw_ctx c = {p,
-                 m,
-                 v,
-                 g,
-                 (float)(1.0 - o->lr * weight_decay),
-                 (float)o->beta1,
-                 (float)o->beta2,
-                 (float)(1.0 - o->beta1),
-                 (float)(1.0 - o->beta2),
-                 (float)(o->lr / (1.0 - pow(o->beta1, step))),
-                 (float)sqrt(1.0 - pow(o->beta2, step)),
-                 (float)o->eps};
+  adamw_ctx c = {p, m, v, g, nn_adamw_scalars_make(o, weight_decay, step)};
   parallel_ranges(n, adamw_range, &c);
 }

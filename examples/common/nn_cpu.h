@@ -12,6 +12,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "examples/common/adamw.h"
+
 /* exp(x) within 2 ulp for x in [-87, 88] (clamped outside): x = n ln2 + r,
  * |r| <= ln2/2, exp(r) by its degree-6 Taylor polynomial, 2^n by the
  * exponent bits. Branch-free, so loops calling it vectorise. */
@@ -50,18 +52,6 @@ static inline float nn_tanhf(float x) {
 void nn_set_threads(int n);
 int nn_threads(void);
 
-/* OpenBLAS's kernel set ("Haswell", "SkylakeX", ...: its core name). */
-const char *nn_blas_core(void);
-/* The OPENBLAS_CORETYPE value that would give this CPU faster kernels than
- * the ones OpenBLAS picked, or NULL when there is none to advise (the
- * variable is set, or OpenBLAS picked a kernel set with the CPU's widest
- * vector unit). OpenBLAS 0.3.21 (Debian 12) does not recognise recent
- * Xeons and falls back to its generic SSE3 "Prescott" kernels, which run
- * the example models' GEMMs about 5x slower than its AVX-512 ones. The
- * variable is read when OpenBLAS loads, before main: a program can only
- * tell its user (examples print it as a warning; bench/gpt2.sh sets it). */
-const char *nn_blas_better_core(void);
-
 /* Y[N, out] = X[N, in] W + b, W [in, out] (Hugging Face Conv1D); b may be
  * NULL. */
 void nn_conv1d_fwd(const float *X, const float *W, const float *b, float *Y,
@@ -98,10 +88,8 @@ void nn_gelu_fwd(const float *x, float *y, int64_t n);
 void nn_gelu_bwd(const float *x, float *d, int64_t n);
 
 /* torch.optim.AdamW's step (step counts from 1): p *= 1 - lr*wd; m, v
- * moments; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
-typedef struct {
-  double lr, beta1, beta2, eps;
-} nn_adamw_opts;
+ * moments; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps),
+ * each element by adamw.h's nn_adamw_element (as nn_cuda_adamw). */
 void nn_adamw(float *p, const float *g, float *m, float *v, int64_t n,
               const nn_adamw_opts *o, double weight_decay, int step);
 

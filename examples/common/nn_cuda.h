@@ -15,6 +15,12 @@
  * Sums over rows (column sums, LayerNorm's parameter gradients, the
  * embedding's backward) are deterministic: fixed partial sums in a fixed
  * order, no atomics, so two runs give the same bits.
+ *
+ * One op per file under nn_cuda/ (as llm.c's llmc/): device.cu (errors,
+ * devices, memory, streams, events), blas.cu, colsum.cu, layernorm.cu,
+ * elementwise.cu (bias, residual, GELU), adamw.cu, attention.cu (causal
+ * softmax), embedding.cu, cross_entropy.cu; kernels.cuh and colsum.cuh
+ * hold what they share.
  */
 #ifndef TPDP_EXAMPLES_COMMON_NN_CUDA_H
 #define TPDP_EXAMPLES_COMMON_NN_CUDA_H
@@ -22,9 +28,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "examples/common/adamw.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Inside a function returning int: return the nonzero result of `call`
+ * (an nn_cuda function, or a model's built on them), whose message is in
+ * nn_cuda_last_error(). */
+#define NN_TRY(call)          \
+  do {                        \
+    int rc_ = (call);         \
+    if (rc_ != 0) return rc_; \
+  } while (0)
 
 /* The message of the last failure on this thread ("" if none). */
 const char *nn_cuda_last_error(void);
@@ -129,11 +146,12 @@ int nn_cuda_gelu_fwd(const float *x, float *y, int64_t n, void *stream);
 /* d <- d * gelu'(x), in place. */
 int nn_cuda_gelu_bwd(const float *x, float *d, int64_t n, void *stream);
 
-/* torch.optim.AdamW's step on n elements (step counts from 1), the scalars
- * as nn_adamw computes them. */
+/* torch.optim.AdamW's step on n elements (step counts from 1), as
+ * nn_adamw: the same scalars and per-element update (adamw.h), so the
+ * same bits. */
 int nn_cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n,
-                  double lr, double beta1, double beta2, double eps,
-                  double weight_decay, int step, void *stream);
+                  const nn_adamw_opts *o, double weight_decay, int step,
+                  void *stream);
 
 /* Causal softmax in place over `rows` rows of T (row i is query position
  * i % T): entries above the diagonal become 0. */

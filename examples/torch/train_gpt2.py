@@ -28,6 +28,12 @@ import struct
 import sys
 import time
 
+if __name__ == "__main__":
+    # OpenBLAS's widest kernels for this CPU: decided before torch loads
+    # OpenBLAS (may restart this script once, before MPI starts).
+    import openblas_core
+    openblas_core.choose_core()
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -279,6 +285,11 @@ def main(argv=None):
                                 eps=1e-8, weight_decay=0.0) if a.check else None
     tokens = read_tokens(a.data)
     per = a.batch // a.dp
+    if tt.rank() == 0 and __name__ == "__main__":
+        import openblas_core
+        kernels = openblas_core.describe()
+        if kernels:
+            print("openblas: " + kernels, flush=True)
     losses, worst, times = [], 0.0, []
     for step in range(a.steps):
         t0 = time.perf_counter()

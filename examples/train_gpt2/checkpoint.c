@@ -97,7 +97,7 @@ int save_checkpoint(trainer *t, int step) {
   const options *o = &t->o;
   double t0 = ex_now();
   /* The device's last optimizer step is complete before the save reads. */
-  if (t->b->finish(t) != 0) return -1;
+  if (ex_call(t->b->finish, t) != 0) return -1;
   cJSON *tj = cJSON_CreateObject();
   cJSON_AddNumberToObject(tj, "batch", o->batch);
   cJSON_AddNumberToObject(tj, "seq", o->seq);

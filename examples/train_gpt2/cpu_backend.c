@@ -142,17 +142,17 @@ static int cpu_setup(trainer *t) {
   return 0;
 }
 
-static int cpu_forward(trainer *t, const int32_t *inputs, float loss_scale) {
+static int cpu_forward(trainer *t, const ex_batch *batch, float loss_scale) {
   cpu_state *c = t->dev;
   c->loss_sum = 0;
-  return gpt2_forward(&c->model, inputs, inputs + 1, loss_scale, &c->ops,
-                      &c->loss_sum, &t->tm.model);
+  return gpt2_forward(&c->model, batch->tokens, batch->tokens + 1, loss_scale,
+                      &c->ops, &c->loss_sum, &t->model_tm);
 }
 
 static int cpu_backward(trainer *t) {
   cpu_state *c = t->dev;
   c->model.accumulate = t->accumulate;
-  return gpt2_backward(&c->model, &c->ops, &t->tm.model);
+  return gpt2_backward(&c->model, &c->ops, &t->model_tm);
 }
 
 static int cpu_optimizer_step(trainer *t, int step) {
@@ -171,32 +171,25 @@ static int cpu_loss(trainer *t, double *loss_sum) {
   return 0;
 }
 
-static int cpu_nothing(trainer *t) {
-  (void)t;
-  return 0;
-}
-
-static void cpu_print_time(const trainer *t, const times *tm,
-                           const tpdp_reducer_stats *rs, double comm,
+static void cpu_print_time(const trainer *t, const ex_times *tm, double comm,
                            double data) {
-  (void)t;
-  (void)rs;
   printf(
       "time: compute %.3f s, tp collectives %.3f s, dp reduction %.3f s "
       "(collectives %.3f, averaging %.3f), optimizer %.3f s\n",
-      tm->model.compute, tm->model.tp_comm, comm + data, comm, data, tm->optim);
+      t->model_tm.compute - t->model_tm0.compute,
+      t->model_tm.tp_comm - t->model_tm0.tp_comm, comm + data, comm, data,
+      tm->optim);
 }
 
-const gpt2_backend gpt2_cpu_backend = {
+/* The collectives are synchronous and the tree's tensors are the model's:
+ * nothing to wait for or copy back. */
+const ex_backend gpt2_cpu_backend = {
+    .tree_holds_model = 1,
     .setup = cpu_setup,
     .forward = cpu_forward,
     .backward = cpu_backward,
-    .wait_dp = cpu_nothing,
     .optimizer_step = cpu_optimizer_step,
     .loss = cpu_loss,
-    .finish = cpu_nothing,
-    .params_to_host = cpu_nothing,
     .print_time = cpu_print_time,
     .release = cpu_release,
-    .tree_holds_model = 1,
 };

@@ -236,10 +236,10 @@ static int cuda_setup(trainer *t) {
   return 0;
 }
 
-static int cuda_forward(trainer *t, const int32_t *inputs, float loss_scale) {
+static int cuda_forward(trainer *t, const ex_batch *batch, float loss_scale) {
   cuda_state *c = t->dev;
-  if (gpt2_cuda_forward(&c->model, inputs, inputs + 1, loss_scale, &c->ops,
-                        &t->tm.model) == 0)
+  if (gpt2_cuda_forward(&c->model, batch->tokens, batch->tokens + 1, loss_scale,
+                        &c->ops, &t->model_tm) == 0)
     return 0;
   /* a callback's failure has its own message in t->err */
   return t->err.msg[0] ? -1 : cuda_fail(t, "the forward");
@@ -247,7 +247,7 @@ static int cuda_forward(trainer *t, const int32_t *inputs, float loss_scale) {
 
 static int cuda_backward(trainer *t) {
   cuda_state *c = t->dev;
-  if (gpt2_cuda_backward(&c->model, &c->ops, &t->tm.model) == 0) return 0;
+  if (gpt2_cuda_backward(&c->model, &c->ops, &t->model_tm) == 0) return 0;
   return t->err.msg[0] ? -1 : cuda_fail(t, "the backward");
 }
 
@@ -265,8 +265,7 @@ static int cuda_optimizer_step(trainer *t, int step) {
   const nn_adamw_opts *a = &t->o.adamw;
   for (int i = 0; i < t->np; i++)
     if (nn_cuda_adamw(t->P[i], t->G[i], t->m1[i], t->m2[i],
-                      tpdp_tensor_numel(&t->rparams[i].param), a->lr, a->beta1,
-                      a->beta2, a->eps,
+                      tpdp_tensor_numel(&t->rparams[i].param), a,
                       t->info[i].decay ? t->o.weight_decay : 0.0, step,
                       c->model.stream) != 0)
       return cuda_fail(t, "AdamW");
@@ -296,18 +295,17 @@ static int cuda_params_to_host(trainer *t) {
   return 0;
 }
 
-static void cuda_print_time(const trainer *t, const times *tm,
-                            const tpdp_reducer_stats *rs, double comm,
+static void cuda_print_time(const trainer *t, const ex_times *tm, double comm,
                             double data) {
   const cuda_state *c = t->dev;
-  (void)rs;
+  const double compute = t->model_tm.compute - t->model_tm0.compute;
+  const double tp_comm = t->model_tm.tp_comm - t->model_tm0.tp_comm;
   printf(
       "time (host side; the GPU runs asynchronously, the reducer's finalize "
       "waits for it): queueing the model %.3f s (tp collectives %.3f s), dp "
       "reduction %.3f s (collectives %.3f, waiting for the GPU %.3f), "
       "optimizer %.3f s\n",
-      tm->model.compute + tm->model.tp_comm, tm->model.tp_comm, comm + data,
-      comm, data, tm->optim);
+      compute + tp_comm, tp_comm, comm + data, comm, data, tm->optim);
   printf(
       "gpu memory (cuda:%d): parameters, gradients and AdamW moments %.3f "
       "GiB, activations %.3f GiB\n",
@@ -338,7 +336,8 @@ static void cuda_release(trainer *t) {
   t->dev = NULL;
 }
 
-const gpt2_backend gpt2_cuda_backend = {
+const ex_backend gpt2_cuda_backend = {
+    .tree_holds_model = 0,
     .open = cuda_open,
     .setup = cuda_setup,
     .forward = cuda_forward,
@@ -350,5 +349,4 @@ const gpt2_backend gpt2_cuda_backend = {
     .params_to_host = cuda_params_to_host,
     .print_time = cuda_print_time,
     .release = cuda_release,
-    .tree_holds_model = 0,
 };

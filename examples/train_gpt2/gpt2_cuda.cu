@@ -17,12 +17,6 @@
 
 static const float LN_EPS = 1e-5f;
 
-#define TRY(call)             \
-  do {                        \
-    int rc_ = (call);         \
-    if (rc_ != 0) return rc_; \
-  } while (0)
-
 static double now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -70,7 +64,7 @@ static int dev_alloc(T **p, int64_t count, const char *what) {
   void *v = NULL;
   char name[96];
   snprintf(name, sizeof name, "the activations' '%s'", what);
-  TRY(nn_cuda_alloc(&v, (size_t)count * sizeof(T), name));
+  NN_TRY(nn_cuda_alloc(&v, (size_t)count * sizeof(T), name));
   *p = (T *)v;
   return 0;
 }
@@ -78,7 +72,7 @@ static int dev_alloc(T **p, int64_t count, const char *what) {
 template <typename T>
 static int host_alloc(T **p, int64_t count, const char *what) {
   void *v = NULL;
-  TRY(nn_cuda_alloc_host(&v, (size_t)count * sizeof(T), what));
+  NN_TRY(nn_cuda_alloc_host(&v, (size_t)count * sizeof(T), what));
   *p = (T *)v;
   return 0;
 }
@@ -86,26 +80,26 @@ static int host_alloc(T **p, int64_t count, const char *what) {
 static int model_alloc(gpt2_cuda_model *m) {
   const gpt2_dims *d = &m->d;
   gpt2_sizes s = gpt2_sizes_of(d);
-#define ALLOC(name, count) TRY(dev_alloc(&m->name, (count), #name));
+#define ALLOC(name, count) NN_TRY(dev_alloc(&m->name, (count), #name));
   GPT2_CUDA_BUFFERS(ALLOC)
 #undef ALLOC
-  TRY(dev_alloc(&m->pair, 2 * s.N, "pair"));
-  TRY(dev_alloc(&m->row_loss, s.N, "row_loss"));
-  TRY(dev_alloc(&m->loss_dev, 1, "loss"));
-  TRY(dev_alloc(&m->ids, s.N, "ids"));
-  TRY(dev_alloc(&m->targets, s.N, "targets"));
-  TRY(dev_alloc(&m->order, s.N, "order"));
-  TRY(dev_alloc(&m->seg_start, s.N + 1, "seg_start"));
-  TRY(dev_alloc(&m->seg_row, s.N, "seg_row"));
+  NN_TRY(dev_alloc(&m->pair, 2 * s.N, "pair"));
+  NN_TRY(dev_alloc(&m->row_loss, s.N, "row_loss"));
+  NN_TRY(dev_alloc(&m->loss_dev, 1, "loss"));
+  NN_TRY(dev_alloc(&m->ids, s.N, "ids"));
+  NN_TRY(dev_alloc(&m->targets, s.N, "targets"));
+  NN_TRY(dev_alloc(&m->order, s.N, "order"));
+  NN_TRY(dev_alloc(&m->seg_start, s.N + 1, "seg_start"));
+  NN_TRY(dev_alloc(&m->seg_row, s.N, "seg_row"));
   // staging: ids then targets in one buffer (one copy), the plan, the loss
-  TRY(host_alloc(&m->h_ids, 2 * s.N, "staged token ids"));
-  TRY(host_alloc(&m->h_order, s.N, "the embedding backward's plan"));
-  TRY(host_alloc(&m->h_seg_start, s.N + 1, "the embedding backward's plan"));
-  TRY(host_alloc(&m->h_seg_row, s.N, "the embedding backward's plan"));
-  TRY(host_alloc(&m->h_row_work, s.V, "the embedding backward's plan"));
-  TRY(host_alloc(&m->h_loss, 1, "the loss"));
-  TRY(nn_cuda_event_create(&m->uploaded));
-  TRY(nn_cuda_event_create(&m->loss_ready));
+  NN_TRY(host_alloc(&m->h_ids, 2 * s.N, "staged token ids"));
+  NN_TRY(host_alloc(&m->h_order, s.N, "the embedding backward's plan"));
+  NN_TRY(host_alloc(&m->h_seg_start, s.N + 1, "the embedding backward's plan"));
+  NN_TRY(host_alloc(&m->h_seg_row, s.N, "the embedding backward's plan"));
+  NN_TRY(host_alloc(&m->h_row_work, s.V, "the embedding backward's plan"));
+  NN_TRY(host_alloc(&m->h_loss, 1, "the loss"));
+  NN_TRY(nn_cuda_event_create(&m->uploaded));
+  NN_TRY(nn_cuda_event_create(&m->loss_ready));
   return 0;
 }
 
@@ -127,8 +121,8 @@ extern "C" int gpt2_cuda_model_init(gpt2_cuda_model *m, const gpt2_dims *d,
     return rc;
   }
   // Both events start as recorded, so the first waits return at once.
-  TRY(nn_cuda_event_record(m->uploaded, m->stream));
-  TRY(nn_cuda_event_record(m->loss_ready, m->stream));
+  NN_TRY(nn_cuda_event_record(m->uploaded, m->stream));
+  NN_TRY(nn_cuda_event_record(m->loss_ready, m->stream));
   return 0;
 }
 
@@ -157,9 +151,9 @@ extern "C" void gpt2_cuda_model_free(gpt2_cuda_model *m) {
 static int conv1d_fwd(gpt2_cuda_model *m, const float *X, const float *W,
                       const float *b, float *Y, int64_t N, int64_t in,
                       int64_t out) {
-  TRY(nn_cuda_sgemm(m->blas, 0, 0, (int)out, (int)N, (int)in, 1.0f, W, (int)out,
-                    X, (int)in, 0.0f, Y, (int)out));
-  if (b) TRY(nn_cuda_bias_add(Y, b, N, (int)out, m->stream));
+  NN_TRY(nn_cuda_sgemm(m->blas, 0, 0, (int)out, (int)N, (int)in, 1.0f, W,
+                       (int)out, X, (int)in, 0.0f, Y, (int)out));
+  if (b) NN_TRY(nn_cuda_bias_add(Y, b, N, (int)out, m->stream));
   return 0;
 }
 
@@ -168,13 +162,14 @@ static int conv1d_bwd(gpt2_cuda_model *m, const float *X, const float *W,
                       const float *dY, float *dX, float *dW, float *db,
                       int64_t N, int64_t in, int64_t out) {
   if (dX)
-    TRY(nn_cuda_sgemm(m->blas, 1, 0, (int)in, (int)N, (int)out, 1.0f, W,
-                      (int)out, dY, (int)out, 0.0f, dX, (int)in));
+    NN_TRY(nn_cuda_sgemm(m->blas, 1, 0, (int)in, (int)N, (int)out, 1.0f, W,
+                         (int)out, dY, (int)out, 0.0f, dX, (int)in));
   if (dW)
-    TRY(nn_cuda_sgemm(m->blas, 0, 1, (int)out, (int)in, (int)N, 1.0f, dY,
-                      (int)out, X, (int)in, 0.0f, dW, (int)out));
+    NN_TRY(nn_cuda_sgemm(m->blas, 0, 1, (int)out, (int)in, (int)N, 1.0f, dY,
+                         (int)out, X, (int)in, 0.0f, dW, (int)out));
   if (db)
-    TRY(nn_cuda_colsum(dY, db, (int)N, (int)out, m->colsum_scratch, m->stream));
+    NN_TRY(
+        nn_cuda_colsum(dY, db, (int)N, (int)out, m->colsum_scratch, m->stream));
   return 0;
 }
 
@@ -192,15 +187,16 @@ static int attention_fwd(gpt2_cuda_model *m, const float *qkv, float *att,
   const int64_t TT = (int64_t)T * T;
   for (int b = 0; b < d->B; b++) {
     const float *q = qkv + (int64_t)b * T * ld;
-    TRY(nn_cuda_sgemm_batched(m->blas, 1, 0, T, T, hd, scale, q + E, ld, hd, q,
-                              ld, hd, 0.0f, att + b * hl * TT, T, TT, hl));
+    NN_TRY(nn_cuda_sgemm_batched(m->blas, 1, 0, T, T, hd, scale, q + E, ld, hd,
+                                 q, ld, hd, 0.0f, att + b * hl * TT, T, TT,
+                                 hl));
   }
-  TRY(nn_cuda_causal_softmax_fwd(att, (int64_t)d->B * hl * T, T, m->stream));
+  NN_TRY(nn_cuda_causal_softmax_fwd(att, (int64_t)d->B * hl * T, T, m->stream));
   for (int b = 0; b < d->B; b++) {
     const float *q = qkv + (int64_t)b * T * ld;
-    TRY(nn_cuda_sgemm_batched(m->blas, 0, 0, hd, T, T, 1.0f, q + 2 * E, ld, hd,
-                              att + b * hl * TT, T, TT, 0.0f,
-                              y + (int64_t)b * T * E, E, hd, hl));
+    NN_TRY(nn_cuda_sgemm_batched(m->blas, 0, 0, hd, T, T, 1.0f, q + 2 * E, ld,
+                                 hd, att + b * hl * TT, T, TT, 0.0f,
+                                 y + (int64_t)b * T * E, E, hd, hl));
   }
   return 0;
 }
@@ -218,24 +214,24 @@ static int attention_bwd(gpt2_cuda_model *m, const float *qkv, const float *att,
     const float *g = dy + (int64_t)b * T * E;
     float *dq = dqkv + (int64_t)b * T * ld;
     // dP = dy v^T, dv = P^T dy
-    TRY(nn_cuda_sgemm_batched(m->blas, 1, 0, T, T, hd, 1.0f, q + 2 * E, ld, hd,
-                              g, E, hd, 0.0f, m->dscore + b * hl * TT, T, TT,
-                              hl));
-    TRY(nn_cuda_sgemm_batched(m->blas, 0, 1, hd, T, T, 1.0f, g, E, hd,
-                              att + b * hl * TT, T, TT, 0.0f, dq + 2 * E, ld,
-                              hd, hl));
+    NN_TRY(nn_cuda_sgemm_batched(m->blas, 1, 0, T, T, hd, 1.0f, q + 2 * E, ld,
+                                 hd, g, E, hd, 0.0f, m->dscore + b * hl * TT, T,
+                                 TT, hl));
+    NN_TRY(nn_cuda_sgemm_batched(m->blas, 0, 1, hd, T, T, 1.0f, g, E, hd,
+                                 att + b * hl * TT, T, TT, 0.0f, dq + 2 * E, ld,
+                                 hd, hl));
   }
-  TRY(nn_cuda_causal_softmax_bwd(att, m->dscore, (int64_t)d->B * hl * T, T,
-                                 m->stream));
+  NN_TRY(nn_cuda_causal_softmax_bwd(att, m->dscore, (int64_t)d->B * hl * T, T,
+                                    m->stream));
   for (int b = 0; b < d->B; b++) {
     const float *q = qkv + (int64_t)b * T * ld;
     float *dq = dqkv + (int64_t)b * T * ld;
     const float *dS = m->dscore + b * hl * TT;
     // S = scale q k^T: dq = scale dS k, dk = scale dS^T q
-    TRY(nn_cuda_sgemm_batched(m->blas, 0, 0, hd, T, T, scale, q + E, ld, hd, dS,
-                              T, TT, 0.0f, dq, ld, hd, hl));
-    TRY(nn_cuda_sgemm_batched(m->blas, 0, 1, hd, T, T, scale, q, ld, hd, dS, T,
-                              TT, 0.0f, dq + E, ld, hd, hl));
+    NN_TRY(nn_cuda_sgemm_batched(m->blas, 0, 0, hd, T, T, scale, q + E, ld, hd,
+                                 dS, T, TT, 0.0f, dq, ld, hd, hl));
+    NN_TRY(nn_cuda_sgemm_batched(m->blas, 0, 1, hd, T, T, scale, q, ld, hd, dS,
+                                 T, TT, 0.0f, dq + E, ld, hd, hl));
   }
   return 0;
 }
@@ -298,20 +294,20 @@ static int cross_entropy(gpt2_cuda_model *m, const gpt2_cuda_ops *ops,
   const gpt2_dims *d = &m->d;
   const int64_t N = (int64_t)d->B * d->T;
   float *gmax = m->tp_size > 1 ? m->row_gmax : m->row_max;
-  TRY(nn_cuda_xent_stats(m->logits, m->ldv, m->targets, N, d->v0, d->vl,
-                         m->row_max, m->pair, m->stream));
+  NN_TRY(nn_cuda_xent_stats(m->logits, m->ldv, m->targets, N, d->v0, d->vl,
+                            m->row_max, m->pair, m->stream));
   if (m->tp_size > 1) {
-    TRY(nn_cuda_copy_async(gmax, m->row_max, sizeof(float) * (size_t)N,
-                           m->stream));
-    TRY(ops->allreduce(ops->ctx, gmax, N, 0, 1, m->stream));
-    TRY(nn_cuda_xent_rescale(m->row_max, gmax, m->pair, N, m->stream));
-    TRY(ops->allreduce(ops->ctx, m->pair, 2 * N, 1, 0, m->stream));
+    NN_TRY(nn_cuda_copy_async(gmax, m->row_max, sizeof(float) * (size_t)N,
+                              m->stream));
+    NN_TRY(ops->allreduce(ops->ctx, gmax, N, 0, 1, m->stream));
+    NN_TRY(nn_cuda_xent_rescale(m->row_max, gmax, m->pair, N, m->stream));
+    NN_TRY(ops->allreduce(ops->ctx, m->pair, 2 * N, 1, 0, m->stream));
   }
-  TRY(nn_cuda_xent_grad(m->logits, m->ldv, m->targets, N, d->v0, d->vl, gmax,
-                        m->pair, scale, m->row_loss, m->stream));
-  TRY(nn_cuda_sum_f64(m->row_loss, N, m->loss_dev, m->stream));
-  TRY(nn_cuda_copy_async(m->h_loss, m->loss_dev, sizeof(double), m->stream));
-  TRY(nn_cuda_event_record(m->loss_ready, m->stream));
+  NN_TRY(nn_cuda_xent_grad(m->logits, m->ldv, m->targets, N, d->v0, d->vl, gmax,
+                           m->pair, scale, m->row_loss, m->stream));
+  NN_TRY(nn_cuda_sum_f64(m->row_loss, N, m->loss_dev, m->stream));
+  NN_TRY(nn_cuda_copy_async(m->h_loss, m->loss_dev, sizeof(double), m->stream));
+  NN_TRY(nn_cuda_event_record(m->loss_ready, m->stream));
   return 0;
 }
 
@@ -328,25 +324,25 @@ extern "C" int gpt2_cuda_forward(gpt2_cuda_model *m, const int32_t *inputs,
   m->loss_scale = loss_scale;
 
   // The ids and targets: staged (after the last upload was read), copied.
-  TRY(nn_cuda_event_sync(m->uploaded));
+  NN_TRY(nn_cuda_event_sync(m->uploaded));
   memcpy(m->h_ids, inputs, sizeof(int32_t) * (size_t)N);
   memcpy(m->h_ids + N, targets, sizeof(int32_t) * (size_t)N);
-  TRY(nn_cuda_copy_async(m->ids, m->h_ids, sizeof(int32_t) * (size_t)N, st));
-  TRY(nn_cuda_copy_async(m->targets, m->h_ids + N, sizeof(int32_t) * (size_t)N,
-                         st));
-  TRY(nn_cuda_event_record(m->uploaded, st));
+  NN_TRY(nn_cuda_copy_async(m->ids, m->h_ids, sizeof(int32_t) * (size_t)N, st));
+  NN_TRY(nn_cuda_copy_async(m->targets, m->h_ids + N,
+                            sizeof(int32_t) * (size_t)N, st));
+  NN_TRY(nn_cuda_event_record(m->uploaded, st));
 
   // embeddings: full rows (TP rank 0 adds the positions before the sum
   // over TP), then this rank's sequence shard (sp)
   float *x0 = d->sp ? m->x0 : m->resid;
-  TRY(nn_cuda_embedding_fwd(m->ids, N, P[GPT2_WTE], d->v0, d->vl,
-                            m->tp_rank == 0 ? P[GPT2_WPE] : NULL, d->T, (int)C,
-                            x0, st));
+  NN_TRY(nn_cuda_embedding_fwd(m->ids, N, P[GPT2_WTE], d->v0, d->vl,
+                               m->tp_rank == 0 ? P[GPT2_WPE] : NULL, d->T,
+                               (int)C, x0, st));
   CALL(t, 1, tp_sum(m, ops, x0, N * C));
   if (d->sp)
-    TRY(nn_cuda_copy_2d_async(m->resid, sizeof(float) * d->tl * C,
-                              x0 + (int64_t)d->t0 * C, sizeof(float) * d->T * C,
-                              sizeof(float) * d->tl * C, (size_t)d->B, st));
+    NN_TRY(nn_cuda_copy_2d_async(
+        m->resid, sizeof(float) * d->tl * C, x0 + (int64_t)d->t0 * C,
+        sizeof(float) * d->T * C, sizeof(float) * d->tl * C, (size_t)d->B, st));
 
   for (int l = 0; l < d->c.n_layer; l++) {
     const int64_t o_l = (int64_t)l * Nl * C, o_g = (int64_t)l * N * C;
@@ -361,48 +357,48 @@ extern "C" int gpt2_cuda_forward(gpt2_cuda_model *m, const int32_t *inputs,
           *fcg = m->fcg + (int64_t)l * N * F;
     const float *in = NULL, *red = NULL;
 
-    TRY(nn_cuda_layernorm_fwd(x, P[gpt2_block_param(l, GPT2_LN1_W)],
-                              P[gpt2_block_param(l, GPT2_LN1_B)], ln1, st1,
-                              st1 + Nl, (int)Nl, (int)C, LN_EPS, st));
+    NN_TRY(nn_cuda_layernorm_fwd(x, P[gpt2_block_param(l, GPT2_LN1_W)],
+                                 P[gpt2_block_param(l, GPT2_LN1_B)], ln1, st1,
+                                 st1 + Nl, (int)Nl, (int)C, LN_EPS, st));
     CALL(t, 1, gather_in(m, ops, ln1, d->sp ? m->ln1g + o_g : NULL, &in));
-    TRY(conv1d_fwd(m, in, P[gpt2_block_param(l, GPT2_QKV_W)],
-                   P[gpt2_block_param(l, GPT2_QKV_B)], qkv, N, C, 3 * E));
-    TRY(attention_fwd(m, qkv, att, atty));
-    TRY(conv1d_fwd(m, atty, P[gpt2_block_param(l, GPT2_AO_W)], NULL, m->tmp, N,
-                   E, C));
+    NN_TRY(conv1d_fwd(m, in, P[gpt2_block_param(l, GPT2_QKV_W)],
+                      P[gpt2_block_param(l, GPT2_QKV_B)], qkv, N, C, 3 * E));
+    NN_TRY(attention_fwd(m, qkv, att, atty));
+    NN_TRY(conv1d_fwd(m, atty, P[gpt2_block_param(l, GPT2_AO_W)], NULL, m->tmp,
+                      N, E, C));
     CALL(t, 1, reduce_out(m, ops, m->tmp, m->tmp2, &red));
-    TRY(nn_cuda_residual(x, red, P[gpt2_block_param(l, GPT2_AO_B)], r2, Nl,
-                         (int)C, st));
+    NN_TRY(nn_cuda_residual(x, red, P[gpt2_block_param(l, GPT2_AO_B)], r2, Nl,
+                            (int)C, st));
 
-    TRY(nn_cuda_layernorm_fwd(r2, P[gpt2_block_param(l, GPT2_LN2_W)],
-                              P[gpt2_block_param(l, GPT2_LN2_B)], ln2, st2,
-                              st2 + Nl, (int)Nl, (int)C, LN_EPS, st));
+    NN_TRY(nn_cuda_layernorm_fwd(r2, P[gpt2_block_param(l, GPT2_LN2_W)],
+                                 P[gpt2_block_param(l, GPT2_LN2_B)], ln2, st2,
+                                 st2 + Nl, (int)Nl, (int)C, LN_EPS, st));
     CALL(t, 1, gather_in(m, ops, ln2, d->sp ? m->ln2g + o_g : NULL, &in));
-    TRY(conv1d_fwd(m, in, P[gpt2_block_param(l, GPT2_FC_W)],
-                   P[gpt2_block_param(l, GPT2_FC_B)], fch, N, C, F));
-    TRY(nn_cuda_gelu_fwd(fch, fcg, N * F, st));
-    TRY(conv1d_fwd(m, fcg, P[gpt2_block_param(l, GPT2_MO_W)], NULL, m->tmp, N,
-                   F, C));
+    NN_TRY(conv1d_fwd(m, in, P[gpt2_block_param(l, GPT2_FC_W)],
+                      P[gpt2_block_param(l, GPT2_FC_B)], fch, N, C, F));
+    NN_TRY(nn_cuda_gelu_fwd(fch, fcg, N * F, st));
+    NN_TRY(conv1d_fwd(m, fcg, P[gpt2_block_param(l, GPT2_MO_W)], NULL, m->tmp,
+                      N, F, C));
     CALL(t, 1, reduce_out(m, ops, m->tmp, m->tmp2, &red));
-    TRY(nn_cuda_residual(r2, red, P[gpt2_block_param(l, GPT2_MO_B)],
-                         m->resid + o_l + Nl * C, Nl, (int)C, st));
+    NN_TRY(nn_cuda_residual(r2, red, P[gpt2_block_param(l, GPT2_MO_B)],
+                            m->resid + o_l + Nl * C, Nl, (int)C, st));
   }
 
   const int lnf = gpt2_lnf_param(&d->c);
   const float *xL = m->resid + (int64_t)d->c.n_layer * Nl * C, *in = NULL;
-  TRY(nn_cuda_layernorm_fwd(xL, P[lnf], P[lnf + 1], m->lnf, m->lnf_stats,
-                            m->lnf_stats + Nl, (int)Nl, (int)C, LN_EPS, st));
+  NN_TRY(nn_cuda_layernorm_fwd(xL, P[lnf], P[lnf + 1], m->lnf, m->lnf_stats,
+                               m->lnf_stats + Nl, (int)Nl, (int)C, LN_EPS, st));
   CALL(t, 1, gather_in(m, ops, m->lnf, m->lnfg, &in));
   // logits [N, vl] = in [N, C] wte^T (pitch ldv)
-  TRY(nn_cuda_sgemm(m->blas, 1, 0, d->vl, (int)N, (int)C, 1.0f, P[GPT2_WTE],
-                    (int)C, in, (int)C, 0.0f, m->logits, (int)m->ldv));
-  TRY(cross_entropy(m, ops, loss_scale));
+  NN_TRY(nn_cuda_sgemm(m->blas, 1, 0, d->vl, (int)N, (int)C, 1.0f, P[GPT2_WTE],
+                       (int)C, in, (int)C, 0.0f, m->logits, (int)m->ldv));
+  NN_TRY(cross_entropy(m, ops, loss_scale));
   t->compute += now() - start - paused;
   return 0;
 }
 
 extern "C" int gpt2_cuda_loss(gpt2_cuda_model *m, double *loss_sum) {
-  TRY(nn_cuda_event_sync(m->loss_ready));
+  NN_TRY(nn_cuda_event_sync(m->loss_ready));
   *loss_sum = *m->h_loss;
   return 0;
 }
@@ -423,19 +419,20 @@ extern "C" int gpt2_cuda_loss(gpt2_cuda_model *m, double *loss_sum) {
 static int upload_plan(gpt2_cuda_model *m, int *segments) {
   const gpt2_dims *d = &m->d;
   const int64_t N = (int64_t)d->B * d->T;
-  TRY(nn_cuda_event_sync(m->uploaded));
+  NN_TRY(nn_cuda_event_sync(m->uploaded));
   nn_embedding_plan plan = {m->h_order, m->h_seg_start, m->h_seg_row, 0,
                             m->h_row_work};
   nn_embedding_plan_make(m->inputs, N, d->v0, d->vl, &plan);
   *segments = plan.segments;
-  TRY(nn_cuda_copy_async(m->order, m->h_order, sizeof(int32_t) * (size_t)N,
-                         m->stream));
-  TRY(nn_cuda_copy_async(m->seg_start, m->h_seg_start,
-                         sizeof(int32_t) * (size_t)(plan.segments + 1),
-                         m->stream));
-  TRY(nn_cuda_copy_async(m->seg_row, m->h_seg_row,
-                         sizeof(int32_t) * (size_t)plan.segments, m->stream));
-  TRY(nn_cuda_event_record(m->uploaded, m->stream));
+  NN_TRY(nn_cuda_copy_async(m->order, m->h_order, sizeof(int32_t) * (size_t)N,
+                            m->stream));
+  NN_TRY(nn_cuda_copy_async(m->seg_start, m->h_seg_start,
+                            sizeof(int32_t) * (size_t)(plan.segments + 1),
+                            m->stream));
+  NN_TRY(nn_cuda_copy_async(m->seg_row, m->h_seg_row,
+                            sizeof(int32_t) * (size_t)plan.segments,
+                            m->stream));
+  NN_TRY(nn_cuda_event_record(m->uploaded, m->stream));
   return 0;
 }
 
@@ -453,17 +450,18 @@ extern "C" int gpt2_cuda_backward(gpt2_cuda_model *m, const gpt2_cuda_ops *ops,
   // head (tied to wte): logits = lnf wte^T; m->logits holds dlogits.
   // dX [N, C] = dlogits wte, dW [vl, C] = dlogits^T lnf (overwritten)
   const float *lnf_in = d->sp ? m->lnfg : m->lnf;
-  TRY(nn_cuda_sgemm(m->blas, 0, 0, (int)C, (int)N, d->vl, 1.0f, P[GPT2_WTE],
-                    (int)C, m->logits, (int)m->ldv, 0.0f, m->dtmp, (int)C));
-  TRY(nn_cuda_sgemm(m->blas, 0, 1, (int)C, d->vl, (int)N, 1.0f, lnf_in, (int)C,
-                    m->logits, (int)m->ldv, 0.0f, G[GPT2_WTE], (int)C));
+  NN_TRY(nn_cuda_sgemm(m->blas, 0, 0, (int)C, (int)N, d->vl, 1.0f, P[GPT2_WTE],
+                       (int)C, m->logits, (int)m->ldv, 0.0f, m->dtmp, (int)C));
+  NN_TRY(nn_cuda_sgemm(m->blas, 0, 1, (int)C, d->vl, (int)N, 1.0f, lnf_in,
+                       (int)C, m->logits, (int)m->ldv, 0.0f, G[GPT2_WTE],
+                       (int)C));
   const float *dln = NULL;
   CALL(t, 1, reduce_out(m, ops, m->dtmp, m->tmp2, &dln));
-  TRY(nn_cuda_zero_async(m->dresid, sizeof(float) * (size_t)(Nl * C), st));
+  NN_TRY(nn_cuda_zero_async(m->dresid, sizeof(float) * (size_t)(Nl * C), st));
   const float *xL = m->resid + L * Nl * C;
-  TRY(nn_cuda_layernorm_bwd(xL, P[lnf], m->lnf_stats, m->lnf_stats + Nl, dln,
-                            m->dresid, G[lnf], G[lnf + 1], (int)Nl, (int)C, scr,
-                            st));
+  NN_TRY(nn_cuda_layernorm_bwd(xL, P[lnf], m->lnf_stats, m->lnf_stats + Nl, dln,
+                               m->dresid, G[lnf], G[lnf + 1], (int)Nl, (int)C,
+                               scr, st));
   READY_REPLICATED(lnf);
   READY_REPLICATED(lnf + 1);
 
@@ -483,45 +481,46 @@ extern "C" int gpt2_cuda_backward(gpt2_cuda_model *m, const gpt2_cuda_ops *ops,
 
     // MLP: x_out = r2 + sum_tp(fcg Wmo) + bmo
     int i_mo_b = gpt2_block_param(l, GPT2_MO_B);
-    TRY(nn_cuda_colsum(m->dresid, G[i_mo_b], (int)Nl, (int)C, scr, st));
+    NN_TRY(nn_cuda_colsum(m->dresid, G[i_mo_b], (int)Nl, (int)C, scr, st));
     READY_REPLICATED(i_mo_b);
     CALL(t, 1, gather_in(m, ops, m->dresid, m->dfull, &dy));
     int i_mo_w = gpt2_block_param(l, GPT2_MO_W);
-    TRY(conv1d_bwd(m, fcg, P[i_mo_w], dy, m->dfc, G[i_mo_w], NULL, N, F, C));
+    NN_TRY(conv1d_bwd(m, fcg, P[i_mo_w], dy, m->dfc, G[i_mo_w], NULL, N, F, C));
     READY(i_mo_w);
-    TRY(nn_cuda_gelu_bwd(fch, m->dfc, N * F, st));
+    NN_TRY(nn_cuda_gelu_bwd(fch, m->dfc, N * F, st));
     int i_fc_w = gpt2_block_param(l, GPT2_FC_W);
-    TRY(conv1d_bwd(m, ln2_in, P[i_fc_w], m->dfc, m->dtmp, G[i_fc_w],
-                   G[i_fc_w + 1], N, C, F));
+    NN_TRY(conv1d_bwd(m, ln2_in, P[i_fc_w], m->dfc, m->dtmp, G[i_fc_w],
+                      G[i_fc_w + 1], N, C, F));
     READY(i_fc_w);
     READY(i_fc_w + 1);
     CALL(t, 1, reduce_out(m, ops, m->dtmp, m->tmp2, &dred));
     int i_ln2 = gpt2_block_param(l, GPT2_LN2_W);
-    TRY(nn_cuda_layernorm_bwd(r2, P[i_ln2], st2, st2 + Nl, dred, m->dresid,
-                              G[i_ln2], G[i_ln2 + 1], (int)Nl, (int)C, scr,
-                              st));
+    NN_TRY(nn_cuda_layernorm_bwd(r2, P[i_ln2], st2, st2 + Nl, dred, m->dresid,
+                                 G[i_ln2], G[i_ln2 + 1], (int)Nl, (int)C, scr,
+                                 st));
     READY_REPLICATED(i_ln2);
     READY_REPLICATED(i_ln2 + 1);
 
     // attention: r2 = x + sum_tp(atty Wao) + bao
     int i_ao_b = gpt2_block_param(l, GPT2_AO_B);
-    TRY(nn_cuda_colsum(m->dresid, G[i_ao_b], (int)Nl, (int)C, scr, st));
+    NN_TRY(nn_cuda_colsum(m->dresid, G[i_ao_b], (int)Nl, (int)C, scr, st));
     READY_REPLICATED(i_ao_b);
     CALL(t, 1, gather_in(m, ops, m->dresid, m->dfull, &dy));
     int i_ao_w = gpt2_block_param(l, GPT2_AO_W);
-    TRY(conv1d_bwd(m, atty, P[i_ao_w], dy, m->datty, G[i_ao_w], NULL, N, E, C));
+    NN_TRY(
+        conv1d_bwd(m, atty, P[i_ao_w], dy, m->datty, G[i_ao_w], NULL, N, E, C));
     READY(i_ao_w);
-    TRY(attention_bwd(m, qkv, att, m->datty, m->dqkv));
+    NN_TRY(attention_bwd(m, qkv, att, m->datty, m->dqkv));
     int i_qkv = gpt2_block_param(l, GPT2_QKV_W);
-    TRY(conv1d_bwd(m, ln1_in, P[i_qkv], m->dqkv, m->dtmp, G[i_qkv],
-                   G[i_qkv + 1], N, C, 3 * E));
+    NN_TRY(conv1d_bwd(m, ln1_in, P[i_qkv], m->dqkv, m->dtmp, G[i_qkv],
+                      G[i_qkv + 1], N, C, 3 * E));
     READY(i_qkv);
     READY(i_qkv + 1);
     CALL(t, 1, reduce_out(m, ops, m->dtmp, m->tmp2, &dred));
     int i_ln1 = gpt2_block_param(l, GPT2_LN1_W);
-    TRY(nn_cuda_layernorm_bwd(x, P[i_ln1], st1, st1 + Nl, dred, m->dresid,
-                              G[i_ln1], G[i_ln1 + 1], (int)Nl, (int)C, scr,
-                              st));
+    NN_TRY(nn_cuda_layernorm_bwd(x, P[i_ln1], st1, st1 + Nl, dred, m->dresid,
+                                 G[i_ln1], G[i_ln1 + 1], (int)Nl, (int)C, scr,
+                                 st));
     READY_REPLICATED(i_ln1);
     READY_REPLICATED(i_ln1 + 1);
   }
@@ -529,14 +528,14 @@ extern "C" int gpt2_cuda_backward(gpt2_cuda_model *m, const gpt2_cuda_ops *ops,
   // embeddings: the full rows' gradient (gathered under sp)
   const float *dx0 = NULL;
   CALL(t, 1, gather_in(m, ops, m->dresid, m->dfull, &dx0));
-  TRY(nn_cuda_zero_async(
+  NN_TRY(nn_cuda_zero_async(
       G[GPT2_WPE], sizeof(float) * (size_t)d->c.n_positions * (size_t)C, st));
-  TRY(nn_cuda_position_bwd(dx0, d->B, d->T, (int)C, G[GPT2_WPE], st));
+  NN_TRY(nn_cuda_position_bwd(dx0, d->B, d->T, (int)C, G[GPT2_WPE], st));
   READY(GPT2_WPE);
   int segments = 0;
-  TRY(upload_plan(m, &segments));
-  TRY(nn_cuda_embedding_bwd(m->order, m->seg_start, m->seg_row, segments, dx0,
-                            (int)C, G[GPT2_WTE], st));
+  NN_TRY(upload_plan(m, &segments));
+  NN_TRY(nn_cuda_embedding_bwd(m->order, m->seg_start, m->seg_row, segments,
+                               dx0, (int)C, G[GPT2_WTE], st));
   READY(GPT2_WTE);
   t->compute += now() - start - paused;
   return 0;

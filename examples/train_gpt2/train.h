@@ -9,9 +9,11 @@
  *   checkpoint.c   --save / --load (sharded checkpoints, any mesh)
  *   cpu_backend.c  the model and AdamW on the host (gpt2.c, OpenBLAS)
  *   cuda_backend.c the same on a GPU (gpt2_cuda.cu; --config=cuda only)
- *   train_gpt2.c   setup, the training loop, the summary, --check, main
+ *   setup.c        everything up to the first step, and the teardown
+ *   train_gpt2.c   the training loop, the summary, --check, main
  *
- * The loop is written once against a gpt2_backend: what differs with
+ * The loop is written once against an ex_backend (examples/common/
+ * trainer.h, the table train_mlp's backends fill too): what differs with
  * --device (where parameters, gradients, moments and activations live,
  * which model runs, how TP collectives move data) is its functions. The
  * module tree, the checkpoints and the cross-rank agreement on errors stay
@@ -25,6 +27,7 @@
 
 #include "examples/common/nn_cpu.h"
 #include "examples/common/tokens.h"
+#include "examples/common/trainer.h"
 #include "examples/common/trainer_util.h"
 #include "examples/common/util.h"
 #include "examples/train_gpt2/gpt2.h"
@@ -82,18 +85,16 @@ void config_json(const gpt2_config *c, char *buf, size_t len);
 
 /* ------------------------------------------------------------ trainer */
 
-typedef struct {
-  double hooks, data, optim;
-  gpt2_timers model;
-  double mark; /* inside reducer mark_ready (the grad_ready callback) */
-  double ckpt; /* saving checkpoints */
-} times;
+/* The model's batch: this rank's rows of tokens, each followed by its
+ * target (the next token). */
+struct ex_batch {
+  const int32_t *tokens;
+};
 
-typedef struct gpt2_backend gpt2_backend;
-
-typedef struct {
+typedef struct ex_trainer trainer;
+struct ex_trainer {
   options o;
-  const gpt2_backend *b;
+  const ex_backend *b;
   tpdp_comm *comm; /* the host mesh's parent: world, or a 1-rank split */
   int rank;
   int print;      /* the tree report and step lines (rank 0, not --quiet) */
@@ -136,56 +137,29 @@ typedef struct {
   int start;             /* the first step (the checkpoint's with --load) */
   int64_t resume_pos;    /* --load: the data position to go on from */
   char saved_data[4096]; /* --load without --data: the saved token file */
-  times tm;
-  void *dev;           /* the backend's own state */
-  char model_note[96]; /* appended to the tree report's heading */
+  ex_times tm;
+  gpt2_timers model_tm;  /* inside the model (its compute, TP collectives) */
+  gpt2_timers model_tm0; /* model_tm where the timed steps start */
+  void *dev;             /* the backend's own state */
+  char model_note[96];   /* appended to the tree report's heading */
   ex_error err;
-} trainer;
-
-/* What differs with --device. Each returns 0, or nonzero with t->err set
- * (a failing tpdp call through tpdp_fail). */
-struct gpt2_backend {
-  /* Collective, once the host mesh exists (NULL: nothing to do): the
-   * device's communicators; t->device. */
-  int (*open)(trainer *t);
-  /* After tpdp_pre_dp_transform, with t->dims known: the model, its
-   * parameters (initial values from the host tree), gradients and AdamW
-   * state; t->rparams, P, G, m1, m2, reduce_comm, device, grad_stream.
-   * Called by every rank; failures are agreed on by the caller. */
-  int (*setup)(trainer *t);
-  /* Forward on this rank's rows; the loss comes later (loss). */
-  int (*forward)(trainer *t, const int32_t *inputs, float loss_scale);
-  /* Backward, marking each gradient ready with the reducer. */
-  int (*backward)(trainer *t);
-  /* Order the model after what the reducer queued (cuda), or nothing. */
-  int (*wait_dp)(trainer *t);
-  int (*optimizer_step)(trainer *t, int step); /* step counts from 1 */
-  /* The last forward's summed loss over this rank's rows. */
-  int (*loss)(trainer *t, double *loss_sum);
-  /* The work queued so far is done (timing, checkpoints). */
-  int (*finish)(trainer *t);
-  /* The model's trained parameters into the host tree's tensors (cuda),
-   * before --check gathers them; nothing on the host. */
-  int (*params_to_host)(trainer *t);
-  /* The summary's "time..." line over the timed steps. */
-  void (*print_time)(const trainer *t, const times *tm,
-                     const tpdp_reducer_stats *rs, double comm, double data);
-  /* Frees the model and t->dev (safe after any failure). */
-  void (*release)(trainer *t);
-  /* 1: the module tree's tensors are the model's, so its gradients follow
-   * the reducer's buckets (cpu). */
-  int tree_holds_model;
 };
 
-extern const gpt2_backend gpt2_cpu_backend;
+/* The backends (examples/common/trainer.h's table): cpu_backend.c,
+ * cuda_backend.c. */
+extern const ex_backend gpt2_cpu_backend;
 #ifdef TPDP_EXAMPLES_GPT2_CUDA
-extern const gpt2_backend gpt2_cuda_backend;
+extern const ex_backend gpt2_cuda_backend;
 #endif
 
 /* A tpdp call that failed: its message into t->err; returns -1. */
 #define tpdp_fail(t, what, st) ex_tpdp_fail(&(t)->err, (what), (st))
-/* Return -1 when a tpdp call fails, its message in t->err. */
-#define TRY(call) EX_TRY(&t->err, call)
+
+/* setup.c: everything up to the first step. 0, or -1 with t->err set
+ * (identical on every rank: see agree). */
+int trainer_setup(trainer *t);
+/* Frees what setup made (safe after any failure). */
+void trainer_free(trainer *t);
 
 /* All ranks of t->comm fail together with the lowest failing rank's
  * message: 0 when none failed, else -1 (and t->err_agreed). */

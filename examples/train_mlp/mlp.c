@@ -321,18 +321,6 @@ static double softmax_ce(float *logits, const int *labels, int B, int C,
   return total;
 }
 
-void adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
-                  float lr, int step) {
-  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
-  float c1 = 1.0f - powf(b1, (float)step), c2 = 1.0f - powf(b2, (float)step);
-  for (int64_t k = 0; k < n; k++) {
-    m[k] = b1 * m[k] + (1 - b1) * g[k];
-    v[k] = b2 * v[k] + (1 - b2) * g[k] * g[k];
-    float mhat = m[k] / c1, vhat = v[k] / c2;
-    p[k] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[k]);
-  }
-}
-
 /* ------------------------------------------------------------ model */
 
 int mlp_model_init(mlp_model *m, const mlp_shape *s, int f_local, int batch,

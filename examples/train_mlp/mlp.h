@@ -131,10 +131,6 @@ void mlp_init_param(const mlp_shape *s, int i, uint64_t seed, float *out);
 void mlp_make_batch(const mlp_shape *s, uint64_t seed, int step, int batch,
                     float *x, int *labels);
 
-/* AdamW on n elements (step counts from 1). */
-void adamw_update(float *p, const float *g, float *m, float *v, int64_t n,
-                  float lr, int step);
-
 double mlp_now(void);
 
 #endif

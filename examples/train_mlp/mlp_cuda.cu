@@ -6,61 +6,22 @@
 // Row-major matrices through column-major cuBLAS: a row-major [r, c] buffer
 // read as column-major is its [c, r] transpose, so a row-major product
 // C = A B is computed as the column-major C^T = B^T A^T.
-#include <cublas_v2.h>
-#include <cuda_runtime.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "examples/common/nn_cuda_check.cuh"
+#include "examples/common/nn_cuda/kernels.cuh"
 #include "examples/train_mlp/mlp_cuda.h"
 
-#define TRY(call)             \
-  do {                        \
-    int rc_ = (call);         \
-    if (rc_ != 0) return rc_; \
-  } while (0)
-
 // ------------------------------------------------------------ kernels
-
-static const int THREADS = 256;
-static const int WARPS_PER_BLOCK = 4;  // warp-per-row kernels: 128 threads
-
-static unsigned grid_for(int64_t n) {
-  int64_t g = (n + THREADS - 1) / THREADS;
-  if (g < 1) g = 1;
-  if (g > 65535) g = 65535;  // the kernels loop over the rest
-  return (unsigned)g;
-}
-
-static unsigned grid_rows(int rows) {
-  int g = (rows + WARPS_PER_BLOCK - 1) / WARPS_PER_BLOCK;
-  return (unsigned)(g < 1 ? 1 : g);
-}
-
-#define GRID_STRIDE(k, n)                                                   \
-  for (int64_t k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; k < (n); \
-       k += (int64_t)gridDim.x * blockDim.x)
-
-static __device__ double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-static __device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // Softmax cross-entropy, one warp per row: row_loss[b] = lse - z[label];
 // logits overwritten with (p - onehot) / scale.
 static __global__ void k_softmax_ce(float *logits, const int *labels,
                                     double *row_loss, int B, int C,
                                     float scale) {
-  int row = blockIdx.x * WARPS_PER_BLOCK + threadIdx.x / 32;
+  int row = blockIdx.x * ROW_WARPS + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= B) return;
   float *z = logits + (int64_t)row * C;
@@ -80,28 +41,10 @@ static __global__ void k_softmax_ce(float *logits, const int *labels,
   }
 }
 
-static __global__ void k_mlp_adamw(float *p, const float *g, float *m, float *v,
-                                   int64_t n, float lr, float c1, float c2) {
-  const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.01f;
-  GRID_STRIDE(k, n) {
-    float gk = g[k];
-    float mk = b1 * m[k] + (1 - b1) * gk;
-    float vk = b2 * v[k] + (1 - b2) * gk * gk;
-    m[k] = mk;
-    v[k] = vk;
-    float mhat = mk / c1, vhat = vk / c2;
-    p[k] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[k]);
-  }
-}
-
 // ------------------------------------------------------------ linear
 
 static cudaStream_t stream_of(const mlp_cuda_model *m) {
   return (cudaStream_t)m->stream;
-}
-
-static cublasHandle_t blas_of(const mlp_cuda_model *m) {
-  return (cublasHandle_t)m->cublas;
 }
 
 // Y[B,NO] = X[B,NI] W[NO,NI]^T + bias[NO] (bias may be NULL).
@@ -114,11 +57,11 @@ static int linear_fwd(mlp_cuda_model *m, const float *X, const float *W,
   } else {
     const float one = 1.0f, zero = 0.0f;
     // column-major Y^T[NO,B] = W[NO,NI] X^T[NI,B]
-    CUBLAS_TRY(cublasSgemm(blas_of(m), CUBLAS_OP_T, CUBLAS_OP_N, NO, B, NI,
-                           &one, W, NI, X, NI, &zero, Y, NO));
+    NN_TRY(nn_cuda_sgemm(m->cublas, 1, 0, NO, B, NI, one, W, NI, X, NI, zero, Y,
+                         NO));
   }
   if (bias) {
-    TRY(nn_cuda_bias_add(Y, bias, B, NO, m->stream));
+    NN_TRY(nn_cuda_bias_add(Y, bias, B, NO, m->stream));
   }
   return 0;
 }
@@ -133,12 +76,12 @@ static int linear_bwd_params(mlp_cuda_model *m, const float *X, const float *dY,
     } else {
       const float one = 1.0f, zero = 0.0f;
       // column-major dW^T[NI,NO] = X^T[NI,B] dY[B,NO]
-      CUBLAS_TRY(cublasSgemm(blas_of(m), CUBLAS_OP_N, CUBLAS_OP_T, NI, NO, B,
-                             &one, X, NI, dY, NO, &zero, dW, NI));
+      NN_TRY(nn_cuda_sgemm(m->cublas, 0, 1, NI, NO, B, one, X, NI, dY, NO, zero,
+                           dW, NI));
     }
   }
   if (dbias && NO > 0) {
-    TRY(nn_cuda_colsum(dY, dbias, B, NO, m->colsum_scratch, m->stream));
+    NN_TRY(nn_cuda_colsum(dY, dbias, B, NO, m->colsum_scratch, m->stream));
   }
   return 0;
 }
@@ -155,8 +98,8 @@ static int linear_bwd_input(mlp_cuda_model *m, const float *dY, const float *W,
   }
   const float one = 1.0f;
   // column-major dX^T[NI,B] = W^T[NI,NO] dY^T[NO,B]
-  CUBLAS_TRY(cublasSgemm(blas_of(m), CUBLAS_OP_N, CUBLAS_OP_N, NI, B, NO, &one,
-                         W, NI, dY, NO, &beta, dX, NI));
+  NN_TRY(nn_cuda_sgemm(m->cublas, 0, 0, NI, B, NO, one, W, NI, dY, NO, beta, dX,
+                       NI));
   return 0;
 }
 
@@ -165,7 +108,7 @@ static int linear_bwd_input(mlp_cuda_model *m, const float *dY, const float *W,
 template <typename T>
 static int dev_alloc(T **p, size_t count) {
   void *v = NULL;
-  TRY(nn_cuda_alloc(&v, count * sizeof(T), "the MLP's activations"));
+  NN_TRY(nn_cuda_alloc(&v, count * sizeof(T), "the MLP's activations"));
   *p = (T *)v;
   return 0;
 }
@@ -181,32 +124,11 @@ extern "C" int mlp_cuda_model_init(mlp_cuda_model *m, const mlp_shape *s,
   m->grad = grad;
   size_t B = (size_t)batch, H = (size_t)s->hidden, L = (size_t)s->layers;
   size_t F = (size_t)f_local, C = (size_t)s->classes;
-  cudaStream_t stream = NULL;
-  // Default flags: the stream also orders itself with the legacy default
-  // stream, which plain cudaMemcpy/cudaMemset elsewhere use.
-  cudaError_t e = cudaStreamCreate(&stream);
-  if (e != cudaSuccess) {
-    mlp_cuda_model_free(m);
-    return nn_cuda_fail("cudaStreamCreate: %s", cudaGetErrorString(e));
-  }
-  m->stream = stream;
-  cublasHandle_t h = NULL;
-  cublasStatus_t bs = cublasCreate(&h);
-  if (bs != CUBLAS_STATUS_SUCCESS) {
-    mlp_cuda_model_free(m);
-    return nn_cuda_fail("cublasCreate: %s", cublasGetStatusString(bs));
-  }
-  m->cublas = h;
-  bs = cublasSetStream(h, stream);
-  // Strict FP32: no TF32 tensor-core rounding (so --check can hold 1e-4).
-  if (bs == CUBLAS_STATUS_SUCCESS)
-    bs = cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH);
-  if (bs != CUBLAS_STATUS_SUCCESS) {
-    mlp_cuda_model_free(m);
-    return nn_cuda_fail("cublasSetStream/cublasSetMathMode: %s",
-                        cublasGetStatusString(bs));
-  }
-  int rc = 0;
+  // The stream orders itself with the legacy default stream too, which the
+  // synchronous copies elsewhere use; strict FP32 matmuls (tf32 = 0): no
+  // TF32 rounding, so --check can hold 1e-4.
+  int rc = nn_cuda_stream_create(&m->stream);
+  if (!rc) rc = nn_cuda_blas_create(&m->cublas, m->stream, 0);
   if (!rc) rc = dev_alloc(&m->x, B * (size_t)s->d_in);
   if (!rc) rc = dev_alloc(&m->h, (L + 1) * B * H);
   if (!rc) rc = dev_alloc(&m->y, L * B * H);
@@ -243,8 +165,8 @@ extern "C" void mlp_cuda_model_free(mlp_cuda_model *m) {
   for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
     nn_cuda_free(bufs[k]);
   free(m->host_loss);
-  if (m->cublas) cublasDestroy(blas_of(m));
-  if (m->stream) cudaStreamDestroy(stream_of(m));
+  nn_cuda_blas_destroy(m->cublas);
+  nn_cuda_stream_destroy(m->stream);
   memset(m, 0, sizeof *m);
 }
 
@@ -285,28 +207,29 @@ extern "C" int mlp_cuda_forward(mlp_cuda_model *m, const float *x,
                            cudaMemcpyHostToDevice, st));
   CUDA_TRY(cudaMemcpyAsync(m->labels, labels, sizeof(int) * (size_t)B,
                            cudaMemcpyHostToDevice, st));
-  TRY(linear_fwd(m, m->x, P[MLP_IN_W], P[MLP_IN_B], m->h, B, D, H));
+  NN_TRY(linear_fwd(m, m->x, P[MLP_IN_W], P[MLP_IN_B], m->h, B, D, H));
   for (int l = 0; l < L; l++) {
     const float *hin = m->h + l * BH;
     float *hout = m->h + (l + 1) * BH;
     float *y = m->y + l * BH, *a = m->a + l * BF, *g = m->g + l * BF;
     BLOCK_EVENT(MLP_BLOCK_FORWARD_BEGIN, l);
-    TRY(nn_cuda_layernorm_fwd(
+    NN_TRY(nn_cuda_layernorm_fwd(
         hin, P[mlp_block_param(l, BLK_LN_G)], P[mlp_block_param(l, BLK_LN_B)],
         y, m->mean + l * B, m->rstd + l * B, B, H, 1e-5f, st));
-    TRY(linear_fwd(m, y, P[mlp_block_param(l, BLK_FC1_W)],
-                   P[mlp_block_param(l, BLK_FC1_B)], a, B, H, F));
-    TRY(nn_cuda_gelu_fwd(a, g, BF, st));
+    NN_TRY(linear_fwd(m, y, P[mlp_block_param(l, BLK_FC1_W)],
+                      P[mlp_block_param(l, BLK_FC1_B)], a, B, H, F));
+    NN_TRY(nn_cuda_gelu_fwd(a, g, BF, st));
     // rowwise: partial sums over this rank's slice of F, then allreduce
-    TRY(linear_fwd(m, g, P[mlp_block_param(l, BLK_FC2_W)], NULL, m->tmp, B, F,
-                   H));
+    NN_TRY(linear_fwd(m, g, P[mlp_block_param(l, BLK_FC2_W)], NULL, m->tmp, B,
+                      F, H));
     TP_ALLREDUCE(MLP_TP_ROWWISE_OUT, l, m->tmp, BH);
-    TRY(nn_cuda_residual(hin, m->tmp, P[mlp_block_param(l, BLK_FC2_B)], hout, B,
-                         H, st));
+    NN_TRY(nn_cuda_residual(hin, m->tmp, P[mlp_block_param(l, BLK_FC2_B)], hout,
+                            B, H, st));
     BLOCK_EVENT(MLP_BLOCK_FORWARD_END, l);
   }
-  TRY(linear_fwd(m, m->h + L * BH, P[head], P[head + 1], m->logits, B, H, C));
-  k_softmax_ce<<<grid_rows(B), 32 * WARPS_PER_BLOCK, 0, st>>>(
+  NN_TRY(
+      linear_fwd(m, m->h + L * BH, P[head], P[head + 1], m->logits, B, H, C));
+  k_softmax_ce<<<grid_rows(B), 32 * ROW_WARPS, 0, st>>>(
       m->logits, m->labels, m->row_loss, B, C, loss_scale);
   LAUNCHED(k_softmax_ce);
   CUDA_TRY(cudaMemcpyAsync(m->host_loss, m->row_loss,
@@ -331,31 +254,31 @@ extern "C" int mlp_cuda_backward(mlp_cuda_model *m,
   int64_t BH = (int64_t)B * H, BF = (int64_t)B * F;
   const float *hL = m->h + L * BH;
   // m->logits holds dlogits since the forward
-  TRY(linear_bwd_params(m, hL, m->logits, G[head], G[head + 1], B, H, C));
+  NN_TRY(linear_bwd_params(m, hL, m->logits, G[head], G[head + 1], B, H, C));
   GRAD_READY(head);
   GRAD_READY(head + 1);
-  TRY(linear_bwd_input(m, m->logits, P[head], m->dh, B, H, C, 0.0f));
+  NN_TRY(linear_bwd_input(m, m->logits, P[head], m->dh, B, H, C, 0.0f));
   for (int l = L - 1; l >= 0; l--) {
     const float *hin = m->h + l * BH;
     float *y = m->y + l * BH, *a = m->a + l * BF, *g = m->g + l * BF;
     BLOCK_EVENT(MLP_BLOCK_BACKWARD_BEGIN, l);
-    TRY(linear_bwd_params(m, g, m->dh, G[mlp_block_param(l, BLK_FC2_W)],
-                          G[mlp_block_param(l, BLK_FC2_B)], B, F, H));
+    NN_TRY(linear_bwd_params(m, g, m->dh, G[mlp_block_param(l, BLK_FC2_W)],
+                             G[mlp_block_param(l, BLK_FC2_B)], B, F, H));
     GRAD_READY(mlp_block_param(l, BLK_FC2_W));
     GRAD_READY(mlp_block_param(l, BLK_FC2_B));
-    TRY(linear_bwd_input(m, m->dh, P[mlp_block_param(l, BLK_FC2_W)], m->da, B,
-                         F, H, 0.0f));
-    TRY(nn_cuda_gelu_bwd(a, m->da, BF, st));
-    TRY(linear_bwd_params(m, y, m->da, G[mlp_block_param(l, BLK_FC1_W)],
-                          G[mlp_block_param(l, BLK_FC1_B)], B, H, F));
+    NN_TRY(linear_bwd_input(m, m->dh, P[mlp_block_param(l, BLK_FC2_W)], m->da,
+                            B, F, H, 0.0f));
+    NN_TRY(nn_cuda_gelu_bwd(a, m->da, BF, st));
+    NN_TRY(linear_bwd_params(m, y, m->da, G[mlp_block_param(l, BLK_FC1_W)],
+                             G[mlp_block_param(l, BLK_FC1_B)], B, H, F));
     GRAD_READY(mlp_block_param(l, BLK_FC1_W));
     GRAD_READY(mlp_block_param(l, BLK_FC1_B));
     // colwise input backward: dy is partial over TP ranks
-    TRY(linear_bwd_input(m, m->da, P[mlp_block_param(l, BLK_FC1_W)], m->dy, B,
-                         H, F, 0.0f));
+    NN_TRY(linear_bwd_input(m, m->da, P[mlp_block_param(l, BLK_FC1_W)], m->dy,
+                            B, H, F, 0.0f));
     TP_ALLREDUCE(MLP_TP_COLWISE_IN_GRAD, l, m->dy, BH);
     // dh accumulates the branch through the norm (residual keeps dh)
-    TRY(nn_cuda_layernorm_bwd(
+    NN_TRY(nn_cuda_layernorm_bwd(
         hin, P[mlp_block_param(l, BLK_LN_G)], m->mean + l * B, m->rstd + l * B,
         m->dy, m->dh, G[mlp_block_param(l, BLK_LN_G)],
         G[mlp_block_param(l, BLK_LN_B)], B, H, m->colsum_scratch, st));
@@ -363,20 +286,8 @@ extern "C" int mlp_cuda_backward(mlp_cuda_model *m,
     GRAD_READY(mlp_block_param(l, BLK_LN_B));
     BLOCK_EVENT(MLP_BLOCK_BACKWARD_END, l);
   }
-  TRY(linear_bwd_params(m, m->x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H));
+  NN_TRY(linear_bwd_params(m, m->x, m->dh, G[MLP_IN_W], G[MLP_IN_B], B, D, H));
   GRAD_READY(MLP_IN_W);
   GRAD_READY(MLP_IN_B);
-  return 0;
-}
-
-extern "C" int mlp_cuda_adamw(float *p, const float *g, float *m, float *v,
-                              int64_t n, float lr, int step, void *stream) {
-  if (n <= 0) return 0;
-  // bias corrections computed on the host exactly as adamw_update does
-  float c1 = 1.0f - powf(0.9f, (float)step),
-        c2 = 1.0f - powf(0.999f, (float)step);
-  k_mlp_adamw<<<grid_for(n), THREADS, 0, (cudaStream_t)stream>>>(p, g, m, v, n,
-                                                                 lr, c1, c2);
-  LAUNCHED(k_mlp_adamw);
   return 0;
 }

@@ -3,8 +3,8 @@
  * The residual MLP of examples/train_mlp on a GPU (built with --config=cuda
  * only): the same model step as mlp.c for one TP rank, with cuBLAS sgemm in
  * strict FP32 (CUBLAS_PEDANTIC_MATH: no TF32) and small CUDA kernels for
- * bias add, layernorm, GELU, softmax cross-entropy, column sums, residual
- * add and AdamW. Same parameter order, shapes and semantics as mlp.h.
+ * bias add, layernorm, GELU, softmax cross-entropy, column sums and
+ * residual add (AdamW: nn_cuda_adamw). Same parameter order, shapes and semantics as mlp.h.
  *
  * Everything is queued on one CUDA stream (m->stream, created here). The
  * TP collectives are a callback handed a device pointer and the stream: it
@@ -81,10 +81,6 @@ int mlp_cuda_forward(mlp_cuda_model *m, const float *x, const int *labels,
 int mlp_cuda_backward(mlp_cuda_model *m, mlp_cuda_allreduce_fn allreduce,
                       void *ar_ctx, mlp_grad_ready_fn on_grad_ready,
                       void *gr_ctx);
-
-/* AdamW as adamw_update, on device arrays, queued on `stream`. */
-int mlp_cuda_adamw(float *p, const float *g, float *m, float *v, int64_t n,
-                   float lr, int step, void *stream);
 
 #ifdef __cplusplus
 }

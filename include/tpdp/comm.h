@@ -215,6 +215,55 @@ TPDP_API tpdp_status tpdp_alltoall_async(tpdp_comm *comm,
 TPDP_API tpdp_status tpdp_barrier(tpdp_comm *comm);
 TPDP_API tpdp_status tpdp_barrier_async(tpdp_comm *comm, tpdp_work **work);
 
+/* ------------------------------------------------------------ traffic
+ *
+ * How many bytes a communicator's collectives made this rank send, and
+ * how many of them went to ranks on another host (ranks share a host when
+ * they share a host name, as tpdp_comm_local_rank groups them): what a
+ * multi-host layout is judged by, as a property of tensor shapes rather
+ * than of a clock. Counted on every MPI communicator from tpdp_init on:
+ *  - allreduce, allgather, reduce_scatter, broadcast: what a ring moves
+ *    for the call, counted when it is issued (MPI chooses its own
+ *    algorithms, whose routes tpdp cannot see; the ring is the
+ *    bandwidth-optimal schedule, and the one the MPI backend's ring AVG
+ *    runs message for message). Over p ranks in rank order, rank r sends
+ *    to rank (r + 1) % p: allreduce of n elements, the count split into p
+ *    blocks (the first n % p one longer), blocks r - s and r + 1 - s of
+ *    rounds s = 0..p-2, 2 (p-1)/p n elements when p divides n;
+ *    allgather and reduce_scatter, p - 1 blocks; broadcast, the whole
+ *    message, except from the rank before the root (a chain);
+ *  - alltoall: block q to rank q;
+ *  - the library's own point-to-point messages (the fully sharded units'
+ *    collectives over pieces: each rank's block straight to every peer)
+ *    at each send, to its destination;
+ *  - the reducer's shared-memory buckets move nothing between the ranks
+ *    of a host (they read the segment in place); across hosts each local
+ *    rank's slice is allreduced with the namesakes on the other hosts,
+ *    counted on the reducer's communicator as above (over one rank per
+ *    host). On 2 hosts x 2 ranks and n bytes each rank sends n/2 across
+ *    (2n in all), where a ring over the four ranks sends 1.5 n from each
+ *    of the two ranks whose right neighbour is on the other host (3n): 2/3
+ *    of the bytes.
+ * Barriers, communicator splits and the library's small agreement
+ * exchanges (tpdp_comm_agree, TPDP_DEBUG_COLLECTIVES' fingerprints) are
+ * not counted. Sums over time; tpdp_comm_traffic_reset starts again. */
+typedef struct {
+  uint64_t bytes;            /* sent to other ranks of the communicator */
+  uint64_t cross_host_bytes; /* of which to ranks on another host */
+} tpdp_comm_traffic;
+
+/* This rank's counts on `comm` so far into *out.
+ * Errors: TPDP_ERR_NULL_POINTER, TPDP_ERR_NOT_INITIALIZED (comm ended by
+ * tpdp_finalize), TPDP_ERR_UNSUPPORTED (a communicator that does not
+ * count: NCCL's, or one made without tpdp_init).
+ * Thread-safety: any thread, also while a collective runs (the counts are
+ * atomic; a snapshot). */
+TPDP_API tpdp_status tpdp_comm_traffic_get(const tpdp_comm *comm,
+                                           tpdp_comm_traffic *out);
+/* Set this rank's counts on `comm` to zero (local: no collective).
+ * Errors: as tpdp_comm_traffic_get. */
+TPDP_API tpdp_status tpdp_comm_traffic_reset(tpdp_comm *comm);
+
 /* ------------------------------------------------------------ agreement */
 
 /* Agree on a failure across the ranks of `comm`, so that work failing on

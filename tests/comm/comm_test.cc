@@ -459,4 +459,39 @@ TEST(Work, WaitReportsTheWaitsFailureThenTheReleases) {
   EXPECT_EQ(s.released, 4);
 }
 
+// On one host no byte crosses hosts; the bytes are a ring's: 2 (p - 1) n
+// elements over the ranks of an allreduce (tests/multihost:traffic_test
+// has the cases across hosts).
+TEST(Traffic, OneHostCountsNothingAcross) {
+  tpdp_comm *w = tpdp_test::World();
+  const int p = tpdp_comm_size(w);
+  int lr = 0, ls = 0;
+  ASSERT_TPDP_OK(tpdp_comm_local_rank(w, &lr, &ls));
+  if (ls != p) GTEST_SKIP() << "ranks on several hosts (comm_multihost)";
+  std::vector<float> x(1200, 1.0f);
+  tpdp_tensor t = tpdp_tensor_1d(x.data(), TPDP_F32, 1200);
+  ASSERT_TPDP_OK(tpdp_comm_traffic_reset(w));
+  ASSERT_TPDP_OK(tpdp_allreduce(w, &t, &t, TPDP_OP_SUM));
+  tpdp_comm_traffic got = {~0ull, ~0ull};
+  ASSERT_TPDP_OK(tpdp_comm_traffic_get(w, &got));
+  EXPECT_EQ(got.cross_host_bytes, 0u);
+  int64_t sum = (int64_t)got.bytes;
+  tpdp_tensor s = tpdp_tensor_1d(&sum, TPDP_I64, 1);
+  ASSERT_TPDP_OK(tpdp_allreduce(w, &s, &s, TPDP_OP_SUM));
+  EXPECT_EQ(sum, 2 * (p - 1) * 1200 * 4);
+}
+
+// A communicator of a backend that attaches no record (the fake one, as
+// NCCL's) says it does not count.
+TEST(Traffic, UncountedCommunicatorSaysSo) {
+  fake_backend::Script s;
+  fake_backend::Parent parent(&s, 0, 1);
+  tpdp_comm_traffic t;
+  EXPECT_TPDP_ERROR(tpdp_comm_traffic_get(parent.get(), &t),
+                    TPDP_ERR_UNSUPPORTED,
+                    "communicator fake (fake backend) does not count");
+  EXPECT_TPDP_ERROR(tpdp_comm_traffic_reset(parent.get()), TPDP_ERR_UNSUPPORTED,
+                    "does not count");
+}
+
 }  // namespace

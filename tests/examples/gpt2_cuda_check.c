@@ -478,8 +478,7 @@ static int adamw(void) {
   float *dm = dev_copy(m, sizeof m), *dv = dev_copy(v, sizeof v);
   if (!dp || !dg || !dm || !dv) return failf("%s", nn_cuda_last_error());
   nn_adamw_opts o = {1e-3, 0.9, 0.95, 1e-8};
-  CU(nn_cuda_adamw(dp, dg, dm, dv, N, o.lr, o.beta1, o.beta2, o.eps, 0.1, 3,
-                   NULL));
+  CU(nn_cuda_adamw(dp, dg, dm, dv, N, &o, 0.1, 3, NULL));
   nn_adamw(p, g, m, v, N, &o, 0.1, 3);
   CU(nn_cuda_to_host(q, dp, sizeof q));
   double r = rel_diff(q, p, N);

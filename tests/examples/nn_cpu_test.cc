@@ -12,6 +12,7 @@
 #include <vector>
 
 extern "C" {
+#include "examples/common/blas_core.h"
 #include "examples/common/nn_cpu.h"
 }
 
@@ -147,24 +148,53 @@ TEST(NnCpu, ThreadsGiveTheSameBits) {
   nn_set_threads(1);
 }
 
-// The OpenBLAS kernel advice: none once the user has chosen a kernel set
-// (OpenBLAS read the variable at load; advice would only repeat it), and
-// advice only on a CPU with AVX2 at least (OpenBLAS's "Haswell" and
-// "SkylakeX" kernel sets need it).
-TEST(NnCpu, BlasAdviceOnlyWithoutAChoiceAndForAWideCpu) {
+// OpenBLAS's core names by vector level, and the value the examples set:
+// only where OpenBLAS's pick is narrower than the CPU (the table below is
+// OpenBLAS's dynamic.c names and the ISA their kernels use).
+TEST(BlasCore, LevelsAndTheValueToSet) {
+  EXPECT_EQ(ex_blas_core_level("SkylakeX"), EX_BLAS_AVX512);
+  EXPECT_EQ(ex_blas_core_level("COOPERLAKE"), EX_BLAS_AVX512);
+  EXPECT_EQ(ex_blas_core_level("Haswell"), EX_BLAS_AVX2);
+  EXPECT_EQ(ex_blas_core_level("Zen"), EX_BLAS_AVX2);
+  EXPECT_EQ(ex_blas_core_level("Sandybridge"), EX_BLAS_AVX);
+  EXPECT_EQ(ex_blas_core_level("Prescott"), EX_BLAS_SSE);
+  EXPECT_EQ(ex_blas_core_level("Nehalem"), EX_BLAS_SSE);
+  EXPECT_EQ(ex_blas_core_level("no such core"), EX_BLAS_SSE);
+  EXPECT_EQ(ex_blas_core_level(nullptr), EX_BLAS_SSE);
+  EXPECT_STREQ(ex_blas_better_core_for("Prescott", EX_BLAS_AVX512), "SKYLAKEX");
+  EXPECT_STREQ(ex_blas_better_core_for("Haswell", EX_BLAS_AVX512), "SKYLAKEX");
+  EXPECT_STREQ(ex_blas_better_core_for("Prescott", EX_BLAS_AVX2), "HASWELL");
+  EXPECT_STREQ(ex_blas_better_core_for("Nehalem", EX_BLAS_AVX), "SANDYBRIDGE");
+  EXPECT_EQ(ex_blas_better_core_for("Cooperlake", EX_BLAS_AVX512), nullptr);
+  EXPECT_EQ(ex_blas_better_core_for("Zen", EX_BLAS_AVX2), nullptr);
+  EXPECT_EQ(ex_blas_better_core_for("SkylakeX", EX_BLAS_AVX2), nullptr);
+  EXPECT_EQ(ex_blas_better_core_for("Prescott", EX_BLAS_SSE), nullptr);
+  // Each value names a kernel set of its own level.
+  for (int level = EX_BLAS_AVX; level <= EX_BLAS_AVX512; level++)
+    EXPECT_EQ(ex_blas_core_level(ex_blas_better_core_for("Prescott", level)),
+              level);
+}
+
+// None once OPENBLAS_CORETYPE is set (whoever set it decided; OpenBLAS
+// read it at load), and the summary's line names what runs and why.
+TEST(BlasCore, TheEnvironmentDecides) {
   const char *had = getenv("OPENBLAS_CORETYPE");
   std::string saved = had ? had : "";
   setenv("OPENBLAS_CORETYPE", "HASWELL", 1);
-  EXPECT_EQ(nn_blas_better_core(), nullptr);
+  EXPECT_EQ(ex_blas_better_core(), nullptr);
+  char line[512];
+  ex_blas_describe(line, sizeof line);
+  EXPECT_NE(std::string(line).find(
+                "(OPENBLAS_CORETYPE=HASWELL from the environment)"),
+            std::string::npos)
+      << line;
+  EXPECT_EQ(std::string(line).rfind(ex_blas_core(), 0), 0u) << line;
   unsetenv("OPENBLAS_CORETYPE");
-  const char *advice = nn_blas_better_core();
-  __builtin_cpu_init();
+  const char *advice = ex_blas_better_core();
   if (advice != nullptr) {
-    EXPECT_TRUE(__builtin_cpu_supports("avx2")) << advice;
-    EXPECT_NE(std::string(advice), std::string(nn_blas_core()));
+    EXPECT_GT(ex_blas_core_level(advice), ex_blas_core_level(ex_blas_core()));
   }
   if (had) setenv("OPENBLAS_CORETYPE", saved.c_str(), 1);
-  EXPECT_NE(nn_blas_core(), nullptr);
 }
 
 }  // namespace

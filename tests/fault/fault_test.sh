@@ -22,9 +22,14 @@ case $test in
   reducer_kill) set -- 2 reducer kill:1:3:1 60 \
     "rank 1: SIGKILL during tpdp_reducer_finalize" "process rank 1 .*signal 9" ;;
   # SIGSTOP of rank 1 before its dp allreduce on a dp=2,tp=2 mesh: the
-  # others' watchdogs name it (not arrived, not responding) and abort.
-  stop) set -- 4 allreduce stop:1:3 90 \
-    "tpdp_allreduce timed out after [0-9]+ s \(TPDP_TIMEOUT_S=[0-9]+\): allreduce f32 x 1048576 #[0-9]+ on communicator 'mesh\.(dp|tp)' \(mesh dim (dp|tp)\)" \
+  # watchdogs of its peers name it (not arrived, not responding) and abort:
+  # rank 3 (its dp peer) blocked on 'mesh.dp', rank 0 (its tp peer) on
+  # 'mesh.tp'. Rank 2 waits for rank 3 on 'mesh.tp' and would name rank 3
+  # (in its dp allreduce), not rank 1: it waits 3 times longer
+  # (slow_ranks), so that on a loaded machine its report never comes
+  # first, as for `skip`.
+  stop) slow_ranks="2"; set -- 4 allreduce stop:1:3 90 \
+    "\[rank (0|3)\] tpdp ERROR: tpdp_allreduce timed out after [0-9]+ s \(TPDP_TIMEOUT_S=[0-9]+\): allreduce f32 x 1048576 #[0-9]+ on communicator 'mesh\.(dp|tp)' \(mesh dim (dp|tp)\)" \
     "Not arrived: rank 1 .*has not arrived and is not responding \\(stopped or hung" ;;
   # SIGSTOP in the middle of the ring: rank 1 arrived, then stalled.
   ring_stop) set -- 2 ring stop:1:3:2 90 \

@@ -39,7 +39,7 @@
 typedef struct {
   tpdp_comm *comm; /* the TP communicator (NCCL) */
   tpdp_device device;
-  tpdp_status status;
+  trainer *t;     /* its err gets a failed collective's message */
   double seconds; /* host time spent queueing the collectives */
 } cuda_tp_ctx;
 
@@ -55,15 +55,15 @@ typedef struct {
                          (2 per parameter) as place_tree made them; the
                          units' shards replace them */
   double *d_loss;   /* the loss sum on the device, for the dp allreduce */
+  double loss_sum;  /* the last forward's (host) */
 } cuda_state;
 
-#define CUDA_OK(call)                                                         \
-  do {                                                                        \
-    if ((call) != 0) {                                                        \
-      fprintf(stderr, "[rank %d] train_mlp: %s failed: %s\n", t->rank, #call, \
-              nn_cuda_last_error());                                          \
-      goto fail;                                                              \
-    }                                                                         \
+/* A failed nn_cuda call: its name and CUDA's message into t->err, and
+ * return -1 (the CUDA counterpart of TRY). */
+#define CUDA_OK(call)                                                        \
+  do {                                                                       \
+    if ((call) != 0)                                                         \
+      return ex_fail(&t->err, "%s failed: %s", #call, nn_cuda_last_error()); \
   } while (0)
 
 static int tp_allreduce_cuda(int kind, int layer, float *data, int64_t n,
@@ -71,25 +71,26 @@ static int tp_allreduce_cuda(int kind, int layer, float *data, int64_t n,
   (void)kind;
   (void)layer;
   cuda_tp_ctx *c = vctx;
-  double t0 = mlp_now();
-  tpdp_tensor t;
+  double t0 = ex_now();
+  tpdp_tensor v;
   tpdp_work *work = NULL;
-  c->status = tpdp_tensor_init(&t, data, TPDP_F32, c->device, 1, &n);
-  if (c->status == TPDP_SUCCESS)
-    c->status = tpdp_comm_order_after(c->comm, stream);
-  if (c->status == TPDP_SUCCESS)
-    c->status = tpdp_allreduce_async(c->comm, &t, &t, TPDP_OP_SUM, &work);
-  if (c->status == TPDP_SUCCESS)
-    c->status = tpdp_work_wait_stream(work, stream);
-  c->seconds += mlp_now() - t0;
-  return c->status == TPDP_SUCCESS ? 0 : 1;
+  tpdp_status st = tpdp_tensor_init(&v, data, TPDP_F32, c->device, 1, &n);
+  if (st == TPDP_SUCCESS) st = tpdp_comm_order_after(c->comm, stream);
+  if (st == TPDP_SUCCESS)
+    st = tpdp_allreduce_async(c->comm, &v, &v, TPDP_OP_SUM, &work);
+  if (st == TPDP_SUCCESS) st = tpdp_work_wait_stream(work, stream);
+  c->seconds += ex_now() - t0;
+  if (st == TPDP_SUCCESS) return 0;
+  ex_tpdp_fail(&c->t->err, "tpdp_allreduce_async (tp)", st);
+  return 1;
 }
 
-static int cuda_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
+static int cuda_open(trainer *t) {
   cuda_state *c = calloc(1, sizeof *c);
-  if (!c) goto fail;
+  if (!c) return ex_fail(&t->err, "out of memory");
   t->dev = c;
-  TRY(tpdp_comm_create_nccl(world, -1, &t->own_comm));
+  /* The mesh goes over this NCCL communicator (t->own_comm). */
+  TRY(tpdp_comm_create_nccl(t->world, -1, &t->own_comm));
   c->cuda_dev = tpdp_comm_cuda_device(t->own_comm);
   c->dev = (tpdp_device){TPDP_DEVICE_CUDA, c->cuda_dev};
   char dev_name[256] = "";
@@ -105,10 +106,7 @@ static int cuda_open(trainer *t, tpdp_comm *world, tpdp_comm **mesh_comm) {
     snprintf(t->model_note, sizeof t->model_note,
              "; module tree on the host, parameters copied to cuda:%d",
              c->cuda_dev);
-  *mesh_comm = t->own_comm;
   return 0;
-fail:
-  return 1;
 }
 
 /* --zero: each local shard (host, as tpdp_parallelize sliced it) copied to
@@ -120,7 +118,7 @@ static int cuda_place_tree(trainer *t) {
   int np = t->tree.nparams;
   c->tree_mem = calloc(2 * (size_t)np, sizeof *c->tree_mem);
   t->tree_specs = calloc((size_t)np, sizeof *t->tree_specs);
-  if (!c->tree_mem || !t->tree_specs) goto fail;
+  if (!c->tree_mem || !t->tree_specs) return ex_fail(&t->err, "out of memory");
   for (int i = 0; i < np; i++) {
     tpdp_param *p = t->tree.params[i];
     const tpdp_tensor *host = tpdp_param_tensor(p);
@@ -145,8 +143,6 @@ static int cuda_place_tree(trainer *t) {
     TRY(tpdp_param_set_grad(p, &dg));
   }
   return 0;
-fail:
-  return 1;
 }
 
 static int cuda_setup(trainer *t) {
@@ -159,13 +155,13 @@ static int cuda_setup(trainer *t) {
     TRY(tpdp_module_get_submodule(t->tree.root, "layers.0.fc1", &fc1));
     TRY(tpdp_tp_module_comm(fc1, &tp_comm));
   }
-  c->tp = (cuda_tp_ctx){tp_comm, c->dev, TPDP_SUCCESS, 0};
+  c->tp = (cuda_tp_ctx){tp_comm, c->dev, t, 0};
 
   int np = t->tree.nparams;
   c->m1 = calloc((size_t)np, sizeof *c->m1);
   c->m2 = calloc((size_t)np, sizeof *c->m2);
   c->gown = calloc((size_t)np, sizeof *c->gown);
-  if (!c->m1 || !c->m2 || !c->gown) goto fail;
+  if (!c->m1 || !c->m2 || !c->gown) return ex_fail(&t->err, "out of memory");
   for (int i = 0; i < np; i++) {
     if (t->o.zero > 0) {
       /* The tree is on the GPU (place_tree); the moments come at the first
@@ -208,8 +204,6 @@ static int cuda_setup(trainer *t) {
   CUDA_OK(nn_cuda_alloc(&dl, sizeof(double), "the loss"));
   c->d_loss = dl;
   return 0;
-fail:
-  return 1;
 }
 
 /* AdamW's moments of parameter i, sized as the tensor the tree holds (the
@@ -224,36 +218,35 @@ static int cuda_moments(trainer *t, int i) {
   CUDA_OK(nn_cuda_alloc(&b, bytes, "AdamW's exp_avg_sq"));
   c->m2[i] = b;
   return 0;
-fail:
-  return 1;
 }
 
-static int cuda_forward(trainer *t, const float *x, const int *labels,
-                        double *loss_sum) {
+/* A model call failed: a callback's own message, else CUDA's. */
+static int model_failed(trainer *t, const char *what) {
+  if (t->err.msg[0]) return -1;
+  return ex_fail(&t->err, "%s failed: %s", what, nn_cuda_last_error());
+}
+
+/* The forward waits for its loss (copied to the host). */
+static int cuda_forward(trainer *t, const ex_batch *batch, float loss_scale) {
   cuda_state *c = t->dev;
-  if (mlp_cuda_forward(&c->model, x, labels, (float)t->batch_local,
-                       tp_allreduce_cuda, &c->tp, loss_sum) != 0) {
-    TRY(c->tp.status);
-    CUDA_OK(1);
-  }
+  if (mlp_cuda_forward(&c->model, batch->x, batch->labels, loss_scale,
+                       tp_allreduce_cuda, &c->tp, &c->loss_sum) != 0)
+    return model_failed(t, "mlp_cuda_forward");
   return 0;
-fail:
-  return 1;
+}
+
+static int cuda_loss(trainer *t, double *loss_sum) {
+  *loss_sum = ((cuda_state *)t->dev)->loss_sum;
+  return 0;
 }
 
 static int cuda_backward(trainer *t) {
   cuda_state *c = t->dev;
   /* --zero: the units reduce at the end of each block's backward. */
   mlp_grad_ready_fn ready = t->o.zero > 0 ? NULL : train_grad_ready;
-  if (mlp_cuda_backward(&c->model, tp_allreduce_cuda, &c->tp, ready, &t->dp) !=
-      0) {
-    TRY(c->tp.status);
-    TRY(t->dp.status);
-    CUDA_OK(1);
-  }
+  if (mlp_cuda_backward(&c->model, tp_allreduce_cuda, &c->tp, ready, t) != 0)
+    return model_failed(t, "mlp_cuda_backward");
   return 0;
-fail:
-  return 1;
 }
 
 /* The reducer's broadcast, reductions and averaging run on the dp
@@ -263,24 +256,21 @@ static int cuda_wait_dp(trainer *t) {
   CUDA_OK(
       nn_cuda_stream_wait(c->model.stream, tpdp_comm_nccl_stream(t->dp_comm)));
   return 0;
-fail:
-  return 1;
 }
 
 static int cuda_optimizer_step(trainer *t, int step) {
   cuda_state *c = t->dev;
+  const nn_adamw_opts ao = mlp_adamw_opts(&t->o);
   for (int i = 0; i < t->tree.nparams; i++) {
     /* The parameter as the tree holds it now: under --zero its shard. */
     const tpdp_tensor *p = t->o.zero > 0 ? tpdp_param_tensor(t->tree.params[i])
                                          : &t->rparams[i].param;
-    if (cuda_moments(t, i) != 0) goto fail;
-    CUDA_OK(mlp_cuda_adamw(t->param[i], t->grad[i], c->m1[i], c->m2[i],
-                           tpdp_tensor_numel(p), (float)t->o.lr, step,
-                           c->model.stream));
+    if (cuda_moments(t, i) != 0) return -1;
+    CUDA_OK(nn_cuda_adamw(t->param[i], t->grad[i], c->m1[i], c->m2[i],
+                          tpdp_tensor_numel(p), &ao, MLP_WEIGHT_DECAY, step,
+                          c->model.stream));
   }
   return 0;
-fail:
-  return 1;
 }
 
 /* On the GPU: the dp communicator moves device memory. */
@@ -295,16 +285,12 @@ static int cuda_sum_over_dp(trainer *t, double *v) {
   CUDA_OK(nn_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(t->dp_comm)));
   CUDA_OK(nn_cuda_to_host(v, c->d_loss, sizeof *v));
   return 0;
-fail:
-  return 1;
 }
 
 static int cuda_finish(trainer *t) {
   cuda_state *c = t->dev;
   CUDA_OK(nn_cuda_stream_sync(c->model.stream));
   return 0;
-fail:
-  return 1;
 }
 
 /* The moments live on the GPU beside the parameters: device views. */
@@ -315,14 +301,13 @@ static int cuda_moment_views(trainer *t, int i, tpdp_tensor *m1,
   TRY(tpdp_tensor_init(m1, c->m1[i], TPDP_F32, c->dev, p->ndim, p->shape));
   TRY(tpdp_tensor_init(m2, c->m2[i], TPDP_F32, c->dev, p->ndim, p->shape));
   return 0;
-fail:
-  return 1;
 }
 
-static void cuda_print_time(const trainer *t, const train_times *tm,
-                            const tpdp_reducer_stats *rs) {
+static void cuda_print_time(const trainer *t, const ex_times *tm, double comm,
+                            double data) {
   const cuda_state *c = t->dev;
-  (void)rs;
+  (void)comm;
+  (void)data;
   printf(
       "time (host side; GPU work is asynchronous, the forward waits for "
       "its loss): model %.3f s (queueing tp collectives %.3f s), dp "
@@ -330,20 +315,28 @@ static void cuda_print_time(const trainer *t, const train_times *tm,
       tm->model, c->tp.seconds, tm->finalize, tm->optim);
 }
 
-/* The full value of parameter i into host memory `out` (collective over
- * the tp communicator for TP-sharded parameters): the trained device shard
- * (under --zero the tree's, summoned whole over dp) copied to the host,
- * placed at its global offset in a zeroed buffer and summed over the tp
- * ranks on the GPU. */
-static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
+/* out[n] (host) summed over the tp ranks, through device buffer d. */
+static int tp_sum_through(trainer *t, void *d, float *out, int64_t n) {
   cuda_state *c = t->dev;
+  CUDA_OK(nn_cuda_to_device(d, out, sizeof(float) * (size_t)n));
+  tpdp_tensor dt;
+  TRY(tpdp_tensor_init(&dt, d, TPDP_F32, c->dev, 1, &n));
+  /* the copy above ran on the legacy default stream */
+  TRY(tpdp_comm_order_after(c->tp.comm, NULL));
+  TRY(tpdp_allreduce(c->tp.comm, &dt, &dt, TPDP_OP_SUM));
+  CUDA_OK(nn_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(c->tp.comm)));
+  CUDA_OK(nn_cuda_to_host(out, d, sizeof(float) * (size_t)n));
+  return 0;
+}
+
+/* Parameter i's trained local values (host copy `src`) at their global
+ * offset in out[n], zero elsewhere, then summed over the tp ranks on the
+ * GPU: the full value. */
+static int assemble(trainer *t, int i, float *src, float *out, int64_t n) {
   const tpdp_param *p = t->tree.params[i];
   const tpdp_tensor *lt = tpdp_param_tensor(p);
   const void *trained = t->o.zero > 0 ? lt->data : t->param[i];
   size_t lbytes = sizeof(float) * (size_t)tpdp_tensor_numel(lt);
-  void *d = NULL;
-  float *src = malloc(lbytes + 1);
-  if (src == NULL) goto fail;
   CUDA_OK(nn_cuda_to_host(src, trained, lbytes));
   const tpdp_spec *spec = (const tpdp_spec *)tpdp_param_spec(p);
   int sharded = 0;
@@ -354,7 +347,6 @@ static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
   }
   if (!sharded) {
     memcpy(out, src, lbytes);
-    free(src);
     return 0;
   }
   int ndim = tpdp_spec_ndim(spec);
@@ -368,22 +360,23 @@ static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
   for (int64_t r = 0; r < lrows; r++)
     for (int64_t k = 0; k < lcols; k++)
       out[(r + roff) * cols + k + coff] = src[r * lcols + k];
+  void *d = NULL;
   CUDA_OK(nn_cuda_alloc(&d, sizeof(float) * (size_t)n, "a gathered parameter"));
-  CUDA_OK(nn_cuda_to_device(d, out, sizeof(float) * (size_t)n));
-  tpdp_tensor dt;
-  TRY(tpdp_tensor_init(&dt, d, TPDP_F32, c->dev, 1, &n));
-  /* the copy above ran on the legacy default stream */
-  TRY(tpdp_comm_order_after(c->tp.comm, NULL));
-  TRY(tpdp_allreduce(c->tp.comm, &dt, &dt, TPDP_OP_SUM));
-  CUDA_OK(nn_cuda_stream_wait(NULL, tpdp_comm_nccl_stream(c->tp.comm)));
-  CUDA_OK(nn_cuda_to_host(out, d, sizeof(float) * (size_t)n));
+  int rc = tp_sum_through(t, d, out, n);
   nn_cuda_free(d);
+  return rc;
+}
+
+/* The full value of parameter i into host memory `out` (collective over
+ * the tp communicator for TP-sharded parameters): the trained device shard
+ * (under --zero the tree's, summoned whole over dp), assembled. */
+static int cuda_gather_param(trainer *t, int i, float *out, int64_t n) {
+  const tpdp_tensor *lt = tpdp_param_tensor(t->tree.params[i]);
+  float *src = malloc(sizeof(float) * (size_t)tpdp_tensor_numel(lt) + 1);
+  if (src == NULL) return ex_fail(&t->err, "out of memory");
+  int rc = assemble(t, i, src, out, n);
   free(src);
-  return 0;
-fail:
-  nn_cuda_free(d);
-  free(src);
-  return 1;
+  return rc;
 }
 
 static void cuda_release(trainer *t) {
@@ -410,9 +403,9 @@ static void cuda_release(trainer *t) {
   t->dev = NULL;
 }
 
-const train_backend train_cuda_backend = {
-    .runs_without_mpi = 1,
+const ex_backend mlp_cuda_backend = {
     .tree_holds_model = 0,
+    .runs_without_mpi = 1,
     .open = cuda_open,
     .place_tree = cuda_place_tree,
     .setup = cuda_setup,
@@ -420,6 +413,7 @@ const train_backend train_cuda_backend = {
     .backward = cuda_backward,
     .wait_dp = cuda_wait_dp,
     .optimizer_step = cuda_optimizer_step,
+    .loss = cuda_loss,
     .sum_over_dp = cuda_sum_over_dp,
     .finish = cuda_finish,
     .print_time = cuda_print_time,
