@@ -14,30 +14,23 @@
 # Targets: a <= 0.7, b <= 1.2.
 # Needs python3-torch (scripts/install-deps --bench).
 # Usage: bench/torch_fsdp.sh [--steps N]   (default 5)
-# BAZEL_OUTPUT_BASE, if set, is passed to bazel as --output_base.
+# Bazel's settings: see bench/common.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "$0")/common.sh"
 steps=5
 [ "${1:-}" = "--steps" ] && steps="${2:-5}"
 if ! /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
   echo "torch_fsdp: skipped (python3-torch missing: scripts/install-deps --bench)"
   exit 0
 fi
-ob=()
-[ -n "${BAZEL_OUTPUT_BASE:-}" ] && ob=(--output_base="$BAZEL_OUTPUT_BASE")
-bazel "${ob[@]}" build -c opt //:libtpdp.so >/dev/null 2>&1 ||
-  bazel "${ob[@]}" build -c opt //:libtpdp.so
-export TPDP_LIB=$(bazel "${ob[@]}" info -c opt bazel-bin 2>/dev/null)/libtpdp.so
+bench_build //:libtpdp.so
+export TPDP_LIB=$bench_bin/libtpdp.so
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cat README.md DEVELOPERS.md > "$tmp/text.txt"
-/usr/bin/python3 scripts/make-tokens "$tmp/text.txt" "$tmp/tokens.bin" >/dev/null
-args=(--data "$tmp/tokens.bin" --layers 12 --embd 768 --heads 12
+bench_tmpdir
+bench_tokens "$bench_tmp/tokens.bin"
+args=(--data "$bench_tmp/tokens.bin" --layers 12 --embd 768 --heads 12
       --vocab 50257 --positions 1024 --batch 4 --seq 64 --steps "$steps"
       --dp 2 --report)
-mpi=(mpirun -np 2 --oversubscribe --bind-to none --mca mpi_yield_when_idle 1)
 echo "bench/torch_fsdp: GPT-2 124M shape, 2 ranks, $steps steps (step 0 excluded)"
 
 # The larger peak RSS over ranks (MiB), ms/step.
@@ -50,9 +43,9 @@ ms_step() { sed -n 's/^throughput: \([0-9.]*\) ms\/step.*/\1/p'; }
 declare -A mem step
 for kind in ddp fsdp; do
   if [ $kind = ddp ]; then
-    out=$(TPDP_SHM=0 "${mpi[@]}" /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}")
+    out=$(TPDP_SHM=0 "${bench_mpirun[@]}" -np 2 /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}")
   else
-    out=$("${mpi[@]}" /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}" --fsdp)
+    out=$("${bench_mpirun[@]}" -np 2 /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}" --fsdp)
   fi
   mem[$kind]=$(echo "$out" | peak_mib)
   step[$kind]=$(echo "$out" | ms_step)

@@ -12,7 +12,7 @@ set -u
 rank_sh="$1" lib="$2" test="$3"
 shift 3
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-  export "$1"
+  export "${1?}"
   shift
 done
 shift
