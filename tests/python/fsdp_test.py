@@ -353,6 +353,18 @@ def test_dropped_model_is_collected_at_once():
 
 # ---------------------------------------------------------- 2-D and 3-D
 
+@one_d
+def test_2d_mesh_of_one_replica_is_fsdp_over_the_shards():
+    mesh = tt.init_device_mesh("cpu", (1, SIZE), mesh_dim_names=(
+        "dp_replicate", "dp_shard"))
+    model, ref = make(), make()
+    shard(model, mesh=mesh)
+    train(model, ref, RANK, SIZE, steps=3)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+    mesh.close()
+
+
 @pytest.mark.skipif(SIZE != 4, reason="the 2x2 meshes need 4 ranks")
 @needs_hsdp
 @pytest.mark.parametrize("reshard", [True, False])

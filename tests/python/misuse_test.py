@@ -910,11 +910,11 @@ def test_fully_shard_options_and_arguments():
                     reason="this libtpdp has HSDP (the refusal is for one "
                     "without)")
 def test_hsdp_without_the_library_s_hsdp():
-    mesh = tt.init_device_mesh("cpu", (1, SIZE), mesh_dim_names=(
+    mesh = tt.init_device_mesh("cpu", (SIZE, 1), mesh_dim_names=(
         "dp_replicate", "dp_shard"))
     with pytest.raises(tt.TpdpError, match=words(
-            "HSDP (a 2-D mesh) needs a libtpdp whose tpdp_fully_shard_options "
-            "have version 3")) as e:
+            "HSDP (a 2-D mesh of more than one replica) needs a libtpdp "
+            "whose tpdp_fully_shard_options have version 3")) as e:
         tt.fully_shard(make(), mesh=mesh)
     assert e.value.status == "TPDP_ERR_UNSUPPORTED"
     mesh.close()

@@ -736,12 +736,13 @@ def _mesh_of(mesh, device):
         raise ValueError("%s: mesh %r: 1-D (FSDP) or 2-D (HSDP: "
                          "(dp_replicate, dp_shard)), e.g. mesh[%r]"
                          % (_W, mesh, mesh.mesh_dim_names[-1]))
-    if mesh.ndim == 2 and L.FULLY_SHARD_OPTIONS_VERSION < 3:
+    if mesh.ndim == 2 and mesh._shape[0] > 1 and \
+            L.FULLY_SHARD_OPTIONS_VERSION < 3:
         raise _err("TPDP_ERR_UNSUPPORTED",
-                   "mesh %r: HSDP (a 2-D mesh) needs a libtpdp whose "
-                   "tpdp_fully_shard_options have version 3 (the replicate "
-                   "communicator); this one has version %d"
-                   % (mesh, L.FULLY_SHARD_OPTIONS_VERSION))
+                   "mesh %r: HSDP (a 2-D mesh of more than one replica) "
+                   "needs a libtpdp whose tpdp_fully_shard_options have "
+                   "version 3 (the replicate communicator); this one has "
+                   "version %d" % (mesh, L.FULLY_SHARD_OPTIONS_VERSION))
     if mesh.device_type != device.type:
         raise ValueError("%s: mesh is for %r, the parameters are on %s"
                          % (_W, mesh.device_type, device))
@@ -1029,11 +1030,12 @@ def _apply(plan):
     opts.param_dtype = _C_DTYPES[plan.pdt]
     opts.reduce_dtype = _C_DTYPES[plan.rdt]
     meshes = [mesh]
-    if mesh.ndim == 2:
+    if mesh.ndim == 2:  # HSDP: one replica is plain FSDP over the shards
         rep = mesh[mesh.mesh_dim_names[0]]
         shard = mesh[mesh.mesh_dim_names[1]]
-        opts.replicate = rep.comm()
         meshes += [rep, shard]
+        if rep.size() > 1:
+            opts.replicate = rep.comm()
         dp = shard.comm()
     else:
         dp = mesh.comm()

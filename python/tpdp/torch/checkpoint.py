@@ -290,6 +290,11 @@ def _optim_entries(ent, optimizer, named, boxes, what, loading, ckpt_names):
         h = {k: v for k, v in h.items() if v is not _SKIP}
         h["params"] = [fqn for fqn, _, i in params if i == gi]
         groups.append(h)
+    # a scalar every parameter has alike once, else per parameter
+    for k, per in scalars.items():
+        vals = list(per.values())
+        if len(per) == len(params) and all(v == vals[0] for v in vals):
+            scalars[k] = vals[0]
     ent.meta("optim", json.dumps({"class": type(optimizer).__name__,
                                   "param_groups": groups,
                                   "state": scalars}, sort_keys=True))
@@ -356,10 +361,11 @@ def _load_optim_meta(optimizer, model, saved):
     params = _optim_params(optimizer, named, "load")
     for k, per in saved.get("state", {}).items():
         for fqn, p, _ in params:
-            if fqn not in per:
+            if isinstance(per, dict) and fqn not in per:
                 continue
             st = optimizer.state[p]
-            v, old = per[fqn], st.get(k)
+            v = per[fqn] if isinstance(per, dict) else per
+            old = st.get(k)
             if isinstance(old, torch.Tensor):
                 old.fill_(v)
             elif k == "step":  # torch's Adam/AdamW keep a tensor
