@@ -11,10 +11,9 @@ learning rate against the unwrapped module trained in one process on every
 rank's batch, trains 2 steps more on both and compares again (1e-4);
 `tpdp ckpt consolidate` of each gives a safetensors file of the
 reference's tensors (no optimizer state)."""
-import json
 import os
-import struct
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -23,6 +22,9 @@ import tpdp.torch as tt
 from conftest import rel_err
 from fsdp_test import (HSDP, TP_PLAN, adamw, batch, expected, make, mse,
                        ref_step, shard)
+
+sys.path.insert(0, os.path.join(os.getcwd(), "examples", "torch"))
+import train_gpt2 as ex  # noqa: E402 - its safetensors reader
 
 RANK, SIZE = tt.rank(), tt.world_size()
 PHASE = os.environ.get("TPDP_TEST_PHASE", "")
@@ -165,23 +167,6 @@ def test_load_on_one_process(case):
     assert_state(model, opt, ref, ropt, (1, 0), "trained on")
 
 
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", name
-        lo, hi = info["data_offsets"]
-        out[name] = torch.frombuffer(bytearray(data[lo:hi]),
-                                     dtype=torch.float32).reshape(
-                                         info["shape"])
-    return out
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_consolidate(case):
     in_phase("load", 4)
@@ -191,7 +176,7 @@ def test_consolidate(case):
     out = os.path.join(DIR, case + ".safetensors")
     subprocess.run([os.environ["TPDP_CLI"], "ckpt", "consolidate", path, out],
                    check=True, capture_output=True)
-    got = read_safetensors(out)
+    got = ex.read_safetensors(out)
     ref, _ = reference(BEFORE)
     want = dict(ref.named_parameters())
     assert sorted(got) == sorted(want)  # no optim.* in it

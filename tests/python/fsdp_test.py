@@ -248,8 +248,8 @@ def test_gradient_accumulation_over_three_micro_batches(reshard):
 
 
 @one_d
-@pytest.mark.parametrize("set_to_none", [False, True])
-def test_gradients_add_up_across_backwards(set_to_none):
+@pytest.mark.parametrize("zero", ["zeros", "none", "user"])
+def test_gradients_add_up_across_backwards(zero):
     # FSDP2 adds each backward's mean to p.grad: two backwards without
     # zero_grad give the sum, as torch's autograd does on the reference
     model, ref = make(), make()
@@ -262,15 +262,36 @@ def test_gradients_add_up_across_backwards(set_to_none):
     for n, q in ref.named_parameters():
         assert rel_err(got[n].grad, expected(q.grad, n, (SIZE, RANK))) <= \
             TOL, n
+    # zeroed in place, set to None, or a tensor of the user's: the next
+    # mean lands on it
     opt = adamw(model.parameters())
-    opt.zero_grad(set_to_none=set_to_none)
+    if zero == "user":
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 0.5)
+    else:
+        opt.zero_grad(set_to_none=zero == "none")
     x, y = batch(5, RANK)
     mse(model(x), y).backward()
     ref.zero_grad()
     ref_step(ref, None, 5, SIZE)
     for n, q in ref.named_parameters():
-        assert rel_err(got[n].grad, expected(q.grad, n, (SIZE, RANK))) <= \
-            TOL, n
+        want = expected(q.grad, n, (SIZE, RANK))
+        if zero == "user":
+            want = want + 0.5
+        assert rel_err(got[n].grad, want) <= TOL, n
+    model.close()
+
+
+@one_d
+def test_forward_that_raises_leaves_the_units_usable():
+    model, ref = make(), make()
+    shard(model)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        model(torch.zeros(2, D_IN + 1))  # inside the root's forward
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        model.blocks[1](torch.zeros(2, H + 1))  # inside a block's
+    train(model, ref, RANK, SIZE, steps=3)
+    assert_shards(model, ref, (SIZE, RANK))
     model.close()
 
 

@@ -208,13 +208,20 @@ def save(checkpoint_dir, model, optimizer=None, *, metadata=None,
                             % (_W, type(checkpoint_dir).__name__))
     except (TypeError, ValueError, L.TpdpError) as e:
         error = e
+    _run("save", ent, error, checkpoint_dir, no_dist)
+
+
+def _run(what, ent, error, checkpoint_dir, no_dist):
+    """tpdp_checkpoint_<what> of the entries `ent` once every rank built
+    them: `error`, one rank's mistake, is raised on every rank first (the
+    same entries on every rank are checked there too). Frees `ent`."""
     try:
         if not no_dist:
             agree(L.world(), error, ent.names if ent else None,
-                  what="%s.save: the tensors" % _W)
+                  what="%s.%s: the tensors" % (_W, what))
         elif error is not None:
             raise error
-        L.call("tpdp_checkpoint_save", ent.sd, checkpoint_dir.encode(),
+        L.call("tpdp_checkpoint_" + what, ent.sd, checkpoint_dir.encode(),
                _comm(no_dist), None)
     finally:
         if ent is not None:
@@ -341,17 +348,7 @@ def load(checkpoint_dir, model, optimizer=None, *, no_dist=False):
                      ckpt_names=names)
     except (TypeError, ValueError, L.TpdpError) as e:
         error = e
-    try:
-        if not no_dist:
-            agree(L.world(), error, ent.names if ent else None,
-                  what="%s.load: the tensors" % _W)
-        elif error is not None:
-            raise error
-        L.call("tpdp_checkpoint_load", ent.sd, checkpoint_dir.encode(),
-               _comm(no_dist), None)
-    finally:
-        if ent is not None:
-            ent.close()
+    _run("load", ent, error, checkpoint_dir, no_dist)
     if optimizer is not None and "optim" in meta:
         _load_optim_meta(optimizer, model, json.loads(meta["optim"]))
 
