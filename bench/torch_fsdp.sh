@@ -11,7 +11,11 @@
 # both ranks count in both ranks' RSS), as bench/fsdp.sh does.
 # Last line (FSDP / DDP; memory: the larger rank's peak RSS):
 #   torch_fsdp: mem_ratio <a> step_ratio <b>
-# Targets: a <= 0.7, b <= 1.2.
+# Targets: a <= 0.7, b <= 1.2. Before it, for information (no target),
+# --fsdp under MixedPrecisionPolicy(param_dtype=bfloat16,
+# reduce_dtype=float32), FSDP2's usual policy (the gathered parameters and
+# their gradients in bf16; torch computes in bf16):
+#   torch_fsdp bf16: mem_ratio <x> step_ratio <y>   (ratios to DDP)
 # Needs python3-torch (scripts/install-deps --bench).
 # Usage: bench/torch_fsdp.sh [--steps N]   (default 5)
 # Bazel's settings: see bench/common.sh.
@@ -41,17 +45,22 @@ peak_mib() {
 ms_step() { sed -n 's/^throughput: \([0-9.]*\) ms\/step.*/\1/p'; }
 
 declare -A mem step
-for kind in ddp fsdp; do
-  if [ $kind = ddp ]; then
-    out=$(TPDP_SHM=0 "${bench_mpirun[@]}" -np 2 /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}")
-  else
-    out=$("${bench_mpirun[@]}" -np 2 /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}" --fsdp)
-  fi
+run() { "${bench_mpirun[@]}" -np 2 /usr/bin/python3 examples/torch/train_gpt2.py "${args[@]}" "$@"; }
+for kind in ddp fsdp fsdp_bf16; do
+  case $kind in
+    ddp) out=$(TPDP_SHM=0 run) ;;
+    fsdp) out=$(run --fsdp) ;;
+    fsdp_bf16) out=$(run --fsdp --param-dtype bf16 --reduce-dtype f32) ;;
+  esac
   mem[$kind]=$(echo "$out" | peak_mib)
   step[$kind]=$(echo "$out" | ms_step)
   echo "$kind: ${step[$kind]} ms/step, peak RSS ${mem[$kind]} MiB (larger rank)"
   echo "$out" | grep -E '^(step|peak memory|throughput)' | sed 's/^/  /'
 done
-awk -v md="${mem[ddp]}" -v mf="${mem[fsdp]}" -v sd="${step[ddp]}" \
-    -v sf="${step[fsdp]}" 'BEGIN {
-  printf "torch_fsdp: mem_ratio %.3f step_ratio %.3f\n", mf / md, sf / sd }'
+ratios() {
+  awk -v md="${mem[ddp]}" -v mf="${mem[$2]}" -v sd="${step[ddp]}" \
+    -v sf="${step[$2]}" -v label="$1" 'BEGIN {
+    printf "%s: mem_ratio %.3f step_ratio %.3f\n", label, mf / md, sf / sd }'
+}
+ratios "torch_fsdp bf16" fsdp_bf16
+ratios torch_fsdp fsdp

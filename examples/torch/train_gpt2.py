@@ -95,6 +95,7 @@ class GPT2(nn.Module):
 
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16,
               "BF16": torch.bfloat16}
+_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def read_safetensors(path):
@@ -227,6 +228,12 @@ def main(argv=None):
                     "ranks (else DistributedDataParallel)")
     ap.add_argument("--dp-replicate", type=int, default=1,
                     help="with --fsdp: HSDP, R replicas of --dp / R shards")
+    ap.add_argument("--param-dtype", choices=sorted(_DTYPES), default="f32",
+                    help="with --fsdp: the dtype the units gather and the "
+                    "model computes in (the f32 shards stay the master)")
+    ap.add_argument("--reduce-dtype", choices=sorted(_DTYPES),
+                    help="with --fsdp: the reduce-scatter's dtype (default: "
+                    "--param-dtype's)")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--report", action="store_true",
                     help="print the median step time and the peak RSS")
@@ -244,6 +251,12 @@ def main(argv=None):
                          "--dp %d" % (a.dp_replicate, a.dp))
     if a.dp_replicate > 1 and not a.fsdp:
         raise SystemExit("train_gpt2.py: --dp-replicate needs --fsdp")
+    if (a.param_dtype != "f32" or a.reduce_dtype) and not a.fsdp:
+        raise SystemExit("train_gpt2.py: --param-dtype and --reduce-dtype "
+                         "need --fsdp")
+    if a.param_dtype != "f32" and a.check:
+        raise SystemExit("train_gpt2.py: --check compares with float32 "
+                         "training: it needs --param-dtype f32")
 
     def build():
         torch.manual_seed(a.seed)
@@ -273,9 +286,12 @@ def main(argv=None):
     tt.parallelize_module(model, mesh["tp"], tp_plan(model))
     model.lm_head.weight = model.wte.weight  # the same vocabulary rows
     if a.fsdp:  # each block a unit, the root (embeddings, head) the last
+        mp = tt.MixedPrecisionPolicy(
+            param_dtype=_DTYPES[a.param_dtype],
+            reduce_dtype=_DTYPES[a.reduce_dtype or a.param_dtype])
         for block in model.h:
-            tt.fully_shard(block, mesh=dp_mesh)
-        ddp = tt.fully_shard(model, mesh=dp_mesh)
+            tt.fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+        ddp = tt.fully_shard(model, mesh=dp_mesh, mp_policy=mp)
     else:
         ddp = tt.DistributedDataParallel(model, device_mesh=dp_mesh)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.95),
