@@ -150,10 +150,17 @@ def test_heads_must_divide_by_tp(tokens):
                  "24"])
 
 
-def test_dp_replicate_needs_fsdp_and_a_divisor(tokens):
+def test_fsdp_options_are_checked(tokens):
     with pytest.raises(SystemExit, match="--dp-replicate needs --fsdp"):
         ex.main(["--data", tokens, "--dp", "4", "--dp-replicate", "2"])
     with pytest.raises(SystemExit, match="--dp-replicate 3 does not divide "
                        "--dp 4"):
         ex.main(["--data", tokens, "--dp", "4", "--dp-replicate", "3",
                  "--fsdp"])
+    with pytest.raises(SystemExit, match="--param-dtype and --reduce-dtype "
+                       "need --fsdp"):
+        ex.main(["--data", tokens, "--dp", "4", "--param-dtype", "bf16"])
+    with pytest.raises(SystemExit, match="--check compares with float32 "
+                       "training: it needs --param-dtype f32"):
+        ex.main(["--data", tokens, "--dp", "4", "--param-dtype", "bf16",
+                 "--fsdp", "--check"])
