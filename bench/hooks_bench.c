@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* bench/hooks.sh: steady-state cost of the TP+DP forward hooks (tp/hooks.c).
+/* bench/hooks.sh: steady-state cost of the TP+DP transform's forward hooks
+ * (tp/dp_transform.c).
  *
  * A tree of 1,000 DTensor parameters over 50 nested modules (10 blocks, each
  * a chain of 5 nested modules, 20 parameters per module, each parameter with

@@ -17,7 +17,7 @@
  * To name the ranks that have not arrived without calling MPI (the main
  * thread is stuck inside it), every rank publishes its records in a
  * progress board: shared memory among the ranks of a host (an MPI-3
- * shared window the MPI backend allocates), one region per rank, one slot
+ * shared window, comm/mpi_watchdog.c), one region per rank, one slot
  * per communicator. A slot holds the sequence number of the latest
  * collective the rank entered on that communicator (1, 2, ...: every rank
  * of a communicator numbers its collectives alike), the latest it
@@ -37,9 +37,10 @@
  * know about such a rank is why it went silent, nor anything it did after
  * its last copy.
  *
- * Nothing here calls MPI: the backend hands the board's regions, the
- * exchange and an abort function to comm_watchdog_start, so this file
- * builds without MPI too (scripts/gpu-check).
+ * Nothing here calls MPI: the MPI backend makes the board
+ * (comm/mpi_watchdog.c) and hands its regions, the exchange and an abort
+ * function to comm_watchdog_start, so comm/watchdog.c builds without MPI
+ * too (scripts/gpu-check).
  */
 #ifndef TPDP_COMM_WATCHDOG_H
 #define TPDP_COMM_WATCHDOG_H
@@ -169,7 +170,8 @@ static inline void comm_watch_end(comm_watch *w, int64_t seq) {
 
 /* ---------------------------------------------------------- set-up */
 
-/* What the MPI backend hands the watchdog at tpdp_init. */
+/* What the MPI backend hands the watchdog at tpdp_init
+ * (comm/mpi_watchdog.c). */
 typedef struct {
   double timeout_s; /* > 0 */
   int world_rank;

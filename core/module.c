@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* Module tree: modules, parameters, buffers, traversal, training states,
- * management marks, forward hook registry, extensions. */
+/* The module tree (as torch's nn/modules/module.py): modules, their
+ * children, parameter registrations and buffers, names and FQNs, and the
+ * pre-order traversal. The rest of a module lives beside it, sharing
+ * core/module_internal.h: parameters (core/param.c), hooks
+ * (core/module_hooks.c), training states, management marks and attached
+ * state (core/module_state.c), the sharded tree report
+ * (core/module_report.c). */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,15 +51,11 @@ void tpdp_module_label(const tpdp_module *m, char *buf, size_t len) {
   snprintf(buf + n, len - n, "[%s]", m ? m->class_name : "?");
 }
 
-#define LABEL(m, var) \
-  char var[256];      \
-  tpdp_module_label((m), var, sizeof var)
-
 /* See tpdp_module_tree_generation: bumped by every change that can bring a
  * DTensor parameter into a tree. Relaxed: readers only compare it. */
 static _Atomic uint64_t tree_generation = 1;
 
-static void tree_changed(void) {
+void core_module_tree_changed(void) {
   atomic_fetch_add_explicit(&tree_generation, 1, memory_order_relaxed);
 }
 
@@ -66,7 +67,7 @@ static tpdp_status check_name(const tpdp_module *m, const char *name,
                               const char *what) {
   if (name == NULL)
     return TPDP_ERR(TPDP_ERR_NULL_POINTER, "%s name is NULL", what);
-  LABEL(m, lbl);
+  MODULE_LABEL(m, lbl);
   if (name[0] == '\0')
     return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty %s name in module '%s'", what,
                     lbl);
@@ -131,20 +132,11 @@ static void free_subtree(tpdp_module *m) {
     free(m->params[i].name);
   }
   for (int i = 0; i < m->nbuffers; i++) free(m->buffers[i].name);
-  for (int i = 0; i < m->nexts; i++) {
-    if (m->exts[i].free_fn) m->exts[i].free_fn(m->exts[i].ptr);
-    free(m->exts[i].key);
-  }
-  free(m->exts);
+  core_module_state_free(m); /* attached states' destructors run here */
+  core_module_hooks_free(m);
   free(m->children);
   free(m->params);
   free(m->buffers);
-  free(m->pre_hooks.items);
-  free(m->post_hooks.items);
-  free(m->backward_pre_hooks.items);
-  free(m->backward_post_hooks.items);
-  free(m->unit_kind);
-  free(m->unit_suffix);
   free(m->class_name);
   free(m->name);
   m->magic = 0;
@@ -161,7 +153,7 @@ tpdp_status tpdp_module_destroy(tpdp_module *m) {
   if (m == NULL) return TPDP_SUCCESS;
   CHECK(core_module_check(m, "m"));
   if (m->parent) {
-    LABEL(m, lbl);
+    MODULE_LABEL(m, lbl);
     return TPDP_ERR(TPDP_ERR_STATE,
                     "module '%s' is owned by its parent; destroy the root",
                     lbl);
@@ -177,8 +169,8 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
   CHECK(core_module_check(child, "child"));
   for (const tpdp_module *a = parent; a; a = a->parent) {
     if (a == child) {
-      LABEL(parent, pl);
-      LABEL(child, cl);
+      MODULE_LABEL(parent, pl);
+      MODULE_LABEL(child, cl);
       return TPDP_ERR(
           TPDP_ERR_CYCLE,
           "adding module '%s' as child '%s' of '%s' would make a "
@@ -189,8 +181,8 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
   }
   CHECK(check_name(parent, name, "child"));
   if (child->parent) {
-    LABEL(parent, pl);
-    LABEL(child, cl);
+    MODULE_LABEL(parent, pl);
+    MODULE_LABEL(child, cl);
     return TPDP_ERR(TPDP_ERR_STATE,
                     "module '%s' already has a parent; cannot add it as "
                     "child '%s' of '%s'",
@@ -208,7 +200,7 @@ tpdp_status tpdp_module_add_child(tpdp_module *parent, const char *name,
     free(nm);
     return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
   }
-  tree_changed();
+  core_module_tree_changed();
   return TPDP_SUCCESS;
 }
 
@@ -223,7 +215,7 @@ tpdp_status tpdp_module_add_param(tpdp_module *m, const char *name,
                       sizeof *m->params, name, &nm));
   m->params[m->nparams++] = (tpdp_param_entry){nm, p};
   p->refcount++;
-  tree_changed();
+  core_module_tree_changed();
   return TPDP_SUCCESS;
 }
 
@@ -298,7 +290,7 @@ tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
       }
     }
     if (next == NULL) {
-      LABEL(cur, lbl);
+      MODULE_LABEL(cur, lbl);
       return TPDP_ERR(TPDP_ERR_NOT_FOUND,
                       "path '%s': module '%s' has no child '%.*s'", path, lbl,
                       (int)n, s);
@@ -309,257 +301,6 @@ tpdp_status tpdp_module_get_submodule(tpdp_module *m, const char *path,
   }
   *out = cur;
   return TPDP_SUCCESS;
-}
-
-/* ----------------------------------------------------------- parameters */
-
-static tpdp_status check_tensor(const tpdp_tensor *t) {
-  if (t->ndim < 0 || t->ndim > TPDP_MAX_DIMS)
-    return TPDP_ERR(TPDP_ERR_TOO_MANY_DIMS, "tensor ndim %d outside [0, %d]",
-                    t->ndim, TPDP_MAX_DIMS);
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_param_create(const tpdp_tensor *tensor, tpdp_param **out) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(out);
-  *out = NULL;
-  CHECK_PTR(tensor);
-  CHECK(check_tensor(tensor));
-  tpdp_param *p = NULL;
-  CHECK(TPDP_CALLOC(p, 1));
-  p->refcount = 1;
-  p->tensor = *tensor;
-  p->form = TPDP_PARAM_PLAIN;
-  p->state = TPDP_HANDLE_IDLE;
-  p->total_rows = -1;
-  *out = p;
-  return TPDP_SUCCESS;
-}
-
-void tpdp_param_retain(tpdp_param *p) {
-  if (p) p->refcount++;
-}
-
-void tpdp_param_release(tpdp_param *p) {
-  if (p && --p->refcount <= 0) free(p);
-}
-
-int tpdp_param_refcount(const tpdp_param *p) { return p ? p->refcount : 0; }
-
-const tpdp_tensor *tpdp_param_tensor(const tpdp_param *p) {
-  return p ? &p->tensor : NULL;
-}
-
-tpdp_status tpdp_param_set_tensor(tpdp_param *p, const tpdp_tensor *t) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(p);
-  CHECK_PTR(t);
-  CHECK(check_tensor(t));
-  p->tensor = *t;
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_param_set_row_shard(tpdp_param *p, int64_t row0,
-                                     int64_t total_rows) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(p);
-  if (total_rows >= 0 && (p->tensor.ndim < 1 || row0 < 0 ||
-                          row0 + p->tensor.shape[0] > total_rows))
-    return TPDP_ERR(
-        TPDP_ERR_SHAPE_MISMATCH,
-        "rows [%lld, %lld) of a %lld-row local tensor: the "
-        "parameter's view has %lld rows%s",
-        (long long)row0,
-        (long long)(row0 + (p->tensor.ndim ? p->tensor.shape[0] : 0)),
-        (long long)total_rows,
-        (long long)(p->tensor.ndim ? p->tensor.shape[0] : 0),
-        p->tensor.ndim ? "" : " (it is a scalar)");
-  p->row0 = total_rows >= 0 ? row0 : 0;
-  p->total_rows = total_rows >= 0 ? total_rows : -1;
-  return TPDP_SUCCESS;
-}
-
-int tpdp_param_row_shard(const tpdp_param *p, int64_t *row0,
-                         int64_t *total_rows) {
-  if (p == NULL || p->total_rows < 0) return 0;
-  if (row0) *row0 = p->row0;
-  if (total_rows) *total_rows = p->total_rows;
-  return 1;
-}
-
-const tpdp_tensor *tpdp_param_grad(const tpdp_param *p) {
-  return (p && p->has_grad) ? &p->grad : NULL;
-}
-
-tpdp_status tpdp_param_set_grad(tpdp_param *p, const tpdp_tensor *grad) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(p);
-  if (grad == NULL) {
-    p->has_grad = 0;
-    return TPDP_SUCCESS;
-  }
-  CHECK(check_tensor(grad));
-  p->grad = *grad;
-  p->has_grad = 1;
-  return TPDP_SUCCESS;
-}
-
-const struct tpdp_spec *tpdp_param_spec(const tpdp_param *p) {
-  return p ? p->spec : NULL;
-}
-
-tpdp_status tpdp_param_set_spec(tpdp_param *p, const struct tpdp_spec *spec) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(p);
-  p->spec = spec;
-  p->form = spec ? TPDP_PARAM_DTENSOR : TPDP_PARAM_PLAIN;
-  tree_changed();
-  return TPDP_SUCCESS;
-}
-
-tpdp_param_form tpdp_param_get_form(const tpdp_param *p) {
-  return p ? p->form : TPDP_PARAM_PLAIN;
-}
-
-tpdp_status tpdp_param_set_form(tpdp_param *p, tpdp_param_form form) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(p);
-  if (form != TPDP_PARAM_DTENSOR && form != TPDP_PARAM_LOCALIZED)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "form %d is not DTENSOR (1) or LOCALIZED (2); use "
-                    "tpdp_param_set_spec(p, NULL) for a plain parameter",
-                    (int)form);
-  if (p->spec == NULL)
-    return TPDP_ERR(TPDP_ERR_STATE,
-                    "parameter has no spec: it cannot become %s",
-                    form == TPDP_PARAM_DTENSOR ? "DTENSOR" : "LOCALIZED");
-  p->form = form;
-  return TPDP_SUCCESS;
-}
-
-tpdp_handle_state tpdp_param_get_state(const tpdp_param *p) {
-  return p ? p->state : TPDP_HANDLE_IDLE;
-}
-
-/* Indexed by tpdp_handle_state. */
-static const char *const handle_state_names[] = {
-    "IDLE", "FORWARD", "BACKWARD_PRE", "BACKWARD_POST", "SUMMON_FULL_PARAMS"};
-_Static_assert(sizeof handle_state_names / sizeof *handle_state_names ==
-                   TPDP_HANDLE_SUMMON_FULL_PARAMS + 1,
-               "one name per handle state");
-
-const char *tpdp_handle_state_name(tpdp_handle_state s) {
-  return core_name_at(handle_state_names, TPDP_HANDLE_SUMMON_FULL_PARAMS + 1,
-                      (int)s);
-}
-
-/* TPDP_ERR_INVALID_ARGUMENT unless s is a tpdp_handle_state. */
-static tpdp_status check_handle_state(tpdp_handle_state s) {
-  if ((int)s >= 0 && s <= TPDP_HANDLE_SUMMON_FULL_PARAMS) return TPDP_SUCCESS;
-  return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "handle state %d outside [0, %d]",
-                  (int)s, (int)TPDP_HANDLE_SUMMON_FULL_PARAMS);
-}
-
-tpdp_status tpdp_param_set_state(tpdp_param *p, tpdp_handle_state state) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(p);
-  CHECK(check_handle_state(state));
-  p->state = state;
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_params_set_form_state(tpdp_param *const *params, int n,
-                                       tpdp_param_form form,
-                                       tpdp_handle_state state) {
-  TPDP_API_ENTRY;
-  if (n < 0)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "parameter count n = %d is negative", n);
-  if (n > 0) CHECK_PTR(params);
-  if (form != TPDP_PARAM_DTENSOR && form != TPDP_PARAM_LOCALIZED)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "form %d is not DTENSOR (1) or LOCALIZED (2)", (int)form);
-  CHECK(check_handle_state(state));
-  for (int i = 0; i < n; i++) {
-    if (params[i] == NULL)
-      return TPDP_ERR(TPDP_ERR_NULL_POINTER, "params[%d] is NULL", i);
-    if (params[i]->spec == NULL)
-      return TPDP_ERR(TPDP_ERR_STATE,
-                      "params[%d] has no spec: it cannot become %s", i,
-                      form == TPDP_PARAM_DTENSOR ? "DTENSOR" : "LOCALIZED");
-  }
-  for (int i = 0; i < n; i++) {
-    params[i]->form = form;
-    params[i]->state = state;
-  }
-  return TPDP_SUCCESS;
-}
-
-/* A state enum for find_state: the i-th value of an array of it, and the
- * name of a value. */
-typedef struct {
-  int (*at)(const void *list, int i);
-  const char *(*name)(int state);
-} state_kind;
-
-static int handle_at(const void *list, int i) {
-  return (int)((const tpdp_handle_state *)list)[i];
-}
-static const char *handle_name_int(int s) {
-  return tpdp_handle_state_name((tpdp_handle_state)s);
-}
-static const state_kind handle_states = {handle_at, handle_name_int};
-
-static int training_at(const void *list, int i) {
-  return (int)((const tpdp_training_state *)list)[i];
-}
-static const char *training_name_int(int s) {
-  return tpdp_training_state_name((tpdp_training_state)s);
-}
-static const state_kind training_states = {training_at, training_name_int};
-
-/* The part of tpdp_param_check_state and tpdp_module_check_state before
- * their messages: *in = 1 when `state` is one of the n states of `allowed`
- * (an array of kind's enum); else *in = 0 and the first 16 of them named
- * "{A, B}" into set. TPDP_ERR_INVALID_ARGUMENT for a bad list. */
-static tpdp_status find_state(const state_kind *kind, const void *allowed,
-                              int n, int state, int *in, char *set,
-                              size_t len) {
-  if (n < 0 || (n > 0 && allowed == NULL))
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "bad allowed list (n = %d)", n);
-  *in = 1;
-  for (int i = 0; i < n; i++)
-    if (kind->at(allowed, i) == state) return TPDP_SUCCESS;
-  *in = 0;
-  size_t pos = 0;
-  set[0] = '\0';
-  int w = snprintf(set, len, "{");
-  if (w > 0) pos = (size_t)w;
-  for (int i = 0; i < n && i < 16 && pos < len; i++) {
-    w = snprintf(set + pos, len - pos, "%s%s", i ? ", " : "",
-                 kind->name(kind->at(allowed, i)));
-    if (w < 0) break;
-    pos += (size_t)w;
-  }
-  if (pos < len) snprintf(set + pos, len - pos, "}");
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_param_check_state(const tpdp_param *p,
-                                   const tpdp_handle_state *allowed, int n,
-                                   const char *what) {
-  TPDP_API_ENTRY;
-  CHECK_PTR(p);
-  int in;
-  char set[256];
-  CHECK(find_state(&handle_states, allowed, n, (int)p->state, &in, set,
-                   sizeof set));
-  if (in) return TPDP_SUCCESS;
-  return TPDP_ERR(TPDP_ERR_STATE,
-                  "parameter '%s': expected to be in states %s but current "
-                  "state is %s",
-                  what ? what : "?", set, tpdp_handle_state_name(p->state));
 }
 
 /* ------------------------------------------------------------ traversal */
@@ -648,344 +389,4 @@ tpdp_status tpdp_module_root_modules(tpdp_module *const *set, int n,
 done:
   core_ptrmap_free(&members);
   return st;
-}
-
-/* ------------------------------------------------------ training states */
-
-/* Indexed by tpdp_training_state. */
-static const char *const training_state_names[] = {"IDLE", "FORWARD_BACKWARD",
-                                                   "SUMMON_FULL_PARAMS"};
-_Static_assert(sizeof training_state_names / sizeof *training_state_names ==
-                   TPDP_STATE_SUMMON_FULL_PARAMS + 1,
-               "one name per training state");
-
-const char *tpdp_training_state_name(tpdp_training_state s) {
-  return core_name_at(training_state_names, TPDP_STATE_SUMMON_FULL_PARAMS + 1,
-                      (int)s);
-}
-
-tpdp_training_state tpdp_module_get_state(const tpdp_module *m) {
-  return m ? m->state : TPDP_STATE_IDLE;
-}
-
-tpdp_status tpdp_module_set_state(tpdp_module *m, tpdp_training_state s) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  if ((int)s < 0 || s > TPDP_STATE_SUMMON_FULL_PARAMS)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
-                    "training state %d outside [0, %d]", (int)s,
-                    (int)TPDP_STATE_SUMMON_FULL_PARAMS);
-  m->state = s;
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_module_check_state(const tpdp_module *m,
-                                    const tpdp_training_state *allowed, int n) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  int in;
-  char set[256];
-  CHECK(find_state(&training_states, allowed, n, (int)m->state, &in, set,
-                   sizeof set));
-  if (in) return TPDP_SUCCESS;
-  LABEL(m, lbl);
-  return TPDP_ERR(TPDP_ERR_STATE,
-                  "module '%s': expected to be in states %s but current "
-                  "state is %s",
-                  lbl, set, tpdp_training_state_name(m->state));
-}
-
-/* ------------------------------------------------------------ management */
-
-typedef struct {
-  core_ptrmap *ignored;
-  int setting;
-} mark_ctx;
-
-static tpdp_status mark_visit(tpdp_module *m, const char *prefix, int level,
-                              void *ctx) {
-  (void)prefix;
-  (void)level;
-  mark_ctx *c = ctx;
-  if (core_ptrmap_get(c->ignored, m) >= 0) return TPDP_SUCCESS;
-  m->managed = 1;
-  m->managed_setting = c->setting;
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_module_mark_managed(tpdp_module *root,
-                                     tpdp_module *const *ignored, int nignored,
-                                     int setting) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(root, "root"));
-  if (nignored < 0)
-    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT, "nignored = %d < 0", nignored);
-  if (nignored > 0) CHECK_PTR(ignored);
-  core_ptrmap set;
-  CHECK(core_ptrmap_init(&set, (size_t)nignored));
-  tpdp_status st = TPDP_SUCCESS;
-  for (int i = 0; i < nignored; i++)
-    CHECK_GOTO(core_ptrmap_put(&set, ignored[i], 0), st, done);
-  mark_ctx c = {&set, setting};
-  st = tpdp_module_apply(root, mark_visit, &c);
-done:
-  core_ptrmap_free(&set);
-  return st;
-}
-
-int tpdp_module_is_managed(const tpdp_module *m) { return m ? m->managed : 0; }
-int tpdp_module_managed_setting(const tpdp_module *m) {
-  return (m && m->managed) ? m->managed_setting : 0;
-}
-
-tpdp_status tpdp_module_set_unit(tpdp_module *m, const char *kind,
-                                 const char *suffix) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  CHECK_PTR(kind);
-  if (kind[0] == '\0') return TPDP_ERR(TPDP_ERR_EMPTY_NAME, "empty unit kind");
-  if (m->unit_kind) {
-    LABEL(m, lbl);
-    return TPDP_ERR(TPDP_ERR_ALREADY,
-                    "module '%s' is already a managed unit (kind '%s')", lbl,
-                    m->unit_kind);
-  }
-  char *k = core_strdup(kind);
-  char *s = NULL;
-  if (suffix) {
-    s = core_strdup(suffix);
-  } else if (k) {
-    s = malloc(strlen(kind) + 2);
-    if (s) {
-      s[0] = ' ';
-      memcpy(s + 1, kind, strlen(kind) + 1);
-    }
-  }
-  if (k == NULL || s == NULL) {
-    free(k);
-    free(s);
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-  }
-  m->unit_kind = k;
-  m->unit_suffix = s;
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_module_clear_unit(tpdp_module *m) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  if (m->unit_kind == NULL) {
-    LABEL(m, lbl);
-    return TPDP_ERR(TPDP_ERR_NOT_FOUND, "module '%s' is not a managed unit",
-                    lbl);
-  }
-  free(m->unit_kind);
-  free(m->unit_suffix);
-  m->unit_kind = NULL;
-  m->unit_suffix = NULL;
-  return TPDP_SUCCESS;
-}
-
-const char *tpdp_module_unit_kind(const tpdp_module *m) {
-  return m ? m->unit_kind : NULL;
-}
-
-/* ---------------------------------------------------------------- hooks */
-
-static tpdp_status register_hook(tpdp_module *m, tpdp_hook_list *l,
-                                 tpdp_forward_hook_fn fn, void *ctx,
-                                 tpdp_hook_handle *out) {
-  CHECK_PTR(out);
-  out->module = NULL;
-  out->id = 0;
-  CHECK(core_module_check(m, "m"));
-  CHECK_PTR(fn);
-  CHECK(core_grow((void **)&l->items, &l->cap, l->n + 1, sizeof *l->items));
-  tpdp_hook_entry *e = &l->items[l->n++];
-  e->id = m->next_hook_id++;
-  e->fn = fn;
-  e->ctx = ctx;
-  e->live = 1;
-  out->module = m;
-  out->id = e->id;
-  return TPDP_SUCCESS;
-}
-
-tpdp_status tpdp_module_register_forward_pre_hook(tpdp_module *m,
-                                                  tpdp_forward_hook_fn fn,
-                                                  void *ctx,
-                                                  tpdp_hook_handle *out) {
-  TPDP_API_ENTRY;
-  return register_hook(m, m ? &m->pre_hooks : NULL, fn, ctx, out);
-}
-
-tpdp_status tpdp_module_register_forward_hook(tpdp_module *m,
-                                              tpdp_forward_hook_fn fn,
-                                              void *ctx,
-                                              tpdp_hook_handle *out) {
-  TPDP_API_ENTRY;
-  return register_hook(m, m ? &m->post_hooks : NULL, fn, ctx, out);
-}
-
-tpdp_status tpdp_module_register_backward_pre_hook(tpdp_module *m,
-                                                   tpdp_forward_hook_fn fn,
-                                                   void *ctx,
-                                                   tpdp_hook_handle *out) {
-  TPDP_API_ENTRY;
-  return register_hook(m, m ? &m->backward_pre_hooks : NULL, fn, ctx, out);
-}
-
-tpdp_status tpdp_module_register_backward_hook(tpdp_module *m,
-                                               tpdp_forward_hook_fn fn,
-                                               void *ctx,
-                                               tpdp_hook_handle *out) {
-  TPDP_API_ENTRY;
-  return register_hook(m, m ? &m->backward_post_hooks : NULL, fn, ctx, out);
-}
-
-static void compact(tpdp_hook_list *l) {
-  int k = 0;
-  for (int i = 0; i < l->n; i++)
-    if (l->items[i].live) l->items[k++] = l->items[i];
-  l->n = k;
-}
-
-tpdp_status tpdp_hook_remove(tpdp_hook_handle h) {
-  TPDP_API_ENTRY;
-  tpdp_module *m = h.module;
-  if (m == NULL)
-    return TPDP_ERR(TPDP_ERR_NULL_POINTER, "hook handle has no module");
-  CHECK(core_module_check(m, "h.module"));
-  tpdp_hook_list *lists[4] = {&m->pre_hooks, &m->post_hooks,
-                              &m->backward_pre_hooks, &m->backward_post_hooks};
-  for (int k = 0; k < 4; k++) {
-    tpdp_hook_list *l = lists[k];
-    for (int i = 0; i < l->n; i++) {
-      if (l->items[i].id != h.id || !l->items[i].live) continue;
-      l->items[i].live = 0;
-      if (m->running)
-        m->needs_compact = 1;
-      else
-        compact(l);
-      return TPDP_SUCCESS;
-    }
-  }
-  LABEL(m, lbl);
-  if (h.id > 0 && h.id < m->next_hook_id)
-    return TPDP_ERR(TPDP_ERR_ALREADY,
-                    "hook %llu of module '%s' was already removed",
-                    (unsigned long long)h.id, lbl);
-  return TPDP_ERR(TPDP_ERR_NOT_FOUND,
-                  "module '%s' never registered a hook with id %llu", lbl,
-                  (unsigned long long)h.id);
-}
-
-int tpdp_module_num_hooks(const tpdp_module *m) {
-  if (m == NULL) return 0;
-  int n = 0;
-  for (int i = 0; i < m->pre_hooks.n; i++) n += m->pre_hooks.items[i].live;
-  for (int i = 0; i < m->post_hooks.n; i++) n += m->post_hooks.items[i].live;
-  for (int i = 0; i < m->backward_pre_hooks.n; i++)
-    n += m->backward_pre_hooks.items[i].live;
-  for (int i = 0; i < m->backward_post_hooks.n; i++)
-    n += m->backward_post_hooks.items[i].live;
-  return n;
-}
-
-static tpdp_status run_hooks(tpdp_module *m, tpdp_hook_list *l) {
-  tpdp_status st = TPDP_SUCCESS;
-  int n = l->n; /* hooks added during the run wait for the next one */
-  m->running++;
-  for (int i = 0; i < n; i++) {
-    tpdp_hook_entry *e = &l->items[i]; /* re-read: the array may move */
-    if (!e->live) continue;
-    st = e->fn(m, e->ctx);
-    if (st != TPDP_SUCCESS) break;
-  }
-  if (--m->running == 0 && m->needs_compact) {
-    compact(&m->pre_hooks);
-    compact(&m->post_hooks);
-    compact(&m->backward_pre_hooks);
-    compact(&m->backward_post_hooks);
-    m->needs_compact = 0;
-  }
-  return st;
-}
-
-tpdp_status tpdp_module_forward_begin(tpdp_module *m) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  m->forward_depth++;
-  tpdp_status st = run_hooks(m, &m->pre_hooks);
-  if (st != TPDP_SUCCESS) m->forward_depth--; /* the forward did not start */
-  return st;
-}
-
-tpdp_status tpdp_module_forward_end(tpdp_module *m) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  tpdp_status st = run_hooks(m, &m->post_hooks);
-  if (m->forward_depth > 0) m->forward_depth--;
-  return st;
-}
-
-tpdp_status tpdp_module_backward_begin(tpdp_module *m) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  return run_hooks(m, &m->backward_pre_hooks);
-}
-
-tpdp_status tpdp_module_backward_end(tpdp_module *m) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  return run_hooks(m, &m->backward_post_hooks);
-}
-
-int tpdp_module_in_forward(const tpdp_module *m) {
-  return (m && m->forward_depth > 0) ? 1 : 0;
-}
-
-/* ----------------------------------------------------------- extensions */
-
-tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key, void *ptr,
-                                void (*free_fn)(void *)) {
-  TPDP_API_ENTRY;
-  CHECK(core_module_check(m, "m"));
-  CHECK_PTR(key);
-  for (int i = 0; i < m->nexts; i++) {
-    tpdp_ext_entry *e = &m->exts[i];
-    if (strcmp(e->key, key) != 0) continue;
-    void *old = e->ptr;
-    void (*old_free)(void *) = e->free_fn;
-    if (ptr == NULL) {
-      free(e->key);
-      m->exts[i] = m->exts[--m->nexts];
-    } else {
-      e->ptr = ptr;
-      e->free_fn = free_fn;
-    }
-    if (old_free && old != ptr) old_free(old);
-    return TPDP_SUCCESS;
-  }
-  if (ptr == NULL) return TPDP_SUCCESS;
-  char *k = core_strdup(key);
-  if (k == NULL) return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-  tpdp_ext_entry *ne = realloc(m->exts, sizeof *ne * (size_t)(m->nexts + 1));
-  if (ne == NULL) {
-    free(k);
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "out of memory");
-  }
-  m->exts = ne;
-  m->exts[m->nexts].key = k;
-  m->exts[m->nexts].ptr = ptr;
-  m->exts[m->nexts].free_fn = free_fn;
-  m->nexts++;
-  return TPDP_SUCCESS;
-}
-
-void *tpdp_module_get_ext(const tpdp_module *m, const char *key) {
-  if (m == NULL || key == NULL) return NULL;
-  for (int i = 0; i < m->nexts; i++)
-    if (strcmp(m->exts[i].key, key) == 0) return m->exts[i].ptr;
-  return NULL;
 }

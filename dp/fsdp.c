@@ -1161,7 +1161,7 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   st = tpdp_module_set_unit(module, "FSDP", " FULLY SHARDED");
   if (st != TPDP_SUCCESS) goto restore;
   /* From here the module owns the unit (freed with it). */
-  st = tpdp_module_set_ext(module, FSDP_EXT_KEY, u, unit_free);
+  st = tpdp_module_attach_state(module, FSDP_EXT_KEY, u, unit_free);
   if (st != TPDP_SUCCESS) {
     tpdp_module_clear_unit(module);
     goto restore;
@@ -1184,7 +1184,7 @@ fail:
 /* ------------------------------------------------------------- accessors */
 
 tpdp_fsdp_unit *tpdp_fsdp_unit_of(const tpdp_module *module) {
-  return module ? tpdp_module_get_ext(module, FSDP_EXT_KEY) : NULL;
+  return module ? tpdp_module_attached_state(module, FSDP_EXT_KEY) : NULL;
 }
 
 tpdp_module *tpdp_fsdp_unit_module(const tpdp_fsdp_unit *u) {

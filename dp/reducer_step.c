@@ -52,8 +52,8 @@ static int64_t list_unmarked(const tpdp_reducer *r, char *buf, size_t len) {
 }
 
 /* Gradients are marked and reduced outside the module's forward: inside it
- * the parameters are DTensors (TP+DP hooks), not the local tensors the
- * reducer holds. */
+ * the parameters are DTensors (the TP+DP transform), not the local tensors
+ * the reducer holds. */
 static tpdp_status check_not_in_forward(const tpdp_reducer *r,
                                         const char *what) {
   if (r->opt.module == NULL || !tpdp_module_in_forward(r->opt.module))

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* Multi-head attention sharded by whole heads (tpdp/dtensor.h): the fused
+/* Multi-head attention sharded by whole heads (tpdp/tp.h): the fused
  * q|k|v projection and the output projection as DTensors whose views put
  * the head index on a dim of its own, sharded over TP by torch.chunk, so
  * q, k and v of a head always live on one rank. */

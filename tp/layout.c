@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* Transformer layouts (tpdp/dtensor.h): the two-phase machinery that turns
+/* Transformer layouts (tpdp/tp.h): the two-phase machinery that turns
  * a module's parameters into DTensors whose global shape is a row-major
  * view of the full tensor, and linear modules in either orientation.
  * tp/head_shard.c and tp/vocab_parallel.c build on it. */
@@ -20,7 +20,7 @@ void tpdp_chunk_range(int64_t n, int64_t k, int64_t i, int64_t *start,
 }
 
 void tp_layout_release_unused(tpdp_module *m, int64_t *freed) {
-  tp_layout_state *st = tpdp_module_get_ext(m, TP_LAYOUT_KEY);
+  tp_layout_state *st = tpdp_module_attached_state(m, TP_LAYOUT_KEY);
   if (st == NULL) return;
   for (int i = 0; i < st->n; i++) {
     tp_layout_entry *e = &st->entries[i];
@@ -246,15 +246,16 @@ tpdp_status tp_layout_commit(tpdp_module *const *mods,
     CHECK_GOTO(tpdp_module_set_unit(mods[nunits], "TP", suffix[nunits]), res,
                undo);
   for (; nattached < n; nattached++)
-    CHECK_GOTO(tpdp_module_set_ext(mods[nattached], TP_LAYOUT_KEY,
-                                   states[nattached], tp_layout_state_free),
-               res, undo);
+    CHECK_GOTO(
+        tpdp_module_attach_state(mods[nattached], TP_LAYOUT_KEY,
+                                 states[nattached], tp_layout_state_free),
+        res, undo);
   for (int i = 0; i < n; i++) commit_params(states[i]);
   return TPDP_SUCCESS;
 undo:
   for (int i = 0; i < n; i++) {
     if (i < nattached) /* owned by the module now: removing frees it */
-      tpdp_module_set_ext(mods[i], TP_LAYOUT_KEY, NULL, NULL);
+      tpdp_module_attach_state(mods[i], TP_LAYOUT_KEY, NULL, NULL);
     else
       tp_layout_state_free(states[i]);
     if (i < nunits) tpdp_module_clear_unit(mods[i]);
@@ -265,7 +266,7 @@ undo:
 tpdp_status tp_layout_get(const tpdp_module *m, tp_layout_kind kind,
                           const char *what, tp_layout_state **out) {
   CHECK_PTR(m);
-  tp_layout_state *st = tpdp_module_get_ext(m, TP_LAYOUT_KEY);
+  tp_layout_state *st = tpdp_module_attached_state(m, TP_LAYOUT_KEY);
   if (st == NULL || st->kind != kind) return tp_not_parallelized(m, what);
   *out = st;
   return TPDP_SUCCESS;
@@ -291,7 +292,7 @@ tpdp_status tpdp_tp_layout_comm(const tpdp_module *m, tpdp_comm **out) {
   TPDP_API_ENTRY;
   CHECK_PTR(m);
   CHECK_PTR(out);
-  tp_layout_state *st = tpdp_module_get_ext(m, TP_LAYOUT_KEY);
+  tp_layout_state *st = tpdp_module_attached_state(m, TP_LAYOUT_KEY);
   if (st == NULL)
     return tp_not_parallelized(m,
                                "a transformer layout "

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /* Redistribution of a DTensor between two specs on one mesh.
  *
- * Plan: a mesh dim is "dirty" if its placement changes, or if it shards a
+ * Steps: a mesh dim is "dirty" if its placement changes, or if it shards a
  * tensor dim that an earlier dirty mesh dim shards before or after (it
  * must then be unsharded and resharded around that change, since a shard
  * on mesh dim m is a chunk of what mesh dims < m left). Phase 1 walks the
@@ -55,18 +55,18 @@ static int sharded_after(const tpdp_placement *pl, int n, int m, int d) {
 
 /* A step that unshards or slices tensor dim d on mesh dim m must work on
  * d's innermost shard (a shard on a later mesh dim is a chunk of m's); the
- * plan's order guarantees it, so a failure is a bug here. */
+ * order of the steps guarantees it, so a failure is a bug here. */
 static tpdp_status check_innermost(const tpdp_placement *pl, int n, int m,
                                    int d) {
   if (!sharded_after(pl, n, m, d)) return TPDP_SUCCESS;
   return TPDP_ERR(TPDP_ERR_INTERNAL,
-                  "redistribute plan: mesh dim %d is not the innermost shard "
+                  "redistribute steps: mesh dim %d is not the innermost shard "
                   "of tensor dim %d",
                   m, d);
 }
 
-static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst, step *steps,
-                        int *nsteps) {
+static tpdp_status choose_steps(const tpdp_spec *src, const tpdp_spec *dst,
+                                step *steps, int *nsteps) {
   int n = src->mesh_ndim;
   const tpdp_placement *sp = src->placements, *dp = dst->placements;
   int dirty[TPDP_MAX_DIMS] = {0};
@@ -119,7 +119,7 @@ static tpdp_status plan(const tpdp_spec *src, const tpdp_spec *dst, step *steps,
     if (tpdp_placement_equal(cur[m], dp[m])) continue;
     if (cur[m].kind != TPDP_PLACEMENT_REPLICATE)
       return TPDP_ERR(TPDP_ERR_INTERNAL,
-                      "redistribute plan: mesh dim %d not replicated in "
+                      "redistribute steps: mesh dim %d not replicated in "
                       "phase 2",
                       m);
     if (dp[m].kind == TPDP_PLACEMENT_SHARD) {
@@ -427,7 +427,7 @@ tpdp_status tpdp_redistribute(const tpdp_dtensor *src,
 
   step steps[MAX_STEPS];
   int nsteps = 0;
-  CHECK(plan(ss, dst_spec, steps, &nsteps));
+  CHECK(choose_steps(ss, dst_spec, steps, &nsteps));
   if (nsteps == 0) return core_mem_copy(dst_local, &src->local);
 
   int64_t coords[TPDP_MAX_DIMS];

@@ -3,7 +3,7 @@
  *
  * Agreement: every rank of the mesh must pass the same global shape, dtype,
  * device kind, mesh and source / destination placements; when they do not,
- * the ranks run different plans (one waits in an allgather while another
+ * the ranks choose different steps (one waits in an allgather while another
  * runs an alltoall, or the counts differ) and get MPI errors on some ranks,
  * scrambled or uninitialised data on others, or hang. The ranks therefore
  * allgather a fixed-size record of those arguments on the mesh's

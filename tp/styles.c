@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /* Parallel styles: tpdp_parallelize turns the parameters of the modules a
- * plan names into DTensors over the mesh's TP dim, and the functional
+ * TP plan names into DTensors over the mesh's TP dim, and the functional
  * collectives move activations in and out of the styles' regions. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +11,7 @@
 #include "tpdp/module.h"
 #include "tpdp/tp.h"
 
-#define TP_EXT_KEY "tp.style"
+#define TP_STYLE_STATE_KEY "tp.style"
 
 /* What tpdp_parallelize attaches to each module it parallelizes: the style,
  * the mesh, and the storage/specs of the module's parameters. */
@@ -35,7 +35,7 @@ static void release_if_unused(void **block, const tpdp_tensor *in_use,
 }
 
 void tp_styles_release_unused(tpdp_module *m, int64_t *freed) {
-  tp_module_state *st = tpdp_module_get_ext(m, TP_EXT_KEY);
+  tp_module_state *st = tpdp_module_attached_state(m, TP_STYLE_STATE_KEY);
   if (st == NULL) return;
   for (int i = 0; i < st->nparams; i++) {
     tpdp_param *p = tpdp_module_param(m, i, NULL);
@@ -90,7 +90,7 @@ int tpdp_fqn_match(const char *pattern, const char *fqn) {
   }
 }
 
-/* ------------------------------------------------------------ planning */
+/* ----------------------------------------------- matching the TP plan */
 
 typedef struct {
   tpdp_module *module;
@@ -101,7 +101,7 @@ typedef struct {
 typedef struct {
   const tpdp_tp_plan_entry *plan;
   int nplan;
-  int *hits; /* per plan entry */
+  int *hits; /* per TP plan entry */
   tp_match *matches;
   int nmatches, cap;
 } match_ctx;
@@ -329,7 +329,7 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
   for (int i = 0; i < ctx.nmatches; i++) {
     char lbl[256];
     tpdp_module_label(ctx.matches[i].module, lbl, sizeof lbl);
-    if (tpdp_module_get_ext(ctx.matches[i].module, TP_EXT_KEY) != NULL) {
+    if (tpdp_module_attached_state(ctx.matches[i].module, TP_STYLE_STATE_KEY)) {
       res = TPDP_ERR(TPDP_ERR_ALREADY, "module '%s' is already parallelized",
                      lbl);
       goto done;
@@ -386,8 +386,9 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
                res, undo);
   }
   for (; nattached < ctx.nmatches; nattached++)
-    CHECK_GOTO(tpdp_module_set_ext(ctx.matches[nattached].module, TP_EXT_KEY,
-                                   states[nattached], tp_state_free),
+    CHECK_GOTO(tpdp_module_attach_state(ctx.matches[nattached].module,
+                                        TP_STYLE_STATE_KEY, states[nattached],
+                                        tp_state_free),
                res, undo);
   for (int i = 0; i < ctx.nmatches; i++)
     commit_params(&ctx.matches[i], mesh, states[i]);
@@ -395,7 +396,8 @@ tpdp_status tpdp_parallelize(tpdp_module *root, const tpdp_mesh *mesh,
 undo:
   for (int i = 0; i < ctx.nmatches; i++) {
     if (i < nattached) /* owned by the module now: removing frees it */
-      tpdp_module_set_ext(ctx.matches[i].module, TP_EXT_KEY, NULL, NULL);
+      tpdp_module_attach_state(ctx.matches[i].module, TP_STYLE_STATE_KEY, NULL,
+                               NULL);
     else
       tp_state_free(states[i]);
     if (i < nunits) tpdp_module_clear_unit(ctx.matches[i].module);
@@ -416,7 +418,7 @@ tpdp_status tp_not_parallelized(const tpdp_module *m, const char *by) {
 
 static tpdp_status module_state(const tpdp_module *m, tp_module_state **out) {
   CHECK_PTR(m);
-  tp_module_state *st = tpdp_module_get_ext(m, TP_EXT_KEY);
+  tp_module_state *st = tpdp_module_attached_state(m, TP_STYLE_STATE_KEY);
   if (st == NULL) return tp_not_parallelized(m, "a TP plan");
   *out = st;
   return TPDP_SUCCESS;
@@ -546,7 +548,7 @@ static tpdp_status reduce_sp_grads(tpdp_module *m, const char *prefix,
   (void)prefix;
   (void)level;
   (void)vctx;
-  tp_module_state *st = tpdp_module_get_ext(m, TP_EXT_KEY);
+  tp_module_state *st = tpdp_module_attached_state(m, TP_STYLE_STATE_KEY);
   if (st == NULL || st->style != TPDP_STYLE_SEQUENCE_PARALLEL)
     return TPDP_SUCCESS;
   for (int i = 0; i < tpdp_module_num_params(m); i++) {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /* Vocabulary-parallel embedding and cross-entropy (Megatron), see
- * tpdp/dtensor.h: the embedding weight [V, D] is sharded on V over TP; a
+ * tpdp/tp.h: the embedding weight [V, D] is sharded on V over TP; a
  * lookup is masked by shard and allreduced; the loss over vocab-sharded
  * logits needs only per-row scalars from the other ranks (max, sum of
  * exponentials, target logit), never the [n, V] logits. */

@@ -2,7 +2,7 @@
 /*
  * tpdp dtensor (tp/): the DTensor contract: placements, the sharding spec
  * (local shapes and offsets, JSON), DTensor flatten / unflatten and
- * redistribution. What tp/ builds on it (the TP+DP forward hooks, parallel
+ * redistribution. What tp/ builds on it (the TP+DP transform, parallel
  * styles, transformer layouts) is tpdp/tp.h.
  *
  * A spec describes how a global tensor is laid out over a device mesh: one
@@ -238,7 +238,8 @@ TPDP_API void tpdp_dtensor_free_local(tpdp_dtensor *dt);
  * (one buffer, the largest needed so far, on the last device used; freed
  * by tpdp_mesh_destroy): a repeated redistribution pays its allocation and
  * first-touch page faults once, not every call. Buffers between the steps
- * of a multi-step plan are allocated and freed inside the call.
+ * of a redistribution in several steps are allocated and freed inside the
+ * call.
  *
  * Memory: host (CPU) tensors over an MPI mesh, or device (CUDA) tensors
  * over an NCCL mesh in a --config=cuda build (elsewhere CUDA tensors are

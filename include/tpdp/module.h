@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
  * tpdp module tree (core/): modules, parameters, buffers, FQNs, pre-order
- * traversal, training states, managed units, forward hook registry and the
- * sharded tree report.
+ * traversal, training states, managed units, forward and backward hooks,
+ * state attached by the layers above, and the sharded tree report.
  *
  * A framework backend mirrors its model here: one tpdp_module per module
  * (class name, ordered named children, ordered named parameters and
@@ -56,9 +56,9 @@ TPDP_API tpdp_status tpdp_module_create(const char *class_name,
                                         tpdp_module **out);
 
 /* Destroy a root module and its subtree (releasing every parameter
- * registration, running extension destructors: tp/'s free the specs of a
- * parallelized module, which hold their mesh, so destroy modules before
- * their mesh). NULL is a no-op.
+ * registration, running the destructors of attached state: tp/'s free the
+ * specs of a parallelized module, which hold their mesh, so destroy
+ * modules before their mesh). NULL is a no-op.
  * Errors: TPDP_ERR_STATE if `m` has a parent. A module already destroyed
  * (or in a destroyed tree), passed to this or to the module calls that
  * return a status, gives TPDP_ERR_INVALID_ARGUMENT ("has been destroyed"),
@@ -276,7 +276,7 @@ TPDP_API tpdp_status tpdp_param_fqns_find(const tpdp_param_fqns *map,
 /* ------------------------------------------------------ training states */
 
 /* Training state of a module / managed unit (PyTorch FSDP's TrainingState).
- * Kept live around forward by tp/'s DP transform (tpdp/dtensor.h: its
+ * Kept live around forward by tp/'s DP transform (tpdp/tp.h: its
  * pre-forward hook requires IDLE or FORWARD_BACKWARD and sets
  * FORWARD_BACKWARD; the DP reducer sets IDLE again when it finalizes). */
 typedef enum {
@@ -350,10 +350,16 @@ TPDP_API const char *tpdp_tree_report_fqn(const tpdp_tree_report *r, int i,
  * order, no whitespace, strings escaped. Owned by the report. */
 TPDP_API const char *tpdp_tree_report_json(const tpdp_tree_report *r);
 
-/* ----------------------------------------------------------- hooks */
+/* ---------------------------------------------------------- module hooks
+ *
+ * Callbacks on a module around its forward and backward (torch's module
+ * hooks). Not the reducer's communication hooks (tpdp/reducer.h), which
+ * act on a gradient bucket. */
 
-/* A forward (pre-)hook. Returning non-success stops the run; the status
- * (and the hook's last-error message) propagates from forward_begin/end. */
+/* A module hook (forward or backward, pre or post; the type is named for
+ * the forward ones). Returning non-success stops the run; the status (and
+ * the hook's last-error message) propagates from forward_begin/end or
+ * backward_begin/end. */
 typedef tpdp_status (*tpdp_forward_hook_fn)(tpdp_module *m, void *ctx);
 
 /* Identifies one registration. Plain value; valid while the module lives. */
@@ -412,16 +418,22 @@ TPDP_API tpdp_status tpdp_module_register_backward_hook(tpdp_module *m,
 TPDP_API tpdp_status tpdp_module_backward_begin(tpdp_module *m);
 TPDP_API tpdp_status tpdp_module_backward_end(tpdp_module *m);
 
-/* ----------------------------------------------------------- extensions */
+/* ------------------------------------------------------- attached state */
 
-/* Attach named state to a module for upper layers (tp/ stores its DP
- * transform here). `key` is copied; `free_fn` (may be NULL) is called on
- * `ptr` when the extension is replaced or removed (ptr NULL) or when the
- * module is destroyed. */
-TPDP_API tpdp_status tpdp_module_set_ext(tpdp_module *m, const char *key,
-                                         void *ptr, void (*free_fn)(void *));
-/* The attached pointer, NULL if none. */
-TPDP_API void *tpdp_module_get_ext(const tpdp_module *m, const char *key);
+/* Attach a layer's own state for module m under `key` (as torch's
+ * composable APIs keep theirs on the module): tp/ keeps each parallelized
+ * module's specs and a DP transform's resolved parameters there, dp/ a
+ * fully sharded unit. One state per key: attaching under a key that has
+ * one replaces it, and `state` NULL removes it. `key` is copied;
+ * `free_fn` (may be NULL) is called on the state when it is replaced or
+ * removed, and when the module is destroyed. Errors: NULL m or key, a
+ * destroyed module, out of memory (nothing changed). */
+TPDP_API tpdp_status tpdp_module_attach_state(tpdp_module *m, const char *key,
+                                              void *state,
+                                              void (*free_fn)(void *));
+/* The state attached to m under `key`, NULL if none (or m or key NULL). */
+TPDP_API void *tpdp_module_attached_state(const tpdp_module *m,
+                                          const char *key);
 
 #ifdef __cplusplus
 }

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: BSD-3-Clause
 /*
- * tpdp tp (tp/): tensor parallelism on the module tree, built on the
- * DTensor contract of tpdp/dtensor.h (which this header includes): the
- * TP+DP forward hooks (tpdp_pre_dp_transform), the parallel styles and
- * their plan (tpdp_parallelize), the functional collectives that move
- * activations in and out of the styles' regions (sequence parallelism
- * included), and the transformer layouts (Conv1D/Linear weights, attention
- * sharded by heads, vocabulary-parallel embedding and cross-entropy).
+ * tpdp tp (tp/): tensor parallelism on the module tree, built on the DTensor
+ * contract of tpdp/dtensor.h (which this header includes): the TP+DP transform
+ * (tpdp_pre_dp_transform), the parallel styles and the TP plan that assigns
+ * them (tpdp_parallelize), the functional collectives that move activations in
+ * and out of the styles' regions (sequence parallelism included), and the
+ * transformer layouts (Conv1D/Linear weights, attention sharded by heads,
+ * vocabulary-parallel embedding and cross-entropy).
  *
  * Thread-safety: as the module tree (one thread at a time per tree); the
  * collectives follow the mesh's communicators (one thread at a time per
@@ -23,7 +23,7 @@
 extern "C" {
 #endif
 
-/* ------------------------------------------ TP+DP hooks (tp/hooks.c)
+/* ---------------------------------- TP+DP transform (tp/dp_transform.c)
  *
  * PyTorch's TP-inside-DDP composition (DTensor parameters localized before
  * DDP wraps the model): DP sees plain local tensors, forward sees DTensors.
@@ -123,7 +123,7 @@ TPDP_API tpdp_status tpdp_tp_release_unused_storage(struct tpdp_module *root,
 
 /* ------------------------------------------------------ parallel styles
  *
- * Tensor-parallel styles, the plan that maps module FQN patterns to them,
+ * Tensor-parallel styles, the TP plan that maps module FQN patterns to them,
  * tpdp_parallelize, and the functional collectives that move activations in
  * and out of the styles' regions (forward and backward). Host memory. */
 
@@ -147,7 +147,7 @@ typedef enum {
 TPDP_API const char *tpdp_tp_style_name(tpdp_tp_style style);
 TPDP_API tpdp_status tpdp_tp_style_parse(const char *text, tpdp_tp_style *out);
 
-/* One plan entry: modules whose FQN (from the root passed to
+/* One entry of a TP plan: modules whose FQN (from the root passed to
  * tpdp_parallelize) matches `pattern` get `style`. `*` matches exactly one
  * path component ("layers.*.fc1"). */
 typedef struct {
@@ -171,17 +171,17 @@ TPDP_API tpdp_status tpdp_tp_style_placement(tpdp_tp_style style,
                                              int64_t out_size,
                                              tpdp_placement *out);
 
-/* Turn the parameters of every module matching a plan entry (first match
- * wins) into DTensors over mesh dim `tp_dim` (Replicate on every other mesh
- * dim). Each parameter's current tensor must be the full tensor, identical
- * on every rank (e.g. initialised from a shared seed); its local shard is
- * copied into storage tpdp allocates (zero-initialised gradient storage of
- * the local shape too) and the parameter is re-pointed at it: tensor, grad
- * and spec, in DTensor form. The caller's full tensors are not touched and
- * may be freed afterwards. Each matched module becomes a managed unit of
- * kind "TP" with suffix " TP <STYLE>". Storage and specs live until the
- * module is destroyed. Host memory (MPI meshes) only in this build.
- * Nothing is changed when an error is returned.
+/* Turn the parameters of every module matching an entry of the TP plan
+ * plan[0..nplan) (first match wins) into DTensors over mesh dim `tp_dim`
+ * (Replicate on every other mesh dim). Each parameter's current tensor must be
+ * the full tensor, identical on every rank (e.g. initialised from a shared
+ * seed); its local shard is copied into storage tpdp allocates
+ * (zero-initialised gradient storage of the local shape too) and the parameter
+ * is re-pointed at it: tensor, grad and spec, in DTensor form. The caller's
+ * full tensors are not touched and may be freed afterwards. Each matched module
+ * becomes a managed unit of kind "TP" with suffix " TP <STYLE>". Storage and
+ * specs live until the module is destroyed. Host memory (MPI meshes) only in
+ * this build. Nothing is changed when an error is returned.
  * Errors: TPDP_ERR_NOT_FOUND naming a pattern that matches no module, or a
  * mesh dim name that does not exist; TPDP_ERR_SHAPE_MISMATCH naming the
  * parameter FQN when a colwise/rowwise weight is not 2-D (or a bias not 1-D

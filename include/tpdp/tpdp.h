@@ -12,6 +12,6 @@
 #include "tpdp/module.h"     /* module tree, reports (core/) */
 #include "tpdp/reducer.h"    /* DDP-style gradient reducer (dp/) */
 #include "tpdp/topo.h"       /* topology, binding (topo/) */
-#include "tpdp/tp.h"         /* TP+DP hooks, styles, layouts (tp/) */
+#include "tpdp/tp.h"         /* TP+DP transform, styles, layouts (tp/) */
 
 #endif /* TPDP_TPDP_H */

@@ -77,7 +77,7 @@ std::vector<std::string> Lines(const std::string &s) {
 }
 
 // PyTorch FSDP's tree report's docstring, typed in by hand.
-const char *kSeedTree =
+const char *kDocstringTree =
     "[CompositeModel] FULLY SHARDED\n"
     "    l1[Linear]\n"
     "    u1[UnitModule] FULLY SHARDED\n"
@@ -96,21 +96,21 @@ const char *kSeedTree =
     "        u2.l2[Linear]\n"
     "    l2[Linear]\n";
 
-TEST(TreeReport, MatchesSeed000LineByLine) {
+TEST(TreeReport, MatchesDocstringLineByLine) {
   tpdp_module *root = CompositeModel(true);
   tpdp_tree_report *r = nullptr;
   ASSERT_TPDP_OK(tpdp_tree_report_create(root, nullptr, 0, &r));
   std::string text = tpdp_tree_report_text(r);
-  std::vector<std::string> got = Lines(text), want = Lines(kSeedTree);
+  std::vector<std::string> got = Lines(text), want = Lines(kDocstringTree);
   ASSERT_EQ(got.size(), want.size()) << text;
   for (size_t i = 0; i < want.size(); i++)
     EXPECT_EQ(got[i], want[i]) << "line " << i;
-  EXPECT_EQ(text, kSeedTree);  // including the final newline
+  EXPECT_EQ(text, kDocstringTree);  // including the final newline
   EXPECT_TPDP_OK(tpdp_tree_report_destroy(r));
   ASSERT_TPDP_OK(tpdp_module_destroy(root));
 }
 
-TEST(TreeReport, UnitMapMatchesSeed000Dict) {
+TEST(TreeReport, UnitMapMatchesDocstringDict) {
   tpdp_module *root = CompositeModel(true);
   tpdp_tree_report *r = nullptr;
   ASSERT_TPDP_OK(tpdp_tree_report_create(root, nullptr, 0, &r));

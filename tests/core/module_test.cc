@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Module tree (core/module.c): structure and ownership, names, cycles,
-// traversal, FQN maps, cleaning, root modules, states, management, hooks.
+// Module tree (core/module.c, param.c, module_hooks.c, module_state.c):
+// structure and ownership, names, cycles, traversal, FQN maps, cleaning,
+// root modules, states, management, hooks, attached state.
 #include "tpdp/module.h"
 
 #include <gtest/gtest.h>
@@ -863,24 +864,25 @@ TEST(Hooks, BadArguments) {
   ASSERT_TPDP_OK(tpdp_module_destroy(m));
 }
 
-// ------------------------------------------------------------- extensions
+// --------------------------------------------------------- attached state
 
 int g_freed = 0;
 void FreeCounter(void *p) { g_freed += *static_cast<int *>(p); }
 
-TEST(Extensions, SetReplaceRemoveAndFreeOnDestroy) {
+TEST(AttachedState, AttachReplaceRemoveAndFreeOnDestroy) {
   tpdp_module *m = Make("M");
   int one = 1, ten = 10, hundred = 100;
   g_freed = 0;
-  EXPECT_EQ(tpdp_module_get_ext(m, "k"), nullptr);
-  ASSERT_TPDP_OK(tpdp_module_set_ext(m, "k", &one, FreeCounter));
-  EXPECT_EQ(tpdp_module_get_ext(m, "k"), &one);
-  ASSERT_TPDP_OK(tpdp_module_set_ext(m, "k", &ten, FreeCounter));  // frees 1
+  EXPECT_EQ(tpdp_module_attached_state(m, "k"), nullptr);
+  ASSERT_TPDP_OK(tpdp_module_attach_state(m, "k", &one, FreeCounter));
+  EXPECT_EQ(tpdp_module_attached_state(m, "k"), &one);
+  // Replacing frees the old state, removing (NULL) the current one.
+  ASSERT_TPDP_OK(tpdp_module_attach_state(m, "k", &ten, FreeCounter));
   EXPECT_EQ(g_freed, 1);
-  ASSERT_TPDP_OK(tpdp_module_set_ext(m, "k", nullptr, nullptr));  // frees 10
+  ASSERT_TPDP_OK(tpdp_module_attach_state(m, "k", nullptr, nullptr));
   EXPECT_EQ(g_freed, 11);
-  EXPECT_EQ(tpdp_module_get_ext(m, "k"), nullptr);
-  ASSERT_TPDP_OK(tpdp_module_set_ext(m, "j", &hundred, FreeCounter));
+  EXPECT_EQ(tpdp_module_attached_state(m, "k"), nullptr);
+  ASSERT_TPDP_OK(tpdp_module_attach_state(m, "j", &hundred, FreeCounter));
   ASSERT_TPDP_OK(tpdp_module_destroy(m));  // frees 100
   EXPECT_EQ(g_freed, 111);
 }

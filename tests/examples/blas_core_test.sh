@@ -65,11 +65,16 @@ fi
 
 expect="$name kernels (OPENBLAS_CORETYPE=$want set by this program: OpenBLAS alone chose Prescott)"
 log=$tmp/starts.log
+# Under ASan (scripts/run-tests --config=asan) the sanitizer's runtime must
+# come first among the preloaded libraries, before the stand-in.
+preload=$shim
+asan=$(ldd "$mlp" | sed -n 's/^[[:space:]]*libasan[^ ]* => \([^ ]*\) .*/\1/p' | head -1)
+[ -n "$asan" ] && preload="$asan $shim"
 # starts PROGRAM: the process images of PROGRAM the shim logged
 starts() { grep -c "^$1 " "$log" 2>/dev/null || echo 0; }
 
 : > "$log"
-line=$(LD_PRELOAD=$shim BLAS_SHIM_LOG=$log "$mlp" --steps 2 --quiet 2>&1 | kernels)
+line=$(LD_PRELOAD="$preload" BLAS_SHIM_LOG=$log "$mlp" --steps 2 --quiet 2>&1 | kernels)
 n=$(starts train_mlp)
 if [ "$line" = "$expect" ] && [ "$n" = 2 ] &&
    grep -q "^train_mlp .* OPENBLAS_CORETYPE=$want\$" "$log"; then
@@ -81,7 +86,7 @@ fi
 
 python3 "$make_tokens" "$make_tokens" "$tmp/tokens.bin" >/dev/null
 : > "$log"
-out=$(LD_PRELOAD=$shim BLAS_SHIM_LOG=$log timeout 300 mpirun --oversubscribe \
+out=$(LD_PRELOAD="$preload" BLAS_SHIM_LOG=$log timeout 300 mpirun --oversubscribe \
       -np 2 "$gpt2" --data "$tmp/tokens.bin" --dp 2 --steps 3 --quiet 2>&1)
 rc=$?
 line=$(echo "$out" | kernels)
@@ -98,7 +103,7 @@ fi
 user=HASWELL
 [ "$want" = SANDYBRIDGE ] && user=SANDYBRIDGE
 : > "$log"
-line=$(LD_PRELOAD=$shim BLAS_SHIM_LOG=$log OPENBLAS_CORETYPE=$user "$mlp" \
+line=$(LD_PRELOAD="$preload" BLAS_SHIM_LOG=$log OPENBLAS_CORETYPE=$user "$mlp" \
        --steps 2 --quiet 2>&1 | kernels)
 n=$(starts train_mlp)
 case "$line" in

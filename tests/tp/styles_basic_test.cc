@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Single-process tests of tpdp/dtensor.h: FQN pattern matching and style names.
+// Single-process tests of tpdp/tp.h: FQN pattern matching and style names.
 #include <string>
 
 #include "tests/test_util.h"

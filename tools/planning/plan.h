@@ -2,7 +2,7 @@
 /*
  * Sharding plans for `tpdp plan` (docs/model-format.md, "tpdp plan"): how a
  * model description (tools/planning/model_json.h) will be sharded over a
- * device mesh by tensor parallelism (the styles of tpdp/dtensor.h over the
+ * device mesh by tensor parallelism (the styles of tpdp/tp.h over the
  * mesh dim "tp") and data parallelism (managed units, the reducer's DDP
  * buckets), computed without a communicator.
  *

@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: BSD-3-Clause
-/* TP+DP composition (PyTorch's TP-inside-DDP): localize DTensor parameters
- * for DP and reconstruct them around forward with hooks on the transformed
- * module, keeping the training states of PyTorch FSDP live.
+/* The TP+DP transform (tpdp_pre_dp_transform; PyTorch's TP-inside-DDP
+ * composition): localize DTensor parameters for DP and reconstruct them
+ * around forward with module hooks on the transformed module, keeping the
+ * training states of PyTorch FSDP live.
  *
- * Unlike the seed, which walks named_parameters() and rebuilds parameter
- * objects on every call, the DTensor parameters are resolved once at
- * transform time into flat arrays (parameter, spec, FQN), so a hook call is
- * two passes over those arrays (check everything, then change everything
- * in one core call): no traversal, allocation or string work. The tree is
- * resolved again only when tpdp_module_tree_generation() says some tree
- * changed, to refuse a DTensor parameter the transform does not know. */
+ * The hooks run on every forward, so they do no per-call discovery: the
+ * DTensor parameters are resolved once, at transform time, into flat
+ * arrays (parameter, spec, FQN), and a hook call is two passes over those
+ * arrays (check everything, then change everything in one core call): no
+ * traversal, allocation or string work (bench/hooks.sh measures it
+ * against walking the tree and building the names on every call). The
+ * tree is resolved again only when tpdp_module_tree_generation() says some
+ * tree changed, to refuse a DTensor parameter the transform does not
+ * know. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +191,7 @@ done:
   return st;
 }
 
-/* ---------------------------------------------------------------- hooks */
+/* ---------------------------------------------------------- module hooks */
 
 static const tpdp_training_state forward_ok[2] = {TPDP_STATE_IDLE,
                                                   TPDP_STATE_FORWARD_BACKWARD};
@@ -276,7 +279,8 @@ static tpdp_status refuse_nested(tpdp_module *m, const char *prefix, int level,
                                  void *ctx) {
   (void)prefix;
   (void)level;
-  if (tpdp_module_get_ext(m, DP_TRANSFORM_KEY) == NULL) return TPDP_SUCCESS;
+  if (tpdp_module_attached_state(m, DP_TRANSFORM_KEY) == NULL)
+    return TPDP_SUCCESS;
   char ml[256], rl[256];
   tpdp_module_label(m, ml, sizeof ml);
   tpdp_module_label(ctx, rl, sizeof rl);
@@ -294,7 +298,7 @@ static tpdp_status refuse_nested(tpdp_module *m, const char *prefix, int level,
  * inside each other's forward. */
 static tpdp_status check_not_nested(tpdp_module *root) {
   for (tpdp_module *a = tpdp_module_parent(root); a; a = tpdp_module_parent(a))
-    if (tpdp_module_get_ext(a, DP_TRANSFORM_KEY)) {
+    if (tpdp_module_attached_state(a, DP_TRANSFORM_KEY)) {
       char al[256], rl[256];
       tpdp_module_label(a, al, sizeof al);
       tpdp_module_label(root, rl, sizeof rl);
@@ -326,7 +330,7 @@ tpdp_status tpdp_pre_dp_transform(tpdp_module *root) {
     tpdp_hook_remove(t->pre);
     goto fail;
   }
-  st = tpdp_module_set_ext(root, DP_TRANSFORM_KEY, t, transform_free);
+  st = tpdp_module_attach_state(root, DP_TRANSFORM_KEY, t, transform_free);
   if (st != TPDP_SUCCESS) {
     tpdp_hook_remove(t->post);
     tpdp_hook_remove(t->pre);
@@ -344,7 +348,7 @@ fail:
 tpdp_status tpdp_pre_dp_transform_undo(tpdp_module *root) {
   TPDP_API_ENTRY;
   CHECK_PTR(root);
-  dp_transform *t = tpdp_module_get_ext(root, DP_TRANSFORM_KEY);
+  dp_transform *t = tpdp_module_attached_state(root, DP_TRANSFORM_KEY);
   char lbl[256];
   tpdp_module_label(root, lbl, sizeof lbl);
   if (t == NULL)
@@ -361,10 +365,10 @@ tpdp_status tpdp_pre_dp_transform_undo(tpdp_module *root) {
   CHECK(tpdp_hook_remove(t->pre));
   CHECK(tpdp_hook_remove(t->post));
   /* Frees t through transform_free. */
-  return tpdp_module_set_ext(root, DP_TRANSFORM_KEY, NULL, NULL);
+  return tpdp_module_attach_state(root, DP_TRANSFORM_KEY, NULL, NULL);
 }
 
 int tpdp_pre_dp_transform_count(const tpdp_module *root) {
-  const dp_transform *t = tpdp_module_get_ext(root, DP_TRANSFORM_KEY);
+  const dp_transform *t = tpdp_module_attached_state(root, DP_TRANSFORM_KEY);
   return t ? t->n : -1;
 }

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// TP+DP forward hooks (tp/hooks.c, seeds 001 and 004) on a nested tree with
-// DTensor parameters at every level, over a layout-only 2x4 (dp, tp) mesh
-// whose self rank is mesh rank 0 (coords (0, 0)). Every parameter has its
-// own data and gradient storage holding distinct values, so each check
-// tells the parameters apart: identity (its own storage, its own spec),
-// local shape, form and handle state after each hook, and untouched values
-// and gradients.
+// The TP+DP transform's forward hooks (tp/dp_transform.c) on a nested
+// tree with DTensor parameters at every level, over a layout-only 2x4 (dp,
+// tp) mesh whose self rank is mesh rank 0 (coords (0, 0)). Every parameter
+// has its own data and gradient storage holding distinct values, so each
+// check tells the parameters apart: identity (its own storage, its own
+// spec), local shape, form and handle state after each hook, and untouched
+// values and gradients.
 #include <gtest/gtest.h>
 
 #include <deque>
