@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
 """GPT-2 in plain PyTorch, trained with tpdp.torch's tensor parallelism
-(--tp) inside its data parallelism (--dp): run as
+(--tp) inside its data parallelism (--dp: DistributedDataParallel, or with
+--fsdp fully_shard on each block and the root; --dp-replicate R: HSDP, R
+replicas of dp/R shards): run as
     mpirun -np 4 python3 examples/torch/train_gpt2.py --dp 2 --tp 2 \\
-        --data tokens.bin [--model DIR] [--check]
+        --data tokens.bin [--model DIR] [--fsdp] [--check]
 It reads what examples/train_gpt2 reads: an llm.c token file and, with
 --model, Hugging Face's config.json + model.safetensors (f32, f16 or bf16,
 with or without the "transformer." prefix). It prints `step <i> loss <v>`;
 --check also trains the unparallelized model on the whole batch in each
-process and prints `check: max_rel_loss_diff <x>` (exit 1 above 1e-4).
+process and prints `check: max_rel_loss_diff <x>` (exit 1 above 1e-4);
+--report prints the median step time and each rank's peak RSS.
 
 TP layout (Megatron's): the q, k, v and fc projections column-parallel,
 the attention and MLP output projections row-parallel, the token embedding
@@ -19,8 +22,11 @@ import argparse
 import json
 import math
 import os
+import resource
+import statistics
 import struct
 import sys
+import time
 
 if __name__ == "__main__":
     # OpenBLAS's widest kernels for this CPU: decided before torch loads
@@ -89,6 +95,7 @@ class GPT2(nn.Module):
 
 _ST_DTYPES = {"F32": torch.float32, "F16": torch.float16,
               "BF16": torch.bfloat16}
+_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
 def read_safetensors(path):
@@ -181,6 +188,25 @@ def tp_plan(model):
     return plan
 
 
+def report(tt, times):
+    """Rank 0 prints the median step time (step 0, the warm-up, left out;
+    the slowest rank's) and every rank's peak RSS."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    n = tt.world_size()
+    per = torch.zeros(n, dtype=torch.float64)
+    per[tt.rank()] = rss
+    world = tt.init_device_mesh("cpu", (n,), mesh_dim_names=("world",))
+    tt.all_reduce(per, world["world"])
+    ms = torch.tensor([statistics.median(times[1:] or times) * 1e3])
+    tt.all_reduce(ms, world["world"], "max")
+    world.close()
+    if tt.rank() == 0:
+        print("throughput: %.1f ms/step" % ms.item())
+        print("peak memory: " + ", ".join("rank %d %.1f MiB" % (r, m)
+                                          for r, m in enumerate(per.tolist())),
+              flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", required=True)
@@ -197,7 +223,20 @@ def main(argv=None):
     ap.add_argument("--seq", type=int, default=32)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--fsdp", action="store_true",
+                    help="fully_shard each block and the root over the dp "
+                    "ranks (else DistributedDataParallel)")
+    ap.add_argument("--dp-replicate", type=int, default=1,
+                    help="with --fsdp: HSDP, R replicas of --dp / R shards")
+    ap.add_argument("--param-dtype", choices=sorted(_DTYPES), default="f32",
+                    help="with --fsdp: the dtype the units gather and the "
+                    "model computes in (the f32 shards stay the master)")
+    ap.add_argument("--reduce-dtype", choices=sorted(_DTYPES),
+                    help="with --fsdp: the reduce-scatter's dtype (default: "
+                    "--param-dtype's)")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--report", action="store_true",
+                    help="print the median step time and the peak RSS")
     a = ap.parse_args(argv)
     import tpdp.torch as tt
     torch.set_num_threads(1)
@@ -207,6 +246,17 @@ def main(argv=None):
     if a.batch % a.dp:
         raise SystemExit("train_gpt2.py: --batch %d does not divide by --dp"
                          " %d" % (a.batch, a.dp))
+    if a.dp_replicate < 1 or a.dp % a.dp_replicate:
+        raise SystemExit("train_gpt2.py: --dp-replicate %d does not divide "
+                         "--dp %d" % (a.dp_replicate, a.dp))
+    if a.dp_replicate > 1 and not a.fsdp:
+        raise SystemExit("train_gpt2.py: --dp-replicate needs --fsdp")
+    if (a.param_dtype != "f32" or a.reduce_dtype) and not a.fsdp:
+        raise SystemExit("train_gpt2.py: --param-dtype and --reduce-dtype "
+                         "need --fsdp")
+    if a.param_dtype != "f32" and a.check:
+        raise SystemExit("train_gpt2.py: --check compares with float32 "
+                         "training: it needs --param-dtype f32")
 
     def build():
         torch.manual_seed(a.seed)
@@ -218,11 +268,32 @@ def main(argv=None):
     if model.h[0].q.out_features // model.h[0].head_dim % a.tp:
         raise SystemExit("train_gpt2.py: the heads do not divide by --tp %d"
                          % a.tp)
-    mesh = tt.init_device_mesh("cpu", (a.dp, a.tp),
-                               mesh_dim_names=("dp", "tp"))
+    R = a.dp_replicate
+    if R > 1:  # torchtitan's 3-D mesh: replicas x shards x tp
+        mesh = tt.init_device_mesh("cpu", (R, a.dp // R, a.tp),
+                                   mesh_dim_names=("dp_replicate",
+                                                   "dp_shard", "tp"))
+        dp_mesh = mesh["dp_replicate", "dp_shard"]
+        d = mesh.get_local_rank("dp_replicate") * (a.dp // R) + \
+            mesh.get_local_rank("dp_shard")
+        dp_dims = ("dp_shard", "dp_replicate")
+    else:
+        mesh = tt.init_device_mesh("cpu", (a.dp, a.tp),
+                                   mesh_dim_names=("dp", "tp"))
+        dp_mesh = mesh["dp"]
+        d = mesh.get_local_rank("dp")
+        dp_dims = ("dp",)
     tt.parallelize_module(model, mesh["tp"], tp_plan(model))
     model.lm_head.weight = model.wte.weight  # the same vocabulary rows
-    ddp = tt.DistributedDataParallel(model, device_mesh=mesh["dp"])
+    if a.fsdp:  # each block a unit, the root (embeddings, head) the last
+        mp = tt.MixedPrecisionPolicy(
+            param_dtype=_DTYPES[a.param_dtype],
+            reduce_dtype=_DTYPES[a.reduce_dtype or a.param_dtype])
+        for block in model.h:
+            tt.fully_shard(block, mesh=dp_mesh, mp_policy=mp)
+        ddp = tt.fully_shard(model, mesh=dp_mesh, mp_policy=mp)
+    else:
+        ddp = tt.DistributedDataParallel(model, device_mesh=dp_mesh)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             eps=1e-8, weight_decay=0.0)
     ref = build() if a.check else None
@@ -230,21 +301,24 @@ def main(argv=None):
                                 eps=1e-8, weight_decay=0.0) if a.check else None
     tokens = read_tokens(a.data)
     per = a.batch // a.dp
-    d = mesh.get_local_rank("dp")
     if tt.rank() == 0 and __name__ == "__main__":
         import openblas_core
         kernels = openblas_core.describe()
         if kernels:
             print("openblas: " + kernels, flush=True)
-    losses, worst = [], 0.0
+    losses, worst, times = [], 0.0, []
     for step in range(a.steps):
+        t0 = time.perf_counter()
         x, y = batch(tokens, step, a.batch, a.seq)
         loss = ddp(x[d * per:(d + 1) * per], y[d * per:(d + 1) * per])
         loss.backward()
         opt.step()
         opt.zero_grad()
-        mean = tt.all_reduce(loss.detach().clone().reshape(1), mesh["dp"],
-                             "avg").item()
+        mean = loss.detach().clone().reshape(1)
+        for dim in dp_dims:  # the mean over dp (equal sizes: of means)
+            tt.all_reduce(mean, mesh[dim], "avg")
+        mean = mean.item()
+        times.append(time.perf_counter() - t0)
         losses.append(mean)
         if tt.rank() == 0:
             print("step %d loss %.6f" % (step, mean), flush=True)
@@ -256,6 +330,8 @@ def main(argv=None):
             worst = max(worst, abs(mean - ref_loss.item()) /
                         max(abs(ref_loss.item()), 1e-12))
     ddp.close()
+    if a.report:
+        report(tt, times)
     if a.check:
         if tt.rank() == 0:
             print("check: max_rel_loss_diff %.3g" % worst, flush=True)

@@ -13,6 +13,9 @@ import os
 
 MAX_DIMS = 8
 REDUCER_OPTIONS_VERSION = 2
+# The library's tpdp_fully_shard_options version (set by _check_layout): 3
+# has the replicate communicator (HSDP), 2 does not.
+FULLY_SHARD_OPTIONS_VERSION = 0
 VERSION_MAJOR = 0
 
 STATUS_NAMES = [
@@ -105,6 +108,40 @@ class ReducerOptions(ctypes.Structure):
                 ("broadcast_from_rank0", ctypes.c_int)]
 
 
+class FullyShardOptions(ctypes.Structure):
+    """tpdp_fully_shard_options, version 3 (version 2 is the same without
+    its last field, `replicate`: the communicator across replicas, HSDP).
+    Filled by tpdp_fully_shard_options_default, whose size and version say
+    which one the library has (FULLY_SHARD_OPTIONS_VERSION)."""
+    _fields_ = [("size", ctypes.c_size_t), ("version", ctypes.c_uint32),
+                ("zero_level", ctypes.c_int),
+                ("reshard_after_forward", ctypes.c_int),
+                ("param_dtype", ctypes.c_int), ("reduce_dtype", ctypes.c_int),
+                ("stream", ctypes.c_void_p), ("replicate", ctypes.c_void_p)]
+
+
+# The size of each version of tpdp_fully_shard_options this package knows.
+FULLY_SHARD_OPTIONS_SIZES = {2: FullyShardOptions.replicate.offset,
+                             3: ctypes.sizeof(FullyShardOptions)}
+
+
+class FsdpStats(ctypes.Structure):
+    _fields_ = [("persistent_bytes", ctypes.c_int64),
+                ("peak_transient_bytes", ctypes.c_int64),
+                ("allgathers", ctypes.c_int64),
+                ("reduce_scatters", ctypes.c_int64),
+                ("bytes_allgathered", ctypes.c_int64),
+                ("bytes_reduce_scattered", ctypes.c_int64)]
+
+
+class CheckpointTensorInfo(ctypes.Structure):
+    """tpdp_checkpoint_tensor_info."""
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int),
+                ("ndim", ctypes.c_int), ("shape", ctypes.c_int64 * MAX_DIMS),
+                ("spec_json", ctypes.c_char_p), ("nslices", ctypes.c_int),
+                ("nbytes", ctypes.c_uint64)]
+
+
 class ReducerStats(ctypes.Structure):
     _fields_ = [("total_seconds", ctypes.c_double),
                 ("comm_seconds", ctypes.c_double),
@@ -179,6 +216,47 @@ _SIGNATURES = {
                                         ctypes.POINTER(_I64)]),
     "tpdp_reducer_rebuilt": (ctypes.c_int, [_P]),
     "tpdp_reducer_get_stats": (_S, [_P, ctypes.POINTER(ReducerStats)]),
+    # the module tree (what fully_shard's units run over)
+    "tpdp_module_create": (_S, [ctypes.c_char_p, ctypes.POINTER(_P)]),
+    "tpdp_module_destroy": (_S, [_P]),
+    "tpdp_module_add_child": (_S, [_P, ctypes.c_char_p, _P]),
+    "tpdp_module_add_param": (_S, [_P, ctypes.c_char_p, _P]),
+    "tpdp_module_forward_begin": (_S, [_P]),
+    "tpdp_module_forward_end": (_S, [_P]),
+    "tpdp_module_backward_begin": (_S, [_P]),
+    "tpdp_module_backward_end": (_S, [_P]),
+    "tpdp_param_create": (_S, [_PT, ctypes.POINTER(_P)]),
+    "tpdp_param_release": (None, [_P]),
+    "tpdp_param_tensor": (_PT, [_P]),
+    "tpdp_param_grad": (_PT, [_P]),
+    # fully sharded units
+    "tpdp_fully_shard_options_default": (FullyShardOptions, []),
+    "tpdp_fully_shard": (_S, [_P, _P, ctypes.POINTER(FullyShardOptions),
+                              ctypes.POINTER(_P)]),
+    "tpdp_fsdp_unit_state": (ctypes.c_int, [_P]),
+    "tpdp_fsdp_num_params": (ctypes.c_int, [_P]),
+    "tpdp_fsdp_param": (_P, [_P, ctypes.c_int,
+                             ctypes.POINTER(ctypes.c_char_p)]),
+    "tpdp_fsdp_param_rows": (_S, [_P, ctypes.c_int, ctypes.POINTER(_I64),
+                                  ctypes.POINTER(_I64)]),
+    "tpdp_fsdp_finalize": (_S, [_P]),
+    "tpdp_fsdp_set_requires_gradient_sync": (_S, [_P, ctypes.c_int]),
+    "tpdp_fsdp_get_stats": (_S, [_P, ctypes.POINTER(FsdpStats)]),
+    # checkpoints
+    "tpdp_state_dict_create": (_S, [ctypes.POINTER(_P)]),
+    "tpdp_state_dict_destroy": (_S, [_P]),
+    "tpdp_state_dict_add_box": (_S, [_P, ctypes.c_char_p, _PT,
+                                     ctypes.POINTER(_I64),
+                                     ctypes.POINTER(_I64)]),
+    "tpdp_state_dict_set_meta": (_S, [_P, ctypes.c_char_p, ctypes.c_char_p]),
+    "tpdp_checkpoint_save": (_S, [_P, ctypes.c_char_p, _P, _P]),
+    "tpdp_checkpoint_load": (_S, [_P, ctypes.c_char_p, _P, _P]),
+    "tpdp_checkpoint_open": (_S, [ctypes.c_char_p, _P, ctypes.POINTER(_P)]),
+    "tpdp_checkpoint_close": (_S, [_P]),
+    "tpdp_checkpoint_meta": (ctypes.c_char_p, [_P, ctypes.c_char_p]),
+    "tpdp_checkpoint_num_tensors": (ctypes.c_int, [_P]),
+    "tpdp_checkpoint_tensor_at": (_S, [_P, ctypes.c_int,
+                                       ctypes.POINTER(CheckpointTensorInfo)]),
 }
 
 
@@ -238,6 +316,16 @@ def _check_layout():
             t.strides[0] != 1 or lib.tpdp_tensor_nbytes(ctypes.byref(t)) != 12):
         raise ImportError("tpdp: tpdp_tensor of libtpdp differs from this "
                           "package's mirror")
+    f = lib.tpdp_fully_shard_options_default()
+    if FULLY_SHARD_OPTIONS_SIZES.get(f.version) != f.size:
+        raise ImportError(
+            "tpdp: tpdp_fully_shard_options of libtpdp (size %d, version %d) "
+            "is none this package knows (%s): install matching versions"
+            % (f.size, f.version, ", ".join(
+                "version %d size %d" % kv
+                for kv in sorted(FULLY_SHARD_OPTIONS_SIZES.items()))))
+    global FULLY_SHARD_OPTIONS_VERSION
+    FULLY_SHARD_OPTIONS_VERSION = f.version
     v = lib.tpdp_version()
     if v // 10000 != VERSION_MAJOR:
         raise ImportError("tpdp: libtpdp version %d, this package wants "

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """examples/torch/train_gpt2.py on 4 ranks: dp x tp in {2x2, 1x4, 4x1}
-trains like one process (--check, 1e-4 relative per step's loss), from
+trains like one process (--check, 1e-4 relative per step's loss), with
+DistributedDataParallel and with --fsdp (fully_shard on each block and the
+root; 2x2 and 4x1, and HSDP --dp 4 --dp-replicate 2), from
 GPT-2's random initialisation and from a Hugging Face safetensors file
 (f32 with the "transformer." prefix, bf16 without); the file's weights
 give the loss of GPT-2's own forward written here on the raw tensors."""
@@ -15,6 +17,7 @@ import torch
 from torch.nn import functional as F
 
 import tpdp.torch as tt
+from tpdp import _lib
 
 sys.path.insert(0, os.path.join(os.getcwd(), "examples", "torch"))
 import train_gpt2 as ex  # noqa: E402
@@ -109,13 +112,19 @@ def tokens(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("dp,tp", [(2, 2), (1, 4), (4, 1)])
-def test_random_init_trains_like_one_process(tokens, dp, tp):
+@pytest.mark.parametrize("dp,tp,extra", [
+    (2, 2, []), (1, 4, []), (4, 1, []), (2, 2, ["--fsdp"]),
+    (4, 1, ["--fsdp"]),
+    pytest.param(4, 1, ["--fsdp", "--dp-replicate", "2"],
+                 marks=pytest.mark.skipif(
+                     _lib.FULLY_SHARD_OPTIONS_VERSION < 3,
+                     reason="needs C HSDP (options v3)"))])
+def test_random_init_trains_like_one_process(tokens, dp, tp, extra):
     rc, losses = ex.main(["--data", tokens, "--dp", str(dp), "--tp", str(tp),
                           "--layers", "2", "--embd", "24", "--heads", "4",
                           "--vocab", str(V), "--positions", str(P),
                           "--seq", "16", "--batch", "4", "--steps", "10",
-                          "--lr", "1e-3", "--check"])
+                          "--lr", "1e-3", "--check"] + extra)
     assert rc == 0
     assert len(losses) == 10 and losses[-1] < losses[0]
 
@@ -139,3 +148,19 @@ def test_heads_must_divide_by_tp(tokens):
     with pytest.raises(SystemExit, match="heads do not divide by --tp 4"):
         ex.main(["--data", tokens, "--tp", "4", "--heads", "3", "--embd",
                  "24"])
+
+
+def test_fsdp_options_are_checked(tokens):
+    with pytest.raises(SystemExit, match="--dp-replicate needs --fsdp"):
+        ex.main(["--data", tokens, "--dp", "4", "--dp-replicate", "2"])
+    with pytest.raises(SystemExit, match="--dp-replicate 3 does not divide "
+                       "--dp 4"):
+        ex.main(["--data", tokens, "--dp", "4", "--dp-replicate", "3",
+                 "--fsdp"])
+    with pytest.raises(SystemExit, match="--param-dtype and --reduce-dtype "
+                       "need --fsdp"):
+        ex.main(["--data", tokens, "--dp", "4", "--param-dtype", "bf16"])
+    with pytest.raises(SystemExit, match="--check compares with float32 "
+                       "training: it needs --param-dtype f32"):
+        ex.main(["--data", tokens, "--dp", "4", "--param-dtype", "bf16",
+                 "--fsdp", "--check"])

@@ -764,3 +764,247 @@ def test_all_reduce_arguments():
     assert t.tolist() == [1.0] * 4
     mesh.close()
     fresh_trains()
+
+
+# -------------------------------------------------------------- fully_shard
+
+def fsdp_trains(model, steps=2, units=("fc1",), ref=None):
+    """`model` trains with fully_shard like the module alone on every
+    rank's batch (`steps` AdamW steps): a fresh one sharded here on
+    `units` and the root, or one sharded already (units=()) whose
+    unsharded values `ref` holds. Checks each rank's rows of each
+    parameter (the chunk rule: torch.chunk's)."""
+    ref = global_ref(model) if ref is None else ref
+    for name in units:
+        tt.fully_shard(getattr(model, name))
+    if units:
+        tt.fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    ropt = torch.optim.AdamW(ref.parameters(), lr=0.01)
+    for s in range(steps):
+        loss_of(model, 900 + s).backward()
+        opt.step()
+        opt.zero_grad()
+        ref_loss(ref, 900 + s).backward()
+        ropt.step()
+        ropt.zero_grad()
+    for (n, p), q in zip(model.named_parameters(), ref.parameters()):
+        rows = torch.arange(q.shape[0]).chunk(SIZE)
+        want = q[rows[RANK]] if RANK < len(rows) else q[:0]
+        assert p.shape == want.shape and rel_err(p, want) <= TOL, n
+    model.close()
+
+
+def test_fully_shard_twice():
+    model = make()
+    tt.fully_shard(model.fc1)
+    tt.fully_shard(model)
+    with pytest.raises(tt.TpdpError, match=words(
+            "tpdp.torch.fully_shard: the module (a Net) is fully sharded "
+            "already, by fully_shard unit #", "the root Net over DeviceMesh(",
+            "apply fully_shard to a module once", "(rank 0 of %d)" % SIZE)) \
+            as e:
+        tt.fully_shard(model)
+    assert e.value.status == "TPDP_ERR_ALREADY"
+    # one rank alone: refused on every rank, nothing changed anywhere
+    model = make()
+    tt.fully_shard(model.fc1)
+    with pytest.raises(tt.TpdpError, match=words(
+            "the module (a Linear) is fully sharded already", SP)):
+        tt.fully_shard(model.fc1 if RANK == ODD else model)
+    tt.fully_shard(model)
+    fsdp_trains(model, units=(), ref=make())
+
+
+def test_fully_shard_child_after_its_parent():
+    model = make()
+    tt.fully_shard(model)  # the root first: it manages fc1 and fc2
+    with pytest.raises(tt.TpdpError, match=words(
+            "tpdp.torch.fully_shard: the module (a Linear) is inside "
+            "fully_shard unit #", "the root Net", "already: apply "
+            "fully_shard to the submodules first and to their parent (the "
+            "root) last", "(rank 0 of %d)" % SIZE)) as e:
+        tt.fully_shard(model.fc1)
+    assert e.value.status == "TPDP_ERR_STATE"
+    fsdp_trains(model, units=(), ref=make())
+
+
+def test_fully_shard_mesh_not_spanning_the_world():
+    # a mesh of another size than the world's cannot be made ...
+    with pytest.raises(tt.TpdpError, match=words(
+            "mesh [%d] has %d ranks but communicator world has %d"
+            % (SIZE + 1, SIZE + 1, SIZE))) as e:
+        tt.init_device_mesh("cpu", (SIZE + 1,), mesh_dim_names=("dp",))
+    assert e.value.status == "TPDP_ERR_MESH_SIZE"
+    # ... and a slice of one that leaves a dim nobody reduces over is
+    # refused (the ranks along "tp" would train apart)
+    mesh = tt.init_device_mesh("cpu", (1, SIZE), mesh_dim_names=("dp", "tp"))
+    with pytest.raises(tt.TpdpError, match=words(
+            "tpdp.torch.fully_shard: mesh DeviceMesh('cpu', (1,), "
+            "mesh_dim_names=('dp',)) spans 1 of the %d ranks: the other dim "
+            "'tp' (size %d)" % (SIZE, SIZE), "neither sharded over here nor "
+            "used by parallelize_module", "(rank 0 of %d)" % SIZE)) as e:
+        tt.fully_shard(make(), mesh=mesh["dp"])
+    assert e.value.status == "TPDP_ERR_MESH_SIZE"
+    mesh.close()
+    fsdp_trains(make())
+
+
+def test_optimizer_built_before_fully_shard():
+    model = make()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    with pytest.raises(tt.TpdpError, match=words(
+            "tpdp.torch.fully_shard: parameter 'weight' is held by an "
+            "optimizer (AdamW) built before fully_shard", "build the "
+            "optimizer after fully_shard", "(rank 0 of %d)" % SIZE)) as e:
+        tt.fully_shard(model.fc1)
+    assert e.value.status == "TPDP_ERR_STATE"
+    # on one rank only: every rank refuses
+    if RANK != ODD:
+        opt = None
+    with pytest.raises(tt.TpdpError, match=words(
+            "held by an optimizer (AdamW) built before fully_shard", SP)):
+        tt.fully_shard(model.fc1)
+    del opt
+    fsdp_trains(model)
+
+
+def test_fully_shard_options_and_arguments():
+    cases = [
+        (TypeError, "module is a str, not a torch.nn.Module", ("fc1",), {}),
+        (TypeError, "reshard_after_forward is a str: True or False",
+         (make(),), dict(reshard_after_forward="yes")),
+        (ValueError, "reshard_after_forward=2: resharding to another number "
+         "of ranks is not supported", (make(),),
+         dict(reshard_after_forward=2)),
+        (TypeError, "mp_policy is a dict, not a tpdp.torch."
+         "MixedPrecisionPolicy", (make(),), dict(mp_policy={})),
+        (ValueError, "mp_policy.param_dtype torch.float64: tpdp's units have "
+         "torch.float32, torch.bfloat16, torch.float16", (make(),),
+         dict(mp_policy=tt.MixedPrecisionPolicy(param_dtype=torch.float64))),
+        (TypeError, "mesh is a str, not a tpdp.torch.DeviceMesh", (make(),),
+         dict(mesh="dp")),
+        (TypeError, "parameter 'fc1.weight' has dtype torch.float64: tpdp's "
+         "units shard float32 parameters", (make().double(),), {}),
+    ]
+    for cls, text, args, kw in cases:
+        with pytest.raises(cls, match=words("tpdp.torch.fully_shard: " + text,
+                                            "(rank 0 of %d)" % SIZE)):
+            tt.fully_shard(*args, **kw)
+    with pytest.raises(ValueError, match=words(
+            "fully_shard: the module or an option differs across ranks: "
+            "rank 0 has reshard_after_forward=True, rank %d has "
+            "reshard_after_forward=False" % ODD)):
+        tt.fully_shard(make(), reshard_after_forward=RANK != ODD)
+    model = nn.Sequential(make())
+    tt.fully_shard(model[0])
+    with pytest.raises(ValueError, match=words(
+            "the module (a Sequential) has no parameter outside its fully "
+            "sharded submodules")):
+        tt.fully_shard(model)
+    model[0].close()
+    fsdp_trains(make())
+
+
+@pytest.mark.skipif(tt._lib.FULLY_SHARD_OPTIONS_VERSION >= 3,
+                    reason="this libtpdp has HSDP (the refusal is for one "
+                    "without)")
+def test_hsdp_without_the_library_s_hsdp():
+    mesh = tt.init_device_mesh("cpu", (SIZE, 1), mesh_dim_names=(
+        "dp_replicate", "dp_shard"))
+    with pytest.raises(tt.TpdpError, match=words(
+            "HSDP (a 2-D mesh of more than one replica) needs a libtpdp "
+            "whose tpdp_fully_shard_options have version 3")) as e:
+        tt.fully_shard(make(), mesh=mesh)
+    assert e.value.status == "TPDP_ERR_UNSUPPORTED"
+    mesh.close()
+    fsdp_trains(make())
+
+
+def test_fully_shard_and_the_other_wrappers():
+    model = make()
+    ddp = tt.DistributedDataParallel(model)
+    with pytest.raises(ValueError, match=words(
+            "fully_shard: parameter 'weight' is held by "
+            "DistributedDataParallel #", "close() that wrapper first")):
+        tt.fully_shard(model.fc1)
+    ddp.close()
+    model = make()
+    tt.fully_shard(model)
+    with pytest.raises(ValueError, match=words(
+            "its parameter 'fc1.weight' is held by fully_shard unit #")):
+        tt.DistributedDataParallel(model)
+    mesh = world_mesh("tp")
+    with pytest.raises(ValueError, match=words(
+            "parameter 'fc1.weight' is held by fully_shard unit #",
+            "parallelize the module before wrapping it")):
+        tt.parallelize_module(model, mesh["tp"], tp_plan())
+    mesh.close()
+    fsdp_trains(model, units=(), ref=make())
+
+
+def test_fully_shard_parameter_replaced_on_one_rank():
+    model = make()
+    tt.fully_shard(model)
+    loss_of(model, 0).backward()
+    if RANK == ODD:
+        model.fc2.bias = nn.Parameter(model.fc2.bias.detach().clone())
+    with pytest.raises(ValueError, match=words(
+            "parameter 'fc2.bias' of fully_shard unit #", "was replaced "
+            "after fully_shard (rank %d)" % ODD, "copy values into it in "
+            "place")):
+        loss_of(model, 1)
+    model.close()
+    fsdp_trains(make())
+
+
+def test_fully_shard_ranks_out_of_step():
+    model = make()
+    tt.fully_shard(model.fc1)
+    tt.fully_shard(model)
+    loss = loss_of(model, 0)
+    if RANK != ODD:  # a backward missing on one rank
+        with pytest.raises(tt.TpdpError, match=words(
+                "the ranks are out of step: rank 0 in a backward of step 1",
+                "rank %d in a forward under grad of step 1" % ODD,
+                "close() the model's units")) as e:
+            loss.backward()
+    else:
+        with pytest.raises(tt.TpdpError, match=words(
+                "the ranks are out of step")) as e:
+            loss_of(model, 1)
+    assert e.value.status == "TPDP_ERR_STATE"
+    with pytest.raises(tt.TpdpError, match=words("out of step")):
+        loss_of(model, 2)  # broken until closed
+    model.close()
+    fsdp_trains(make())
+
+
+def test_fully_shard_set_requires_gradient_sync_on_a_nested_unit():
+    model = make()
+    tt.fully_shard(model.fc1)
+    tt.fully_shard(model)
+    with pytest.raises(tt.TpdpError, match=words(
+            "set_requires_gradient_sync on fully_shard unit #", "'fc1' "
+            "(Linear)", "call it on the root unit (fully_shard unit #")) \
+            as e:
+        model.fc1.set_requires_gradient_sync(False)
+    assert e.value.status == "TPDP_ERR_UNSUPPORTED"
+    fsdp_trains(model, units=(), ref=make())
+
+
+def test_fully_shard_after_its_mesh_closed():
+    mesh = world_mesh()
+    model = make()
+    tt.fully_shard(model, mesh=mesh["dp"])
+    loss_of(model, 0).backward()
+    mesh.close()
+    with pytest.raises(tt.TpdpError, match=words(
+            "the forward of FSDPNet", "fully_shard unit #", "is closed (",
+            "was closed)")) as e:
+        loss_of(model, 1)
+    assert e.value.status == "TPDP_ERR_STATE"
+    with pytest.raises(tt.TpdpError, match=words("fully_shard (mesh)",
+                                                 "is closed")):
+        tt.fully_shard(make(), mesh=mesh)
+    fsdp_trains(make())

@@ -1,15 +1,17 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""tpdp.torch: PyTorch's DeviceMesh, DistributedDataParallel and tensor
-parallel styles on tpdp (see docs/torch.md).
+"""tpdp.torch: PyTorch's DeviceMesh, DistributedDataParallel, fully_shard
+(FSDP2) and tensor parallel styles on tpdp, and sharded checkpoints
+(tpdp.torch.checkpoint); see docs/torch.md.
 
     from tpdp.torch import init_device_mesh, DistributedDataParallel
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
 
 Modules, after torch's: _mesh (DeviceMesh), _ddp (DistributedDataParallel),
+_fully_shard and _fsdp_api (fully_shard, MixedPrecisionPolicy),
 _placement_types, _functional_collectives, _style and _api (tensor
-parallelism), _c10d (the collectives), _lifetime and _agree (what every
-object holding C resources shares: lifetimes, ownership, agreement across
-ranks), _dlpack (tensors to and from C).
+parallelism), _c10d (the collectives), checkpoint (save, load), _lifetime
+and _agree (what every object holding C resources shares: lifetimes,
+ownership, agreement across ranks), _dlpack (tensors to and from C).
 """
 import torch as _torch
 
@@ -18,6 +20,8 @@ from .._lib import TpdpError
 from ._api import parallelize_module
 from ._c10d import all_reduce_ as _all_reduce_
 from ._ddp import DistributedDataParallel
+from ._fsdp_api import MixedPrecisionPolicy
+from ._fully_shard import FSDPModule, fully_shard
 from ._dlpack import check_dtype as _check_dtype
 from ._mesh import DeviceMesh, check_mesh as _check_mesh, init_device_mesh
 from ._placement_types import Replicate, Shard
@@ -25,9 +29,11 @@ from ._style import (ColwiseParallel, ParallelStyle, RowwiseParallel,
                      SequenceParallel)
 
 __all__ = ["TpdpError", "DeviceMesh", "init_device_mesh",
-           "DistributedDataParallel", "parallelize_module", "ParallelStyle",
+           "DistributedDataParallel", "fully_shard", "FSDPModule",
+           "MixedPrecisionPolicy", "parallelize_module", "ParallelStyle",
            "ColwiseParallel", "RowwiseParallel", "SequenceParallel", "Shard",
-           "Replicate", "init", "rank", "world_size", "all_reduce"]
+           "Replicate", "checkpoint", "init", "rank", "world_size",
+           "all_reduce"]
 
 
 def init():
@@ -65,3 +71,6 @@ def all_reduce(tensor, device_mesh, op="sum"):
         raise ValueError("%s: the tensor is on %s, device_mesh is for %r"
                          % (w, tensor.device, mesh.device_type))
     return _all_reduce_(tensor, mesh.comm(w), _OPS[op])
+
+
+from . import checkpoint  # noqa: E402,F401 - tpdp.torch.checkpoint.save

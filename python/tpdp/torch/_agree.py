@@ -89,37 +89,41 @@ def allgather_bytes(comm, data):
     return [out[r * width:r * width + lens[r]] for r in range(len(lens))]
 
 
-def agree(comm, error=None, same=None, what="the value"):
+def agree(comm, error=None, same=None, what="the value", group=0):
     """Collective over `comm`. `error`: the exception this rank found (or
-    None). `same`: a list of strings every rank must hold alike (or None).
-    Raises, on every rank alike: the error of the lowest rank that found
-    one (its class and message, "(rank R of N)" added); else, when the
-    lists differ, ValueError naming `what`, the first differing entry and
-    the ranks."""
+    None). `same`: a list of strings every rank must hold alike (or None);
+    with `group` (an integer), only the ranks of the same group compare
+    their lists (e.g. the shapes of one dp group, where the tp ranks of
+    another hold other shapes). Raises, on every rank alike: the error of
+    the lowest rank that found one (its class and message, "(rank R of N)"
+    added); else, when the lists of two ranks of one group differ,
+    ValueError naming `what`, the first differing entry and the ranks."""
     desc = "\n".join(same) if same is not None else ""
     msg = _message(error).encode() if error is not None else b""
-    head = struct.pack("<qq", _code(error) if error is not None else 0,
-                       len(msg))
+    head = struct.pack("<qqq", _code(error) if error is not None else 0,
+                       len(msg), group)
     recs = allgather_bytes(comm, head + msg + desc.encode())
     size = len(recs)
     for r, rec in enumerate(recs):
-        code, mlen = struct.unpack("<qq", rec[:16])
+        code, mlen, _ = struct.unpack("<qqq", rec[:24])
         if code:
-            text = rec[16:16 + mlen].decode(errors="replace")
+            text = rec[24:24 + mlen].decode(errors="replace")
             exc = make_error(code, "%s (rank %d of %d)" % (text, r, size))
             raise exc from error
     if same is None:
         return
-    lists = [rec[16:].decode(errors="replace").split("\n") for rec in recs]
+    groups = [struct.unpack("<qqq", rec[:24])[2] for rec in recs]
+    lists = [rec[24:].decode(errors="replace").split("\n") for rec in recs]
     for r in range(1, size):
-        if lists[r] == lists[0]:
+        first = groups.index(groups[r])  # the group's lowest rank
+        if lists[r] == lists[first]:
             continue
         k = 0
-        while k < min(len(lists[0]), len(lists[r])) and \
-                lists[0][k] == lists[r][k]:
+        while k < min(len(lists[first]), len(lists[r])) and \
+                lists[first][k] == lists[r][k]:
             k += 1
-        mine = lists[0][k] if k < len(lists[0]) else "(nothing)"
+        mine = lists[first][k] if k < len(lists[first]) else "(nothing)"
         theirs = lists[r][k] if k < len(lists[r]) else "(nothing)"
-        raise ValueError("%s differs across ranks: rank 0 has %s, rank %d "
+        raise ValueError("%s differs across ranks: rank %d has %s, rank %d "
                          "has %s (every rank must pass the same)"
-                         % (what, mine, r, theirs))
+                         % (what, first, mine, r, theirs))

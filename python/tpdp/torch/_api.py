@@ -106,4 +106,8 @@ def parallelize_module(module, device_mesh, parallelize_plan):
         style._apply(mod, Group(mesh, "module %r (%s)"
                                 % (fqn, type(style).__name__)))
         STYLED.claim(mod, _Styled(style, mesh, fqn))
+    # fully_shard over another dim of the same mesh knows that this one is
+    # taken (its misuse check: a dim of the mesh nobody reduces over)
+    if todo:
+        mesh._root()._tp_dims.update(mesh._dims)
     return module

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Lifetimes and ownership of the objects that hold C resources: meshes and
-their slices, DistributedDataParallel, and whatever wrapper comes next
-(fully_shard). One mechanism for all of them (docs/torch.md, "Lifetimes"):
+their slices, DistributedDataParallel, fully_shard's units (_fully_shard.py)
+and whatever wrapper comes next. One mechanism for all of them
+(docs/torch.md, "Lifetimes"):
 
 - `Lifetime`, the base class: an object is open from `_lt_start` until
   `close()`, until an object it depends on closes, until it is collected,

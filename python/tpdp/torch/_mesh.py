@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""DeviceMesh over tpdp_mesh: init_device_mesh, 1-D slices, the
-communicators. A mesh and each slice is a Lifetime (_lifetime.py): closing
+"""DeviceMesh over tpdp_mesh: init_device_mesh, slices along one dim or
+several, the communicators. A mesh and each slice is a Lifetime (_lifetime.py): closing
 the mesh closes its slices and whatever runs over them first."""
 import ctypes
 
@@ -15,28 +15,34 @@ _W = "tpdp.torch.init_device_mesh"
 
 class DeviceMesh(Lifetime):
     """PyTorch's DeviceMesh on tpdp: `mesh["tp"]` is the 1-D slice along a
-    named dim (this rank's group), `mesh.size()`, `mesh.get_local_rank()`.
-    Made by init_device_mesh; `close()` frees it (and what runs over it)."""
+    named dim (this rank's group), `mesh["dp_replicate", "dp_shard"]` the
+    2-D slice along two dims (in the mesh's order), `mesh.size()`,
+    `mesh.get_local_rank()`. Made by init_device_mesh; `close()` frees it
+    (and what runs over it)."""
     _lt_close_when_collected = False
 
-    def __init__(self, device_type, shape, names, handle=None, dim=None,
+    def __init__(self, device_type, shape, names, handle=None, dims=None,
                  parent=None):
         self.device_type = device_type
         self.mesh_dim_names = tuple(names)
         self._shape = tuple(shape)
         self._handle = handle  # tpdp_mesh* (the root mesh only)
-        self._dim = dim        # for a 1-D slice: its dim in the parent
-        self._parent = parent
+        # a slice: its dims in the root mesh (the root's own: all of them)
+        self._dims = tuple(dims) if dims is not None else \
+            tuple(range(len(shape)))
+        self._parent = parent  # a slice's root mesh
         self._slices = {}
         self._host = None      # the dim's MPI communicator (a 1-D mesh)
         self._nccl = None      # its NCCL communicator ("cuda")
+        self._tp_dims = set()  # root dims parallelize_module used
         self._lt_start((parent,) if parent is not None else ())
 
     def _lt_name(self):
         if self._parent is None:
             return repr(self)
-        return "%r (slice %r of %r)" % (self, self.mesh_dim_names[0],
-                                        self._parent)
+        names = self.mesh_dim_names
+        return "%r (slice %r of %r)" % (
+            self, names[0] if len(names) == 1 else names, self._parent)
 
     @property
     def ndim(self):
@@ -70,22 +76,37 @@ class DeviceMesh(Lifetime):
                              % (what, mesh_dim, self.ndim, self))
         return mesh_dim % self.ndim
 
-    def __getitem__(self, name):
-        self._lt_check_open("tpdp.torch.DeviceMesh[%r]" % (name,))
-        if not isinstance(name, str):
-            raise TypeError("tpdp.torch.DeviceMesh[]: a dim name (str), not "
-                            "a %s" % type(name).__name__)
-        if self.ndim == 1 and name == self.mesh_dim_names[0]:
+    def __getitem__(self, names):
+        self._lt_check_open("tpdp.torch.DeviceMesh[%r]" % (names,))
+        key = names if isinstance(names, tuple) else (names,)
+        for n in key:
+            if not isinstance(n, str):
+                raise TypeError("tpdp.torch.DeviceMesh[]: a dim name (str), "
+                                "not a %s" % type(n).__name__)
+        if not key:
+            raise TypeError("tpdp.torch.DeviceMesh[]: a dim name (str) or "
+                            "several, not ()")
+        for n in key:
+            if n not in self.mesh_dim_names:
+                raise KeyError("tpdp.torch: the mesh has no dim %r (dims: %s)"
+                               % (n, ", ".join(self.mesh_dim_names)))
+        idx = [self.mesh_dim_names.index(n) for n in key]
+        if len(set(idx)) != len(idx) or idx != sorted(idx):
+            raise KeyError("tpdp.torch: DeviceMesh[%s]: name each dim once, "
+                           "in the mesh's order (%s)"
+                           % (", ".join(repr(n) for n in key),
+                              ", ".join(self.mesh_dim_names)))
+        if key == self.mesh_dim_names:
             return self
-        if name not in self.mesh_dim_names:
-            raise KeyError("tpdp.torch: the mesh has no dim %r (dims: %s)"
-                           % (name, ", ".join(self.mesh_dim_names)))
-        s = self._slices.get(name)
+        root = self._root()
+        dims = tuple(self._dims[i] for i in idx)
+        s = root._slices.get(dims)
         if s is None or s.closed:
-            d = self.mesh_dim_names.index(name)
-            s = DeviceMesh(self.device_type, (self._shape[d],), (name,),
-                           dim=d, parent=self)
-            self._slices[name] = s
+            s = DeviceMesh(self.device_type,
+                           tuple(root._shape[d] for d in dims),
+                           tuple(root.mesh_dim_names[d] for d in dims),
+                           dims=dims, parent=root)
+            root._slices[dims] = s
         return s
 
     def _root(self):
@@ -102,8 +123,7 @@ class DeviceMesh(Lifetime):
         if self._host is None:
             c = ctypes.c_void_p()
             L.call("tpdp_mesh_dim_comm", self._root()._handle,
-                   self._dim if self._dim is not None else 0,
-                   ctypes.byref(c))
+                   self._dims[0], ctypes.byref(c))
             self._host = c
         return self._host
 

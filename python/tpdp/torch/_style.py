@@ -42,9 +42,22 @@ def _norm_dim(dim, ndim, who):
 def _shard_param(mod, name, dim, g):
     p = getattr(mod, name)
     lo, hi = chunk_range(p.shape[dim], g.size, g.rank)
-    setattr(mod, name, nn.Parameter(p.detach().narrow(dim, lo, hi - lo)
-                                    .clone(), requires_grad=p.requires_grad))
+    shard = nn.Parameter(p.detach().narrow(dim, lo, hi - lo).clone(),
+                         requires_grad=p.requires_grad)
+    # where the shard lies in the global tensor (checkpoints read it)
+    shard._tpdp_tp = TPShard(dim, p.shape[dim], lo)
+    setattr(mod, name, shard)
     return p.shape[dim]
+
+
+class TPShard:
+    """What a TP-sharded parameter is of its global tensor: the rows
+    [lo, lo + its size along `dim`) of `size` along `dim` (its attribute
+    `_tpdp_tp`; fully_shard carries it over to the shards it makes)."""
+    __slots__ = ("dim", "size", "lo")
+
+    def __init__(self, dim, size, lo):
+        self.dim, self.size, self.lo = dim, size, lo
 
 
 class ParallelStyle:

@@ -1,0 +1,454 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""tpdp.torch.fully_shard against the unwrapped module trained in one
+process on every rank's batch: each rank's shard of every parameter within
+1e-4 (relative) after 10 AdamW steps, at reshard_after_forward True and
+False, in float32 and under mixed precision (the reference then applies
+the policy's casts itself: bf16 parameters and inputs, each rank's
+gradients computed apart and averaged in rank order in reduce_dtype, as
+the units do); accumulation over 3 micro-batches with
+set_requires_gradient_sync; gradients adding up across backwards (FSDP2);
+unshard()/reshard(); the lifetime (close, collection). On 4 ranks also HSDP
+(2 x 2) and TP + FSDP (2 x 2); on 8, the 3-D (dp_replicate, dp_shard, tp)
+= (2, 2, 2) mesh of torchtitan. The model's dim-0 sizes (7, 9, 3) do not
+divide by the ranks; on 4 ranks one rank holds no row of a 3-row tensor."""
+import copy
+import gc
+import weakref
+
+import pytest
+import torch
+from torch import nn
+
+import tpdp.torch as tt
+from conftest import rel_err
+from tpdp import _lib
+
+RANK, SIZE = tt.rank(), tt.world_size()
+TOL = 1e-4
+STEPS = 10
+B = 4  # rows per data-parallel rank
+D_IN, H, F, OUT = 5, 7, 9, 3
+HSDP = _lib.FULLY_SHARD_OPTIONS_VERSION >= 3
+needs_hsdp = pytest.mark.skipif(not HSDP, reason="needs C HSDP (options v3)")
+one_d = pytest.mark.skipif(SIZE > 4, reason="the 1-D cases run on 2 and 4 "
+                           "ranks")
+
+
+def chunk_range(n, size, rank):
+    """[lo, hi) of rank's part of torch.chunk(range(n), size) (the
+    reference: torch's own rule, not the library's)."""
+    parts = torch.arange(n).chunk(size) if n else ()
+    if rank >= len(parts):
+        return n, n
+    return int(parts[rank][0]), int(parts[rank][-1]) + 1
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(H)
+        self.fc1 = nn.Linear(H, F)
+        self.fc2 = nn.Linear(F, H)
+
+    def forward(self, x):
+        return x + self.fc2(torch.tanh(self.fc1(self.ln(x))))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(D_IN, H)
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+        self.out = nn.Linear(H, OUT)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.out(h)
+
+
+def make(seed=3):
+    torch.manual_seed(seed)
+    return Net()
+
+
+def batch(step, d):
+    g = torch.Generator().manual_seed(1000 * step + d)
+    return torch.randn(B, D_IN, generator=g), torch.randn(B, OUT, generator=g)
+
+
+def mse(out, y):
+    return ((out.float() - y) ** 2).mean()
+
+
+# the parameters TP shards (test_tp_*): the dim each is chunked along
+TP_PLAN = {"blocks.%d.fc1" % i: tt.ColwiseParallel for i in range(2)}
+TP_PLAN.update({"blocks.%d.fc2" % i: tt.RowwiseParallel for i in range(2)})
+TP_DIMS = {}
+for i in range(2):
+    TP_DIMS.update({"blocks.%d.fc1.weight" % i: 0, "blocks.%d.fc1.bias" % i: 0,
+                    "blocks.%d.fc2.weight" % i: 1})
+
+
+def expected(full, fqn, dp, tp=(1, 0)):
+    """This rank's piece of the reference's tensor `full`: its TP chunk
+    (tp = (size, rank)), then its rows of dim 0 over the dp shards
+    (dp = (size, rank))."""
+    t = full.detach()
+    if tp[0] > 1 and fqn in TP_DIMS:
+        d = TP_DIMS[fqn]
+        lo, hi = chunk_range(t.shape[d], *tp)
+        t = t.narrow(d, lo, hi - lo)
+    lo, hi = chunk_range(t.shape[0], *dp)
+    return t[lo:hi]
+
+
+def assert_shards(model, ref, dp, tp=(1, 0), tol=TOL, what=""):
+    got = dict(model.named_parameters())
+    for n, q in ref.named_parameters():
+        want = expected(q, n, dp, tp)
+        p = got[n]
+        assert p.shape == want.shape, "%s%s: shape %s, expected %s" % (
+            what, n, tuple(p.shape), tuple(want.shape))
+        e = rel_err(p, want) if want.numel() else 0.0
+        assert e <= tol, "%s%s differs: relative error %.3g > %g" % (
+            what, n, e, tol)
+
+
+def shard(model, mesh=None, reshard=True, mp=None):
+    kw = {"mesh": mesh, "reshard_after_forward": reshard}
+    if mp is not None:
+        kw["mp_policy"] = mp
+    for b in model.blocks:
+        tt.fully_shard(b, **kw)
+    return tt.fully_shard(model, **kw)
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+
+
+def ref_step(ref, opt, step, ndp, scale=1.0):
+    """The reference's step on every dp rank's batch at once (float32)."""
+    xs, ys = zip(*[batch(step, d) for d in range(ndp)])
+    (mse(ref(torch.cat(xs)), torch.cat(ys)) * scale).backward()
+
+
+def ref_step_mixed(ref, step, ndp, mp):
+    """The reference's gradients under `mp`, as the units compute them:
+    each rank's forward and backward in param_dtype on its own batch, the
+    gradients cast to reduce_dtype, summed in rank order in float32,
+    divided by the ranks and rounded to reduce_dtype once."""
+    pdt = mp.param_dtype or torch.float32
+    rdt = mp.reduce_dtype or pdt
+    acc = None
+    for d in range(ndp):
+        low = copy.deepcopy(ref).to(pdt)
+        x, y = batch(step, d)
+        mse(low(x.to(pdt)), y).backward()
+        g = [p.grad.to(rdt).float() for p in low.parameters()]
+        acc = g if acc is None else [a + b for a, b in zip(acc, g)]
+    for p, a in zip(ref.parameters(), acc):
+        p.grad = (a / ndp).to(rdt).float()
+
+
+def train(model, ref, dp_index, ndp, steps=STEPS, mp=None):
+    opt, ropt = adamw(model.parameters()), adamw(ref.parameters())
+    for s in range(steps):
+        x, y = batch(s, dp_index)
+        mse(model(x), y).backward()
+        opt.step()
+        opt.zero_grad()
+        if mp is None:
+            ref_step(ref, ropt, s, ndp)
+        else:
+            ref_step_mixed(ref, s, ndp, mp)
+        ropt.step()
+        ropt.zero_grad()
+    return opt
+
+
+# ------------------------------------------------------------------ 1-D
+
+@one_d
+@pytest.mark.parametrize("reshard", [True, False])
+def test_fully_shard_trains_like_one_process(reshard):
+    model, ref = make(), make()
+    shard(model, reshard=reshard)
+    assert type(model).__name__ == "FSDPNet"
+    assert isinstance(model.blocks[0], tt.FSDPModule)
+    # what the optimizer sees: this rank's rows, as nn.Parameters
+    assert_shards(model, ref, (SIZE, RANK), tol=0.0, what="before: ")
+    assert all(isinstance(p, nn.Parameter) for p in model.parameters())
+    train(model, ref, RANK, SIZE)
+    assert_shards(model, ref, (SIZE, RANK))
+    st = model.fsdp_stats()
+    # 3 units: at True the blocks gather again for backward
+    assert st["allgathers"] == (5 if reshard else 3)
+    assert st["reduce_scatters"] == 3
+    model.close()
+
+
+MP = {"bf16": tt.MixedPrecisionPolicy(param_dtype=torch.bfloat16),
+      "bf16-f32": tt.MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                          reduce_dtype=torch.float32),
+      "f32-bf16": tt.MixedPrecisionPolicy(reduce_dtype=torch.bfloat16)}
+
+
+@one_d
+@pytest.mark.parametrize("reshard", [True, False])
+@pytest.mark.parametrize("policy", sorted(MP))
+def test_mixed_precision_applies_the_casts(reshard, policy):
+    mp = MP[policy]
+    model, ref, f32 = make(), make(), make()
+    shard(model, reshard=reshard, mp=mp)
+    x, _ = batch(0, RANK)
+    with torch.no_grad():
+        out = model(x)
+    assert out.dtype == (mp.param_dtype or torch.float32)
+    train(model, ref, RANK, SIZE, mp=mp)
+    assert_shards(model, ref, (SIZE, RANK))
+    # the casts happened: float32 training ends elsewhere
+    opt = adamw(f32.parameters())
+    for s in range(STEPS):
+        ref_step(f32, opt, s, SIZE)
+        opt.step()
+        opt.zero_grad()
+    worst = max(rel_err(p, expected(q, n, (SIZE, RANK)))
+                for (n, p), q in zip(model.named_parameters(),
+                                     f32.parameters()) if p.numel())
+    assert worst > 1e-4, "mixed precision trained like float32 (%.3g)" % worst
+    model.close()
+
+
+@one_d
+@pytest.mark.parametrize("reshard", [True, False])
+def test_gradient_accumulation_over_three_micro_batches(reshard):
+    model, ref = make(), make()
+    shard(model, reshard=reshard)
+    opt, ropt = adamw(model.parameters()), adamw(ref.parameters())
+    for s in range(4):
+        for k in range(3):
+            model.set_requires_gradient_sync(k == 2)
+            x, y = batch(10 * s + k, RANK)
+            (mse(model(x), y) / 3).backward()
+            if k < 2:  # nothing reduced yet: no gradient to see
+                assert all(p.grad is None for p in model.parameters())
+            ref_step(ref, ropt, 10 * s + k, SIZE, scale=1 / 3)
+        opt.step()
+        opt.zero_grad()
+        ropt.step()
+        ropt.zero_grad()
+    assert_shards(model, ref, (SIZE, RANK))
+    # with sync off, the ranks reduced nothing: 3 units, one reduce-scatter
+    # each per step
+    assert model.fsdp_stats()["reduce_scatters"] == 3
+    model.close()
+
+
+@one_d
+@pytest.mark.parametrize("zero", ["zeros", "none", "user"])
+def test_gradients_add_up_across_backwards(zero):
+    # FSDP2 adds each backward's mean to p.grad: two backwards without
+    # zero_grad give the sum, as torch's autograd does on the reference
+    model, ref = make(), make()
+    shard(model)
+    for s in range(2):
+        x, y = batch(s, RANK)
+        mse(model(x), y).backward()
+        ref_step(ref, None, s, SIZE)
+    got = dict(model.named_parameters())
+    for n, q in ref.named_parameters():
+        assert rel_err(got[n].grad, expected(q.grad, n, (SIZE, RANK))) <= \
+            TOL, n
+    # zeroed in place, set to None, or a tensor of the user's: the next
+    # mean lands on it
+    opt = adamw(model.parameters())
+    if zero == "user":
+        for p in model.parameters():
+            p.grad = torch.full_like(p, 0.5)
+    else:
+        opt.zero_grad(set_to_none=zero == "none")
+    x, y = batch(5, RANK)
+    mse(model(x), y).backward()
+    ref.zero_grad()
+    ref_step(ref, None, 5, SIZE)
+    for n, q in ref.named_parameters():
+        want = expected(q.grad, n, (SIZE, RANK))
+        if zero == "user":
+            want = want + 0.5
+        assert rel_err(got[n].grad, want) <= TOL, n
+    model.close()
+
+
+@one_d
+def test_forward_that_raises_leaves_the_units_usable():
+    model, ref = make(), make()
+    shard(model)
+    with pytest.raises(RuntimeError, match="shapes cannot be multiplied"):
+        model(torch.zeros(2, D_IN + 1))  # inside the root's forward
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        model.blocks[1](torch.zeros(2, H + 1))  # inside a block's
+    train(model, ref, RANK, SIZE, steps=3)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+
+
+@one_d
+def test_unshard_and_reshard():
+    model, ref = make(), make()
+    shard(model)
+    blk = model.blocks[1]
+    blk.unshard()
+    for (n, p), q in zip(blk.named_parameters(),
+                         ref.blocks[1].parameters()):
+        assert p.shape == q.shape and torch.equal(p, q), n
+    blk.reshard()
+    assert blk.fc1.weight.shape[0] == len(range(*chunk_range(F, SIZE, RANK)))
+    h = blk.unshard(async_op=True)
+    h.wait()
+    assert blk.fc1.weight.shape == (F, H)
+    # the forward finds the block gathered; training goes on as usual
+    train(model, ref, RANK, SIZE, steps=2)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+
+
+@one_d
+def test_evaluation_forward_then_training():
+    model, ref = make(), make()
+    shard(model)
+    x, y = batch(0, RANK)
+    with torch.no_grad():
+        want = ref(x)
+        got = model(x)
+    assert rel_err(got, want) <= 1e-6
+    train(model, ref, RANK, SIZE, steps=3)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+
+
+@one_d
+def test_close_keeps_the_shards_and_refuses_the_forward():
+    model, ref = make(), make()
+    shard(model)
+    train(model, ref, RANK, SIZE, steps=2)
+    shards = {n: (p.detach().clone(), p.grad.clone())
+              for n, p in model.named_parameters()}
+    model.blocks[0].close()  # one unit closes its whole tree
+    assert model.blocks[1]._tpdp_fsdp.closed
+    model.close()  # again: nothing
+    for n, p in model.named_parameters():
+        assert torch.equal(p, shards[n][0]) and \
+            torch.equal(p.grad, shards[n][1]), n
+    with pytest.raises(tt.TpdpError, match="fully_shard unit #.* is closed "
+                       r"\(fully_shard unit #") as e:
+        model(batch(0, RANK)[0])
+    assert e.value.status == "TPDP_ERR_STATE"
+    with pytest.raises(tt.TpdpError, match="was fully sharded by .*, which "
+                       "is closed"):
+        tt.fully_shard(model.blocks[0])
+
+
+@one_d
+def test_dropped_model_is_collected_at_once():
+    model = make()
+    shard(model)
+    x, y = batch(0, RANK)
+    mse(model(x), y).backward()
+    unit = weakref.ref(model._tpdp_fsdp)
+    gc.disable()
+    try:
+        del model
+        assert unit() is None  # no reference cycle keeps it
+    finally:
+        gc.enable()
+    # a fresh one trains
+    model, ref = make(), make()
+    shard(model)
+    train(model, ref, RANK, SIZE, steps=2)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+
+
+# ---------------------------------------------------------- 2-D and 3-D
+
+@one_d
+def test_2d_mesh_of_one_replica_is_fsdp_over_the_shards():
+    mesh = tt.init_device_mesh("cpu", (1, SIZE), mesh_dim_names=(
+        "dp_replicate", "dp_shard"))
+    model, ref = make(), make()
+    shard(model, mesh=mesh)
+    train(model, ref, RANK, SIZE, steps=3)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+    mesh.close()
+
+
+@pytest.mark.skipif(SIZE != 4, reason="the 2x2 meshes need 4 ranks")
+@needs_hsdp
+@pytest.mark.parametrize("reshard", [True, False])
+def test_hsdp_2x2_trains_like_one_process(reshard):
+    mesh = tt.init_device_mesh("cpu", (2, 2), mesh_dim_names=(
+        "dp_replicate", "dp_shard"))
+    r, s = mesh.get_local_rank("dp_replicate"), \
+        mesh.get_local_rank("dp_shard")
+    model, ref = make(), make()
+    shard(model, mesh=mesh, reshard=reshard)
+    train(model, ref, r * 2 + s, 4)
+    assert_shards(model, ref, (2, s))  # sharded over dp_shard only
+    model.close()
+    mesh.close()
+
+
+@pytest.mark.skipif(SIZE != 4, reason="the 2x2 meshes need 4 ranks")
+@pytest.mark.parametrize("reshard", [True, False])
+def test_tp_then_fully_shard_2x2_trains_like_one_process(reshard):
+    mesh = tt.init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    d, t = mesh.get_local_rank("dp"), mesh.get_local_rank("tp")
+    model, ref = make(), make()
+    tt.parallelize_module(model, mesh["tp"],
+                          {k: v() for k, v in TP_PLAN.items()})
+    shard(model, mesh=mesh["dp"], reshard=reshard)
+    train(model, ref, d, 2)
+    assert_shards(model, ref, (2, d), (2, t))
+    model.close()
+    mesh.close()
+
+
+@pytest.mark.skipif(SIZE != 8, reason="the 3-D mesh needs 8 ranks")
+@needs_hsdp
+def test_3d_dp_replicate_dp_shard_tp_2x2x2_trains_like_one_process():
+    mesh = tt.init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=(
+        "dp_replicate", "dp_shard", "tp"))
+    r, s, t = (mesh.get_local_rank(n) for n in mesh.mesh_dim_names)
+    model, ref = make(), make()
+    tt.parallelize_module(model, mesh["tp"],
+                          {k: v() for k, v in TP_PLAN.items()})
+    shard(model, mesh=mesh["dp_replicate", "dp_shard"])
+    train(model, ref, r * 2 + s, 4)
+    assert_shards(model, ref, (2, s), (2, t))
+    model.close()
+    mesh.close()
+
+
+@pytest.mark.skipif(SIZE != 8, reason="the 3-D mesh needs 8 ranks")
+def test_3d_mesh_slices():
+    mesh = tt.init_device_mesh("cpu", (2, 2, 2), mesh_dim_names=(
+        "dp_replicate", "dp_shard", "tp"))
+    dp = mesh["dp_replicate", "dp_shard"]
+    assert dp.ndim == 2 and dp.size() == 4
+    assert dp.mesh_dim_names == ("dp_replicate", "dp_shard")
+    assert dp["dp_shard"] is mesh["dp_shard"]
+    coords = [(RANK // 4) % 2, (RANK // 2) % 2, RANK % 2]
+    assert [mesh.get_local_rank(n) for n in mesh.mesh_dim_names] == coords
+    assert dp.get_local_rank("dp_shard") == coords[1]
+    t = torch.ones(1) * RANK
+    tt.all_reduce(t, mesh["dp_shard"])
+    # the ranks that differ only in dp_shard: rank and rank +- 2
+    assert t.item() == RANK + (RANK + 2 if coords[1] == 0 else RANK - 2)
+    with pytest.raises(KeyError, match="in the mesh's order"):
+        mesh["dp_shard", "dp_replicate"]
+    mesh.close()
+    assert dp.closed
