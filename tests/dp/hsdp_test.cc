@@ -129,8 +129,8 @@ struct StepResult {
 // One step as a framework runs it, with `micro` micro-batches (sync off for
 // all but the last); checks every rank's gradient shard against the mean
 // over all N ranks, then SGD on the shard and on the reference.
-void HybridStep(Model &m, Units &u, const Mesh &mesh, const Config &c,
-                int step, int micro, StepResult *res) {
+void HybridStep(Model &m, Units &u, const Mesh &mesh, const Config &c, int step,
+                int micro, StepResult *res) {
   ASSERT_TPDP_OK(tpdp_comm_traffic_reset(mesh.rep));
   for (int mb = 0; mb < micro; mb++) {
     ASSERT_TPDP_OK(
@@ -164,7 +164,7 @@ void HybridStep(Model &m, Units &u, const Mesh &mesh, const Config &c,
   res->rep_bytes = t.bytes;
   // bf16/f16 reductions round the mean (twice at most: the
   // reduce-scatter's result, then nothing more, the all-reduce being f32).
-  const double tol = c.reduce == TPDP_BF16   ? 8e-3
+  const double tol = c.reduce == TPDP_BF16  ? 8e-3
                      : c.reduce == TPDP_F16 ? 1e-3
                                             : 1e-5;
   for (size_t p = 0; p < kSpecs.size(); p++) {
@@ -181,8 +181,7 @@ void HybridStep(Model &m, Units &u, const Mesh &mesh, const Config &c,
       double mean = MeanGrad(step, micro, (int)p, e0 + k, c.param);
       ASSERT_NEAR(gx[k], mean, tol * (1 + std::fabs(mean)))
           << "param " << p << " element " << e0 + k << " step " << step
-          << " rank " << mesh.w << " (r " << mesh.r << ", s " << mesh.s
-          << ")";
+          << " rank " << mesh.w << " (r " << mesh.r << ", s " << mesh.s << ")";
       res->local_sumsq += (double)gx[k] * gx[k];
       tx[k] -= (float)kLr * gx[k];
     }
@@ -244,13 +243,14 @@ void RunHybrid(int replicas, const Config &c, int micro) {
     int64_t want_bytes = 0;
     for (int k = 0; k < 3; k++)
       want_bytes += ShardElems(kUnitParams[k], mesh.S) * mesh.S * psize *
-                    (c.level < 3 ? 1 : k < 2 ? 2 * micro : micro);
+                    (c.level < 3 ? 1
+                     : k < 2     ? 2 * micro
+                                 : micro);
     EXPECT_EQ(st.bytes_allgathered, want_bytes);
     EXPECT_EQ(st.reduce_scatters, 3);
-    int64_t want_persistent =
-        c.level == 3   ? 8 * shard_total
-        : c.level == 2 ? 4 * full_total + 4 * shard_total
-                       : 8 * full_total;
+    int64_t want_persistent = c.level == 3   ? 8 * shard_total
+                              : c.level == 2 ? 4 * full_total + 4 * shard_total
+                                             : 8 * full_total;
     if (c.param != TPDP_F32) {  // param_dtype full tensors, f32 shards
       want_persistent = c.level == 3 ? 8 * shard_total
                         : c.level == 2
@@ -300,9 +300,9 @@ std::vector<Case> Cases() {
 
 std::string CaseName(const ::testing::TestParamInfo<Case> &i) {
   const Case &k = i.param;
-  return "R" + std::to_string(k.replicas) + "_zero" +
-         std::to_string(k.level) + "_" + tpdp_dtype_name(k.param) + "_" +
-         tpdp_dtype_name(k.reduce) + "_micro" + std::to_string(k.micro);
+  return "R" + std::to_string(k.replicas) + "_zero" + std::to_string(k.level) +
+         "_" + tpdp_dtype_name(k.param) + "_" + tpdp_dtype_name(k.reduce) +
+         "_micro" + std::to_string(k.micro);
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, Hybrid, ::testing::ValuesIn(Cases()),
