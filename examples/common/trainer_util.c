@@ -423,6 +423,20 @@ void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
   fflush(stdout);
 }
 
+void ex_fsdp_traffic_line(const tpdp_comm *shard, const tpdp_comm *replicate,
+                          int rank) {
+  tpdp_comm_traffic s = {0, 0}, r = {0, 0};
+  if (tpdp_comm_traffic_get(shard, &s) != TPDP_SUCCESS ||
+      (replicate && tpdp_comm_traffic_get(replicate, &r) != TPDP_SUCCESS))
+    return;
+  printf(
+      "[rank %d] fsdp traffic: dp_shard %llu bytes (%llu across hosts), "
+      "dp_replicate %llu bytes (%llu across hosts)\n",
+      rank, (unsigned long long)s.bytes, (unsigned long long)s.cross_host_bytes,
+      (unsigned long long)r.bytes, (unsigned long long)r.cross_host_bytes);
+  fflush(stdout);
+}
+
 void ex_peak_memory_line(tpdp_comm *comm, int print) {
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);

@@ -162,6 +162,14 @@ void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
                         int dp_shard, int dp_replicate, tpdp_dtype param_dtype,
                         tpdp_dtype reduce_dtype);
 
+/* This rank's bytes sent by the units' collectives over the run, as the
+ * comm layer counts them (tpdp_comm_traffic_get; nothing is printed where
+ * a communicator does not count): "[rank R] fsdp traffic: dp_shard X
+ * bytes (Y across hosts), dp_replicate Z bytes (W across hosts)" (the
+ * replicate part 0 without one). */
+void ex_fsdp_traffic_line(const tpdp_comm *shard, const tpdp_comm *replicate,
+                          int rank);
+
 /* Collective over comm: every rank's peak resident memory (getrusage) and
  * its proportional set size now (PSS: shared pages split among the
  * processes sharing them, so the ranks' PSS add up), printed by rank 0

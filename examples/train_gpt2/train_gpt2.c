@@ -319,6 +319,8 @@ static int train(trainer *t, run_out *out) {
       o->dp / o->dp_replicate,
       o->dp_replicate};
   ex_print_summary(&sum, t->b, t, &timed, t->rank, t->summary, t->comm);
+  if (t->fsdp) /* each rank, as its fsdp line; bench/hsdp.sh reads it */
+    ex_fsdp_traffic_line(t->shard_comm, t->replicate_comm, t->rank);
   if ((out->want_params || o->check) && gather_params(t, out) != 0) goto done;
   rc = 0;
 done:
