@@ -317,7 +317,19 @@ static tpdp_status count_nested(tpdp_module *m, const char *prefix, int level,
   (void)level;
   nested_count *c = vctx;
   tpdp_fsdp_unit *v = tpdp_fsdp_unit_of(m);
-  if (v != NULL && v != c->u && v->group != c->u->group) c->n++;
+  if (v == NULL || v == c->u) return TPDP_SUCCESS;
+  /* One root's units reduce in one chain of replicate all-reduces (the
+   * group's rep_next): they share the replicate communicator. */
+  if (v->rep != c->u->rep)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "fully_shard of %s on rank %d: the nested unit %s has "
+                    "replicate communicator %s (%d ranks), this unit %s "
+                    "(%d ranks): the units under one root share one",
+                    c->u->label, c->u->rank, v->label,
+                    v->rep ? tpdp_comm_name(v->rep) : "none", v->rep_size,
+                    c->u->rep ? tpdp_comm_name(c->u->rep) : "none",
+                    c->u->rep_size);
+  if (v->group != c->u->group) c->n++;
   return TPDP_SUCCESS;
 }
 

@@ -389,6 +389,25 @@ TEST(HybridAgreement, ANullReplicateOnEveryRankIsPlainFsdp) {
   Step(m, u, 0);
 }
 
+TEST(HybridAgreement, NestedUnitsShareTheRootsReplicate) {
+  if (tpdp_test::WorldSize() != 4) GTEST_SKIP() << "a 2 x 2 layout";
+  Mesh mesh(2);
+  Model m;
+  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
+  o.replicate = mesh.rep;
+  tpdp_fsdp_unit *unit = nullptr;
+  for (int b = 0; b < 2; b++)
+    ASSERT_TPDP_OK(tpdp_fully_shard(m.blocks[b], mesh.dp, &o, &unit));
+  o.replicate = nullptr;  // the root without: refused on every rank
+  EXPECT_EQ(tpdp_fully_shard(m.root, mesh.dp, &o, &unit),
+            TPDP_ERR_INVALID_ARGUMENT);
+  std::string msg = tpdp_last_error();
+  EXPECT_NE(msg.find("the units under one root share one"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("(2 ranks)"), std::string::npos) << msg;
+  EXPECT_EQ(tpdp_fsdp_unit_of(m.root), nullptr);
+}
+
 // ---- a caller built against version 2 ----
 
 // The version 2 struct: everything before `replicate`, in memory of
