@@ -161,7 +161,9 @@ TPDP_API tpdp_fully_shard_options tpdp_fully_shard_options_default(void);
  * passing replicate communicators of different sizes, or some NULL
  * (TPDP_ERR_SHAPE_MISMATCH naming each rank's replicate size, "none" for
  * NULL; agreed over dp and then over replicate, so the replicate peers
- * fail too). A rank whose dp group all pass NULL cannot be reached by
+ * fail too), a unit whose nested units were given another replicate
+ * communicator (TPDP_ERR_INVALID_ARGUMENT: the units under one root share
+ * one). A rank whose dp group all pass NULL cannot be reached by
  * peers that pass a replicate communicator containing it: they wait for
  * it (TPDP_TIMEOUT_S reports the wait). */
 TPDP_API tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
