@@ -260,3 +260,50 @@ tpdp_status fsdp_reduce_scatter_wait(tpdp_fsdp_unit *u) {
   fsdp_free(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
   return st;
 }
+
+/* ----------------------------------------------- replicate all-reduce */
+
+/* HSDP's second step: each replica group holds the mean over its S ranks
+ * of the same rows, so their mean over the R replicas is the mean over all
+ * R*S ranks. It moves the f32 gradient shard (after the reduce_dtype
+ * round trip of the reduce-scatter), one all-reduce per unit: in place on
+ * the padded shard, or packed from the full gradients where the rows live
+ * inside them (level 1, f32). Padding rows are zero on every rank. */
+tpdp_status fsdp_replicate_start(tpdp_fsdp_unit *u) {
+  CHECK(fsdp_reduce_scatter_wait(u));
+  if (u->rep_size <= 1 || u->rep_work != NULL) return TPDP_SUCCESS;
+  int64_t S = u->shard_elems;
+  float *buf = u->shard_grad;
+  if (u->grad_in_full) {
+    CHECK(fsdp_alloc(u, "replicate all-reduce's buffer", S, TPDP_F32, 1, 1,
+                     (void **)&u->rep_buf));
+    for (int i = 0; i < u->np; i++) {
+      const fsdp_param *q = &u->p[i];
+      CHECK(fsdp_copy(u, u->rep_buf + q->shard_off, fsdp_grad_rows(u, q),
+                      TPDP_F32, fsdp_rows_of(q, u->rank) * q->row_elems));
+    }
+    buf = u->rep_buf;
+  }
+  tpdp_tensor t = fsdp_flat(u, buf, TPDP_F32, S);
+  AS_UNIT(u, "replicate all-reduce",
+          tpdp_allreduce_async(u->rep, &t, &t, TPDP_OP_AVG, &u->rep_work));
+  return TPDP_SUCCESS;
+}
+
+/* Frees the buffer whatever the wait returns. */
+tpdp_status fsdp_replicate_wait(tpdp_fsdp_unit *u) {
+  if (u->rep_work == NULL) return TPDP_SUCCESS;
+  tpdp_work *w = u->rep_work;
+  u->rep_work = NULL;
+  const char *saved = comm_watch_label;
+  comm_watch_label = u->watch_label;
+  tpdp_status st = tpdp_work_wait(w);
+  comm_watch_label = saved;
+  for (int i = 0; st == TPDP_SUCCESS && u->rep_buf != NULL && i < u->np; i++) {
+    const fsdp_param *q = &u->p[i];
+    st = fsdp_copy(u, fsdp_grad_rows(u, q), u->rep_buf + q->shard_off, TPDP_F32,
+                   fsdp_rows_of(q, u->rank) * q->row_elems);
+  }
+  fsdp_free(u, (void **)&u->rep_buf, u->shard_elems, TPDP_F32, 1);
+  return st;
+}

@@ -39,6 +39,8 @@ tpdp_status fsdp_unit_create(tpdp_module *module, tpdp_comm *dp,
   u->stream = o->stream;
   u->pdt = o->param_dtype;
   u->rdt = o->reduce_dtype;
+  u->rep = o->replicate;
+  u->rep_size = o->replicate ? tpdp_comm_size(o->replicate) : 0;
   u->state = TPDP_HANDLE_IDLE;
   u->group = g;
   g->refs = 1;
@@ -137,6 +139,22 @@ tpdp_status fsdp_collect_params(tpdp_fsdp_unit *u) {
                     "cast kernels yet)",
                     u->label, u->rank, tpdp_dtype_name(u->pdt),
                     tpdp_dtype_name(u->rdt));
+  if (u->rep && tpdp_comm_device_type(u->rep) != tpdp_comm_device_type(u->comm))
+    return TPDP_ERR(TPDP_ERR_DEVICE_MISMATCH,
+                    "fully_shard of %s on rank %d: the replicate "
+                    "communicator %s (%s) and dp %s (%s) move memory of "
+                    "different devices",
+                    u->label, u->rank, tpdp_comm_name(u->rep),
+                    tpdp_comm_backend(u->rep), tpdp_comm_name(u->comm),
+                    tpdp_comm_backend(u->comm));
+  /* The all-reduce over replicate is not ordered on the unit's stream
+   * yet: refused rather than racing the framework's kernels. */
+  if (fsdp_on_gpu(u) && u->rep_size > 1)
+    return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                    "fully_shard of %s on rank %d: hybrid sharding "
+                    "(a replicate communicator of %d ranks) on a GPU: CUDA "
+                    "units shard over dp only",
+                    u->label, u->rank, u->rep_size);
   if (u->np == 0)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "fully_shard of %s on rank %d: the module has no "
@@ -153,6 +171,8 @@ typedef struct {
   int32_t level;
   int32_t nparams;
   int32_t pad;
+  int32_t dp_size;   /* S */
+  int32_t rep_size;  /* R; -1: no replicate communicator */
   uint64_t shapes;   /* FNV-1a over every parameter's ndim and shape */
   int64_t msg_bytes; /* TPDP_PIECES_MSG_BYTES (0: no collectives over
                         pieces): both sides of a message cut alike */
@@ -163,7 +183,8 @@ static int rec_same(const void *a, const void *b) {
   /* A rank whose own check failed is reported as such, not as different. */
   if (x->status != TPDP_SUCCESS || y->status != TPDP_SUCCESS) return 1;
   return x->level == y->level && x->nparams == y->nparams &&
-         x->shapes == y->shapes && x->msg_bytes == y->msg_bytes;
+         x->shapes == y->shapes && x->msg_bytes == y->msg_bytes &&
+         x->dp_size == y->dp_size && x->rep_size == y->rep_size;
 }
 
 static void rec_describe(core_strbuf *b, const void *rec) {
@@ -177,6 +198,11 @@ static void rec_describe(core_strbuf *b, const void *rec) {
                  r->nparams, (unsigned long long)r->shapes);
   if (r->msg_bytes > 0)
     core_sb_printf(b, ", TPDP_PIECES_MSG_BYTES %lld", (long long)r->msg_bytes);
+  core_sb_printf(b, ", dp size %d, replicate size ", r->dp_size);
+  if (r->rep_size < 0)
+    core_sb_printf(b, "none");
+  else
+    core_sb_printf(b, "%d", r->rep_size);
 }
 
 static CORE_THREAD_LOCAL const tpdp_fsdp_unit
@@ -201,10 +227,12 @@ static uint64_t fnv(uint64_t h, int64_t v) {
   return h;
 }
 
-tpdp_status fsdp_agree(tpdp_comm *dp, const tpdp_fsdp_unit *u,
-                       tpdp_status local) {
+tpdp_status fsdp_agree(tpdp_comm *dp, tpdp_comm *replicate,
+                       const tpdp_fsdp_unit *u, tpdp_status local) {
   fsdp_agree_rec rec = {0};
   rec.status = local;
+  rec.dp_size = tpdp_comm_size(dp);
+  rec.rep_size = replicate ? tpdp_comm_size(replicate) : -1;
   rec.msg_bytes = comm_supports_pieces(dp) ? comm_pieces_message_bytes() : 0;
   rec.shapes = 1469598103934665603ull;
   /* the level and both dtypes */
@@ -219,6 +247,15 @@ tpdp_status fsdp_agree(tpdp_comm *dp, const tpdp_fsdp_unit *u,
                                        rec_describe, rec_mismatch};
   agree_unit = u;
   tpdp_status st = comm_agree(dp, &kind, &rec, local);
+  /* HSDP: the replicas of this rank's shard (in the other dp groups) agree
+   * too - on the same record, so that every dp group has the same size S
+   * and shapes - and on the outcome over dp, so that a group that failed
+   * takes its replicas down with it instead of leaving them waiting in the
+   * first replicate all-reduce. */
+  if (replicate != NULL) {
+    rec.status = st;
+    st = comm_agree(replicate, &kind, &rec, st);
+  }
   agree_unit = NULL;
   /* Memory short in the agreement itself (here or, spread to this rank,
    * on another) names no unit. */
@@ -280,7 +317,19 @@ static tpdp_status count_nested(tpdp_module *m, const char *prefix, int level,
   (void)level;
   nested_count *c = vctx;
   tpdp_fsdp_unit *v = tpdp_fsdp_unit_of(m);
-  if (v != NULL && v != c->u && v->group != c->u->group) c->n++;
+  if (v == NULL || v == c->u) return TPDP_SUCCESS;
+  /* One root's units reduce in one chain of replicate all-reduces (the
+   * group's rep_next): they share the replicate communicator. */
+  if (v->rep != c->u->rep)
+    return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
+                    "fully_shard of %s on rank %d: the nested unit %s has "
+                    "replicate communicator %s (%d ranks), this unit %s "
+                    "(%d ranks): the units under one root share one",
+                    c->u->label, c->u->rank, v->label,
+                    v->rep ? tpdp_comm_name(v->rep) : "none", v->rep_size,
+                    c->u->rep ? tpdp_comm_name(c->u->rep) : "none",
+                    c->u->rep_size);
+  if (v->group != c->u->group) c->n++;
   return TPDP_SUCCESS;
 }
 
@@ -347,7 +396,9 @@ void fsdp_unit_free(void *vu) {
   if (u == NULL) return;
   if (u->gather_work) tpdp_work_wait(u->gather_work);
   if (u->rs_work) tpdp_work_wait(u->rs_work);
+  if (u->rep_work) tpdp_work_wait(u->rep_work);
   fsdp_group *g = u->group;
+  if (g && g->rep_next == u) g->rep_next = NULL;
   if (g) {
     int k = 0;
     for (int i = 0; i < g->nunits; i++) {
@@ -374,7 +425,7 @@ void fsdp_unit_free(void *vu) {
   free(u->p);
   void *bufs[] = {u->shard,    u->shard_grad, u->full,        u->full_grad,
                   u->summoned, u->gather_buf, u->gather_send, u->rs_send,
-                  u->rs_recv,  u->rs_scratch};
+                  u->rs_recv,  u->rs_scratch, u->rep_buf};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     fsdp_release(u, bufs[i]);
   free((void *)u->full_pc.piece);

@@ -110,6 +110,14 @@ struct tpdp_fsdp_unit {
   comm_pieces packed_send, packed_recv;
   void *rs_scratch; /* its room for the peers' contributions */
   int64_t rs_scratch_elems;
+  /* HSDP (options.replicate): the gradient shard, once reduce-scattered
+   * over comm, all-reduced (AVG) over rep; rep_size 1 (or no rep) does
+   * none. Level 1 with f32 parameters keeps the gradient rows inside the
+   * full gradients: they travel packed in rep_buf (S f32, transient). */
+  tpdp_comm *rep;
+  int rep_size;
+  float *rep_buf;
+  tpdp_work *rep_work;
   int reduced; /* this step's reduce-scatter has started */
   gather_state gather;
   tpdp_handle_state state;
@@ -131,6 +139,11 @@ struct fsdp_group {
   tpdp_fsdp_unit **order; /* this step's forward order */
   int norder, cap_order;
   int sync;
+  /* HSDP: the unit whose reduce-scatter started last and whose replicate
+   * all-reduce has not: it starts after the next unit's reduce-scatter
+   * (or in finalize), in the order backward reduced them, the same on
+   * every rank. */
+  tpdp_fsdp_unit *rep_next;
   tpdp_fsdp_stats cur, last;
   int64_t transient;    /* bytes alive beyond the persistent ones */
   core_mem_cache cache; /* the units' host buffers, kept for reuse */
@@ -230,6 +243,11 @@ tpdp_status fsdp_all_gather_master(tpdp_fsdp_unit *u);
  * shard; finish it (the cast back to f32, the buffers freed). */
 tpdp_status fsdp_reduce_scatter_start(tpdp_fsdp_unit *u);
 tpdp_status fsdp_reduce_scatter_wait(tpdp_fsdp_unit *u);
+/* HSDP: finish the reduce-scatter, then start the all-reduce (AVG) of the
+ * gradient shard over the replicate communicator (a no-op without one);
+ * wait for it, the rows copied back where they travelled packed. */
+tpdp_status fsdp_replicate_start(tpdp_fsdp_unit *u);
+tpdp_status fsdp_replicate_wait(tpdp_fsdp_unit *u);
 
 /* ------------------------------------------- fsdp_param_group.c */
 
@@ -258,11 +276,12 @@ tpdp_status fsdp_unit_create(tpdp_module *module, tpdp_comm *dp,
  * check them and the unit: the first failed check, or memory running
  * short. */
 tpdp_status fsdp_collect_params(tpdp_fsdp_unit *u);
-/* Agree across dp on the unit (level, dtypes, shapes) and on this rank's
- * own check `local`; u is NULL where it could not be made (local then
- * says why). */
-tpdp_status fsdp_agree(tpdp_comm *dp, const tpdp_fsdp_unit *u,
-                       tpdp_status local);
+/* Agree across dp on the unit (level, dtypes, shapes, the replicate
+ * communicator's size) and on this rank's own check `local`, then, where
+ * replicate is not NULL, across replicate on the same and on the outcome
+ * over dp; u is NULL where it could not be made (local then says why). */
+tpdp_status fsdp_agree(tpdp_comm *dp, tpdp_comm *replicate,
+                       const tpdp_fsdp_unit *u, tpdp_status local);
 /* The shard's layout and storage, this rank's rows copied in, the pieces
  * lists; the parameters still view the caller's memory. */
 tpdp_status fsdp_build_shard(tpdp_fsdp_unit *u);

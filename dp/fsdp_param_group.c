@@ -66,7 +66,17 @@ static tpdp_status zeroed_full_grads(tpdp_fsdp_unit *u) {
 static tpdp_status reduce_grads(tpdp_fsdp_unit *u) {
   u->grads_pending = 0;
   u->reduced = 1;
-  return fsdp_reduce_scatter_start(u);
+  CHECK(fsdp_reduce_scatter_start(u));
+  /* HSDP: the previous unit's all-reduce over replicate starts now, behind
+   * this unit's reduce-scatter, and runs during the rest of backward. Its
+   * place is fixed by the order of the units' backward, not by when its
+   * reduce-scatter happened to finish, so the replicas issue their
+   * all-reduces in the same order. */
+  fsdp_group *g = u->group;
+  tpdp_fsdp_unit *prev = g->rep_next;
+  g->rep_next = u->rep_size > 1 ? u : NULL;
+  if (prev) CHECK(fsdp_replicate_start(prev));
+  return TPDP_SUCCESS;
 }
 
 /* MPI advances a non-blocking collective only inside MPI calls: each hook
@@ -84,6 +94,9 @@ static tpdp_status progress(fsdp_group *g) {
       AS_UNIT(v, "reduce-scatter", tpdp_work_test(v->rs_work, &done));
     /* done: its full gradients can go now */
     if (done && v->rs_pieces) CHECK(fsdp_reduce_scatter_wait(v));
+    done = 0;
+    if (v->rep_work)
+      AS_UNIT(v, "replicate all-reduce", tpdp_work_test(v->rep_work, &done));
   }
   return TPDP_SUCCESS;
 }
@@ -212,9 +225,13 @@ tpdp_status fsdp_group_finalize(fsdp_group *g) {
   }
   core_first_error f;
   core_first_error_init(&f);
+  tpdp_fsdp_unit *last = g->rep_next; /* HSDP: the last all-reduce */
+  g->rep_next = NULL;
+  if (last) core_first_error_add(&f, fsdp_replicate_start(last));
   for (int i = 0; i < g->nunits; i++) {
     tpdp_fsdp_unit *u = g->units[i];
     core_first_error_add(&f, fsdp_reduce_scatter_wait(u));
+    core_first_error_add(&f, fsdp_replicate_wait(u));
     if (u->gather_work) { /* a prefetch nobody used */
       core_first_error_add(&f, fsdp_all_gather_wait(u));
     }

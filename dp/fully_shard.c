@@ -9,6 +9,7 @@
  * framework's stream (options.stream), the collectives on the
  * communicator's stream after it and it after them. The map of the other
  * files is dp/fsdp_internal.h. */
+#include <stddef.h>
 #include <string.h>
 
 #include "dp/fsdp_internal.h"
@@ -26,17 +27,37 @@ tpdp_fully_shard_options tpdp_fully_shard_options_default(void) {
   o.param_dtype = TPDP_F32;
   o.reduce_dtype = TPDP_F32;
   o.stream = NULL;
+  o.replicate = NULL;
   return o;
 }
 
-static tpdp_status check_options(const tpdp_fully_shard_options *o) {
-  if (o->size != sizeof *o || o->version != TPDP_FULLY_SHARD_OPTIONS_VERSION)
+/* The struct as version 2 laid it out: everything before `replicate`. */
+#define OPTIONS_V2_SIZE offsetof(tpdp_fully_shard_options, replicate)
+
+/* *o = the caller's options over the defaults. A caller built against
+ * version 2 passes that version's size: only those bytes are its (reading
+ * the whole struct would read past it), and replicate stays NULL. */
+static tpdp_status read_options(const tpdp_fully_shard_options *in,
+                                tpdp_fully_shard_options *o) {
+  *o = tpdp_fully_shard_options_default();
+  if (in == NULL) return TPDP_SUCCESS;
+  const int v3 =
+      in->size == sizeof *in && in->version == TPDP_FULLY_SHARD_OPTIONS_VERSION;
+  const int v2 = in->size == OPTIONS_V2_SIZE && in->version == 2;
+  if (!v3 && !v2)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "tpdp_fully_shard_options: size %zu version %u, this "
-                    "library expects size %zu version %d (use "
-                    "tpdp_fully_shard_options_default())",
-                    o->size, o->version, sizeof *o,
-                    TPDP_FULLY_SHARD_OPTIONS_VERSION);
+                    "library expects size %zu version %d or size %zu version "
+                    "2 (use tpdp_fully_shard_options_default())",
+                    in->size, in->version, sizeof *in,
+                    TPDP_FULLY_SHARD_OPTIONS_VERSION, OPTIONS_V2_SIZE);
+  memcpy(o, in, in->size);
+  o->size = sizeof *o;
+  o->version = TPDP_FULLY_SHARD_OPTIONS_VERSION;
+  return TPDP_SUCCESS;
+}
+
+static tpdp_status check_options(const tpdp_fully_shard_options *o) {
   if (o->zero_level < 1 || o->zero_level > 3)
     return TPDP_ERR(TPDP_ERR_INVALID_ARGUMENT,
                     "zero_level is %d; expected 1, 2 or 3 (level 0 is the "
@@ -109,9 +130,9 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   *out = NULL;
   CHECK_PTR(module);
   CHECK_PTR(dp);
-  tpdp_fully_shard_options o = tpdp_fully_shard_options_default();
-  if (options) o = *options;
-  tpdp_status local = check_options(&o);
+  tpdp_fully_shard_options o;
+  tpdp_status local = read_options(options, &o);
+  if (local == TPDP_SUCCESS) local = check_options(&o);
   if (local == TPDP_SUCCESS && tpdp_module_unit_kind(module) != NULL) {
     char label[256];
     tpdp_module_label(module, label, sizeof label);
@@ -124,7 +145,8 @@ tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
   if (local == TPDP_SUCCESS) local = fsdp_unit_create(module, dp, &o, &u);
   attached a = {0, 0, 0};
   if (local == TPDP_SUCCESS) local = attach(u, &a);
-  tpdp_status st = fsdp_agree(dp, u, local);
+  tpdp_status st =
+      fsdp_agree(dp, o.replicate, u, local); /* o: defaults if unread */
   if (st == TPDP_SUCCESS) st = fsdp_adopt_nested(u);
   if (st != TPDP_SUCCESS) {
     if (u) detach(u, &a);

@@ -60,14 +60,16 @@ void ex_print_summary(const ex_summary *s, const ex_backend *b,
              (long long)tpdp_reducer_num_buckets(s->reducer),
              tpdp_reducer_rebuilt(s->reducer) ? "yes" : "no");
     else
-      printf("dp: fully sharded units, zero %d\n", s->zero);
+      printf("dp: fully sharded units, zero %d, dp_shard %d, dp_replicate %d\n",
+             s->zero, s->dp_shard, s->dp_replicate);
     char blas[512];
     ex_blas_describe(blas, sizeof blas);
     printf("openblas: %d threads per rank, %s\n", nn_threads(), blas);
   }
   fflush(stdout);
   if (s->fsdp)
-    ex_fsdp_stats_line(s->fsdp, rank, s->zero, s->param_dtype, s->reduce_dtype);
+    ex_fsdp_stats_line(s->fsdp, rank, s->zero, s->dp_shard, s->dp_replicate,
+                       s->param_dtype, s->reduce_dtype);
   if (comm != NULL) ex_peak_memory_line(comm, print);
   fflush(stdout);
 }

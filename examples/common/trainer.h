@@ -124,6 +124,7 @@ typedef struct {
   /* the units' line (each rank): NULL without --zero */
   const tpdp_fsdp_unit *fsdp;
   tpdp_dtype param_dtype, reduce_dtype;
+  int dp_shard, dp_replicate; /* --dp / --dp-replicate, --dp-replicate */
 } ex_summary;
 
 /* Rank 0 (print) prints the throughput, the backend's time line, tpdp's

@@ -364,6 +364,31 @@ int ex_fully_shard_blocks(tpdp_module *root, const char *prefix, int nblocks,
   return 0;
 }
 
+int ex_hsdp_comms(tpdp_comm *dp, int replicate, tpdp_comm **shard,
+                  tpdp_comm **replicate_comm, ex_error *e) {
+  *shard = dp;
+  *replicate_comm = NULL;
+  if (replicate <= 1) return 0;
+  int d = tpdp_comm_rank(dp), S = tpdp_comm_size(dp) / replicate;
+  tpdp_comm *sh = NULL, *rep = NULL;
+  tpdp_status st = tpdp_comm_split(dp, d / S, d, &sh);
+  if (st == TPDP_SUCCESS) st = tpdp_comm_split(dp, d % S, d, &rep);
+  if (st != TPDP_SUCCESS) {
+    tpdp_comm_destroy(sh);
+    return ex_fail(e, "tpdp_comm_split (--dp-replicate %d): %s", replicate,
+                   tpdp_last_error());
+  }
+  *shard = sh;
+  *replicate_comm = rep;
+  return 0;
+}
+
+void ex_hsdp_comms_destroy(tpdp_comm *dp, tpdp_comm *shard,
+                           tpdp_comm *replicate_comm) {
+  if (shard != dp) tpdp_comm_destroy(shard);
+  tpdp_comm_destroy(replicate_comm);
+}
+
 int ex_flag_float_dtype(const char *flag, const char *text, tpdp_dtype *out,
                         ex_error *e) {
   if (strcmp(text, "f32") == 0)
@@ -379,7 +404,8 @@ int ex_flag_float_dtype(const char *flag, const char *text, tpdp_dtype *out,
 }
 
 void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
-                        tpdp_dtype param_dtype, tpdp_dtype reduce_dtype) {
+                        int dp_shard, int dp_replicate, tpdp_dtype param_dtype,
+                        tpdp_dtype reduce_dtype) {
   tpdp_fsdp_stats fs;
   if (tpdp_fsdp_get_stats(root, &fs) != TPDP_SUCCESS) return;
   char mixed[64] = "";
@@ -387,13 +413,27 @@ void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
     snprintf(mixed, sizeof mixed, " param_dtype %s, reduce_dtype %s,",
              tpdp_dtype_name(param_dtype), tpdp_dtype_name(reduce_dtype));
   printf(
-      "[rank %d] fsdp: zero %d,%s persistent %.1f MiB, peak transient %.1f "
-      "MiB; per step %lld all-gathers (%.1f MiB), %lld reduce-scatters "
-      "(%.1f MiB)\n",
-      rank, level, mixed, fs.persistent_bytes / 1048576.0,
-      fs.peak_transient_bytes / 1048576.0, (long long)fs.allgathers,
-      fs.bytes_allgathered / 1048576.0, (long long)fs.reduce_scatters,
-      fs.bytes_reduce_scattered / 1048576.0);
+      "[rank %d] fsdp: zero %d, dp_shard %d, dp_replicate %d,%s persistent "
+      "%.1f MiB, peak transient %.1f MiB; per step %lld all-gathers (%.1f "
+      "MiB), %lld reduce-scatters (%.1f MiB)\n",
+      rank, level, dp_shard, dp_replicate, mixed,
+      fs.persistent_bytes / 1048576.0, fs.peak_transient_bytes / 1048576.0,
+      (long long)fs.allgathers, fs.bytes_allgathered / 1048576.0,
+      (long long)fs.reduce_scatters, fs.bytes_reduce_scattered / 1048576.0);
+  fflush(stdout);
+}
+
+void ex_fsdp_traffic_line(const tpdp_comm *shard, const tpdp_comm *replicate,
+                          int rank) {
+  tpdp_comm_traffic s = {0, 0}, r = {0, 0};
+  if (tpdp_comm_traffic_get(shard, &s) != TPDP_SUCCESS ||
+      (replicate && tpdp_comm_traffic_get(replicate, &r) != TPDP_SUCCESS))
+    return;
+  printf(
+      "[rank %d] fsdp traffic: dp_shard %llu bytes (%llu across hosts), "
+      "dp_replicate %llu bytes (%llu across hosts)\n",
+      rank, (unsigned long long)s.bytes, (unsigned long long)s.cross_host_bytes,
+      (unsigned long long)r.bytes, (unsigned long long)r.cross_host_bytes);
   fflush(stdout);
 }
 

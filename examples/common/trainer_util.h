@@ -133,6 +133,19 @@ int ex_fully_shard_blocks(tpdp_module *root, const char *prefix, int nblocks,
                           tpdp_comm *dp, const tpdp_fully_shard_options *fo,
                           tpdp_fsdp_unit **root_unit, ex_error *e);
 
+/* --dp-replicate R (hybrid sharding): the dp communicator's N ranks as R
+ * groups of S = N / R consecutive dp ranks, each group sharding over its
+ * *shard communicator (dp rank d in group d / S, at d % S), and S
+ * *replicate communicators joining the ranks that hold the same rows (d %
+ * S alike, ordered by d / S): with tp innermost, world rank ((r * S) + s)
+ * * T + t, the mesh dp_replicate x dp_shard x tp. R == 1: *shard = dp
+ * itself and *replicate NULL (plain FSDP). Collective over dp. Destroy
+ * with ex_hsdp_comms_destroy. 0, or -1 with the failing call in e. */
+int ex_hsdp_comms(tpdp_comm *dp, int replicate, tpdp_comm **shard,
+                  tpdp_comm **replicate_comm, ex_error *e);
+void ex_hsdp_comms_destroy(tpdp_comm *dp, tpdp_comm *shard,
+                           tpdp_comm *replicate_comm);
+
 /* --param-dtype / --reduce-dtype's value: f32, bf16 or f16. 0, or -1 with
  * e naming the flag and the text. */
 int ex_flag_float_dtype(const char *flag, const char *text, tpdp_dtype *out,
@@ -141,11 +154,21 @@ int ex_flag_float_dtype(const char *flag, const char *text, tpdp_dtype *out,
 float ex_round_to(tpdp_dtype dt, float x);
 
 /* This rank's line of the units' accounting (tpdp_fsdp_get_stats):
- * "[rank R] fsdp: zero N, persistent X MiB, peak transient Y MiB; per step
- * A all-gathers (B MiB), C reduce-scatters (D MiB)"; under mixed precision
- * "zero N, param_dtype bf16, reduce_dtype f32, persistent ...". */
+ * "[rank R] fsdp: zero N, dp_shard S, dp_replicate R, persistent X MiB,
+ * peak transient Y MiB; per step A all-gathers (B MiB), C reduce-scatters
+ * (D MiB)"; under mixed precision "zero N, dp_shard S, dp_replicate R,
+ * param_dtype bf16, reduce_dtype f32, persistent ...". */
 void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
-                        tpdp_dtype param_dtype, tpdp_dtype reduce_dtype);
+                        int dp_shard, int dp_replicate, tpdp_dtype param_dtype,
+                        tpdp_dtype reduce_dtype);
+
+/* This rank's bytes sent by the units' collectives over the run, as the
+ * comm layer counts them (tpdp_comm_traffic_get; nothing is printed where
+ * a communicator does not count): "[rank R] fsdp traffic: dp_shard X
+ * bytes (Y across hosts), dp_replicate Z bytes (W across hosts)" (the
+ * replicate part 0 without one). */
+void ex_fsdp_traffic_line(const tpdp_comm *shard, const tpdp_comm *replicate,
+                          int rank);
 
 /* Collective over comm: every rank's peak resident memory (getrusage) and
  * its proportional set size now (PSS: shared pages split among the

@@ -45,6 +45,13 @@ static void usage(FILE *out) {
       "                   also the parameters between uses (--device cpu;\n"
       "                   --save/--load hold the shards: resume on any\n"
       "                   mesh and level)\n"
+      "  --dp-replicate R with --zero 1-3: hybrid sharding (HSDP, FSDP2's\n"
+      "                   2-D mesh): R divides D; each group of D/R\n"
+      "                   consecutive dp ranks shards the units, the R\n"
+      "                   groups replicate them (gradients reduce-scattered\n"
+      "                   within a group, then all-reduced across groups);\n"
+      "                   mesh dp_replicate x dp_shard x tp, world rank\n"
+      "                   ((r*S)+s)*T+t (default 1: shard over all D)\n"
       "  --accum K        gradient accumulation: K micro-batches of --batch\n"
       "                   rows per optimizer step, gradients reduced once,\n"
       "                   after the last (PyTorch's no_sync /\n"
@@ -91,6 +98,7 @@ int parse_options(int argc, char **argv, options *o) {
   o->adamw = (nn_adamw_opts){3e-4, 0.9, 0.95, 1e-8};
   o->bucket_mib = 25;
   o->accum = 1;
+  o->dp_replicate = 1;
   o->seed = 1;
   o->param_dtype_name = o->reduce_dtype_name = "f32";
   o->param_dtype = o->reduce_dtype = TPDP_F32;
@@ -114,6 +122,7 @@ int parse_options(int argc, char **argv, options *o) {
       {"zero", EX_FLAG_INT, &o->zero, 0},
       {"grad-clip", EX_FLAG_DOUBLE, &o->grad_clip, 0},
       {"accum", EX_FLAG_INT, &o->accum, 0},
+      {"dp-replicate", EX_FLAG_INT, &o->dp_replicate, 0},
       {"param-dtype", EX_FLAG_STRING, &o->param_dtype_name, 0},
       {"reduce-dtype", EX_FLAG_STRING, &o->reduce_dtype_name, 0},
       {"check", EX_FLAG_SWITCH, &o->check, 0},
@@ -181,6 +190,13 @@ int check_options(options *o, ex_error *e) {
                    "CUDA gradients yet)");
   if (o->zero < 0 || o->zero > 3)
     return ex_fail(e, "--zero must be 0, 1, 2 or 3, not %d", o->zero);
+  if (o->dp_replicate < 1 || o->dp % o->dp_replicate != 0)
+    return ex_fail(e, "--dp-replicate %d must be >= 1 and divide --dp %d",
+                   o->dp_replicate, o->dp);
+  if (o->dp_replicate > 1 && o->zero == 0)
+    return ex_fail(e,
+                   "--dp-replicate is hybrid sharding of the fully sharded "
+                   "units: it needs --zero 1, 2 or 3");
   if (o->accum < 1)
     return ex_fail(e, "--accum must be >= 1 (micro-batches per step), not %d",
                    o->accum);

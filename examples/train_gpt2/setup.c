@@ -50,7 +50,10 @@ void trainer_free(trainer *t) {
   free(t->info);
   free(t->params);
   ex_param_views_destroy(t->views);
-  tpdp_module_destroy(t->root);
+  tpdp_module_destroy(t->root); /* the units, before their communicators */
+  ex_hsdp_comms_destroy(t->reduce_comm, t->shard_comm, t->replicate_comm);
+  if (t->replica_comm != tpdp_mesh_comm(t->mesh))
+    tpdp_comm_destroy(t->replica_comm);
   tpdp_mesh_destroy(t->mesh);
   tpdp_safetensors_close(t->st);
   tok_close(&t->tok);
@@ -95,8 +98,25 @@ static int shard_units(trainer *t) {
   fo.zero_level = t->o.zero;
   fo.param_dtype = t->o.param_dtype;
   fo.reduce_dtype = t->o.reduce_dtype;
+  /* --dp-replicate: shard within each group of dp ranks, replicate across
+   * the groups (hybrid sharding); the gradient norm then sums over one
+   * replica group, whose shards tile the model once. */
+  if (ex_hsdp_comms(t->reduce_comm, t->o.dp_replicate, &t->shard_comm,
+                    &t->replicate_comm, &t->err) != 0)
+    return -1;
+  t->replica_comm = tpdp_mesh_comm(t->mesh);
+  if (t->o.dp_replicate > 1) {
+    int S = t->o.dp / t->o.dp_replicate;
+    tpdp_status st = tpdp_comm_split(tpdp_mesh_comm(t->mesh), t->dp_rank / S,
+                                     tpdp_mesh_rank(t->mesh), &t->replica_comm);
+    if (st != TPDP_SUCCESS) {
+      t->replica_comm = NULL;
+      return ex_tpdp_fail(&t->err, "tpdp_comm_split", st);
+    }
+  }
+  fo.replicate = t->replicate_comm;
   if (ex_fully_shard_blocks(t->root, "transformer.h.", t->c.n_layer,
-                            t->reduce_comm, &fo, &t->fsdp, &t->err) != 0 ||
+                            t->shard_comm, &fo, &t->fsdp, &t->err) != 0 ||
       ex_param_views_create(t->params, t->np, t->P, t->G, &t->views, &t->err) !=
           0)
     return -1;

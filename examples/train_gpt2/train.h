@@ -62,6 +62,7 @@ typedef struct {
   int zero;         /* --zero: 0 = the DDP reducer, 1-3 = ZeRO level */
   double grad_clip; /* --grad-clip: max global gradient norm (0: off) */
   int accum;        /* --accum: micro-batches per optimizer step */
+  int dp_replicate; /* --dp-replicate: replica groups of the dp ranks */
   /* --param-dtype / --reduce-dtype: the units' mixed precision (text as
    * given, and parsed by check_options) */
   const char *param_dtype_name, *reduce_dtype_name;
@@ -110,6 +111,11 @@ struct ex_trainer {
    * --check's gathers. Its dim communicators move host memory. */
   tpdp_mesh *mesh;
   tpdp_comm *dp_comm, *tp_comm;
+  /* --zero: the units' dp_shard communicator (reduce_comm itself without
+   * --dp-replicate) and dp_replicate one (NULL without); replica_comm
+   * joins the dp_shard x tp ranks of this rank's replica group (the
+   * mesh's communicator without --dp-replicate): --grad-clip's norm */
+  tpdp_comm *shard_comm, *replicate_comm, *replica_comm;
   int dp_rank, tp_rank;
   /* Where the model trains: the reducer's communicator over dp (the host
    * mesh's, or the device mesh's under cuda), the memory kind, the stream

@@ -40,7 +40,8 @@ typedef struct {
 /* --grad-clip: the global gradient norm over the whole (dp, tp) mesh, each
  * element counted once - a TP-sharded parameter's local rows on every tp
  * rank, a TP-replicated one on tp rank 0 only; the dp ranks' identical
- * gradients (--zero 0) once, their disjoint shards (--zero 1-3) each - and
+ * gradients (--zero 0) once, their disjoint shards (--zero 1-3) each, over
+ * one replica group under --dp-replicate - and
  * every gradient scaled by max / (norm + 1e-6) when that is below 1, as
  * torch.nn.utils.clip_grad_norm_ on the one-process model. *norm: the
  * norm before clipping. 0, or -1 with t->err set. */
@@ -58,7 +59,9 @@ static int clip_gradients(trainer *t, double *norm) {
       sq += (double)x[k] * (double)x[k];
   }
   tpdp_tensor v = tpdp_tensor_1d(&sq, TPDP_F64, 1);
-  tpdp_comm *over = t->o.zero > 0 ? tpdp_mesh_comm(t->mesh) : t->tp_comm;
+  /* --zero: over one replica group (--dp-replicate's replicas hold the
+   * same shards: summing over them would count each R times) */
+  tpdp_comm *over = t->o.zero > 0 ? t->replica_comm : t->tp_comm;
   TRY(tpdp_allreduce(over, &v, &v, TPDP_OP_SUM));
   *norm = sqrt(sq);
   double coef = t->o.grad_clip / (*norm + 1e-6);
@@ -312,8 +315,12 @@ static int train(trainer *t, run_out *out) {
       o->zero,
       t->fsdp,
       o->param_dtype,
-      o->reduce_dtype};
+      o->reduce_dtype,
+      o->dp / o->dp_replicate,
+      o->dp_replicate};
   ex_print_summary(&sum, t->b, t, &timed, t->rank, t->summary, t->comm);
+  if (t->fsdp) /* each rank, as its fsdp line; bench/hsdp.sh reads it */
+    ex_fsdp_traffic_line(t->shard_comm, t->replicate_comm, t->rank);
   if ((out->want_params || o->check) && gather_params(t, out) != 0) goto done;
   rc = 0;
 done:
@@ -432,6 +439,7 @@ int main(int argc, char **argv) {
       r.save_dir = NULL;
       r.save_every = 0;
       r.zero = 0;
+      r.dp_replicate = 1;
       gpt2_config rshape;
       int ref_rc = run(&r, self, 0, &rout, &rshape);
       if (rout.np != out.np) ref_rc = 1;

@@ -34,6 +34,13 @@ static void usage(FILE *out) {
       "                  the parameters between uses (checkpoints resume\n"
       "                  on any mesh and level; on cuda: f32, without\n"
       "                  --save/--load)\n"
+      "  --dp-replicate R  with --zero 1-3: hybrid sharding (HSDP, FSDP2's\n"
+      "                  2-D mesh): R divides D; each group of D/R\n"
+      "                  consecutive dp ranks shards the units, the R\n"
+      "                  groups replicate them (gradients reduce-scattered\n"
+      "                  within a group, then all-reduced across groups);\n"
+      "                  mesh dp_replicate x dp_shard x tp, world rank\n"
+      "                  ((r*S)+s)*T+t (cpu; default 1: shard over all D)\n"
       "  --accum K       gradient accumulation: K micro-batches of --batch\n"
       "                  rows per optimizer step (micro-batch k of step s\n"
       "                  drawn as batch s*K+k), gradients reduced once,\n"
@@ -65,9 +72,9 @@ static void usage(FILE *out) {
 }
 
 int parse_options(int argc, char **argv, options *o) {
-  *o = (options){1,    1, 2,     67,    32,    16,       10,      64, 40,
-                 3e-3, 1, "cpu", 25.0,  0,     0,        NULL,    0,  NULL,
-                 0,    0, 1,     "f32", "f32", TPDP_F32, TPDP_F32};
+  *o = (options){1,    1, 2,     67,    32,    16,       10,       64, 40,
+                 3e-3, 1, "cpu", 25.0,  0,     0,        NULL,     0,  NULL,
+                 0,    0, 1,     "f32", "f32", TPDP_F32, TPDP_F32, 1};
   const ex_flag flags[] = {
       {"dp", EX_FLAG_INT, &o->dp, 0},
       {"tp", EX_FLAG_INT, &o->tp, 0},
@@ -89,6 +96,7 @@ int parse_options(int argc, char **argv, options *o) {
       {"load", EX_FLAG_STRING, &o->load_dir, 0},
       {"zero", EX_FLAG_INT, &o->zero, 0},
       {"accum", EX_FLAG_INT, &o->accum, 0},
+      {"dp-replicate", EX_FLAG_INT, &o->dp_replicate, 0},
       {"param-dtype", EX_FLAG_STRING, &o->param_dtype_name, 0},
       {"reduce-dtype", EX_FLAG_STRING, &o->reduce_dtype_name, 0},
   };
@@ -122,6 +130,16 @@ int parse_options(int argc, char **argv, options *o) {
     bad =
         "--save and --load with --zero 1-3 run on --device cpu only (the "
         "units' device shards are not staged for checkpoints yet)";
+  else if (o->dp_replicate < 1 || o->dp % o->dp_replicate != 0)
+    bad = "--dp-replicate R needs R >= 1 dividing --dp";
+  else if (o->dp_replicate > 1 && o->zero == 0)
+    bad =
+        "--dp-replicate is hybrid sharding of the fully sharded units: it "
+        "needs --zero 1, 2 or 3";
+  else if (o->dp_replicate > 1 && strcmp(o->device, "cpu") != 0)
+    bad =
+        "--dp-replicate > 1 runs on --device cpu only (CUDA units shard "
+        "over dp only)";
   else if (o->accum < 1)
     bad = "--accum must be >= 1 (micro-batches per step)";
   else if (o->accum > 1 && strcmp(o->device, "cpu") != 0)

@@ -48,6 +48,7 @@ typedef struct {
    * given, and parsed) */
   const char *param_dtype_name, *reduce_dtype_name;
   tpdp_dtype param_dtype, reduce_dtype;
+  int dp_replicate; /* --dp-replicate: replica groups of the dp ranks */
 } options;
 
 /* Model flags a checkpoint carries: given with --load, they must agree. */
@@ -109,6 +110,9 @@ struct ex_trainer {
                             (cuda: NCCL; NULL: the world), destroyed after
                             the mesh */
   tpdp_comm *dp_comm;
+  /* --zero: the units' dp_shard communicator (dp_comm itself without
+   * --dp-replicate) and dp_replicate one (NULL without) */
+  tpdp_comm *shard_comm, *replicate_comm;
   int dp_rank;
   int f_local;     /* this TP rank's rows of F (the fc1 width) */
   int batch_local; /* this DP rank's rows of the global batch */

@@ -54,7 +54,13 @@ static int shard_units(trainer *t) {
   fo.param_dtype = t->o.param_dtype;
   fo.reduce_dtype = t->o.reduce_dtype;
   fo.stream = t->grad_stream; /* cuda: the model's stream */
-  if (ex_fully_shard_blocks(t->tree.root, "layers.", t->o.layers, t->dp_comm,
+  /* --dp-replicate: shard within each group of dp ranks, replicate across
+   * the groups (hybrid sharding) */
+  if (ex_hsdp_comms(t->dp_comm, t->o.dp_replicate, &t->shard_comm,
+                    &t->replicate_comm, &t->err) != 0)
+    return -1;
+  fo.replicate = t->replicate_comm;
+  if (ex_fully_shard_blocks(t->tree.root, "layers.", t->o.layers, t->shard_comm,
                             &fo, &t->fsdp, &t->err) != 0 ||
       ex_param_views_create(t->tree.params, t->tree.nparams, t->param, t->grad,
                             &t->views, &t->err) != 0)
@@ -335,7 +341,8 @@ static int run_steps(trainer *t, int start) {
                     rs.comm_seconds, rs.data_seconds,
                     t->reducer,      o->zero,
                     t->fsdp,         o->param_dtype,
-                    o->reduce_dtype};
+                    o->reduce_dtype, o->dp / o->dp_replicate,
+                    o->dp_replicate};
   ex_print_summary(&sum, t->b, t, &t->tm, t->rank, t->rank == 0, t->world);
   rc = o->check ? check(t, losses, start) : 0;
 done:
@@ -357,7 +364,8 @@ static int teardown(trainer *t) {
   free(t->rparams);
   free(t->param);
   free(t->grad);
-  free_tree(&t->tree);
+  free_tree(&t->tree); /* the units with it, before their communicators */
+  ex_hsdp_comms_destroy(t->dp_comm, t->shard_comm, t->replicate_comm);
   for (int i = 0; t->tree_specs && i < t->tree.nparams; i++)
     tpdp_spec_destroy(t->tree_specs[i]);
   free(t->tree_specs);

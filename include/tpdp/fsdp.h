@@ -89,7 +89,7 @@ extern "C" {
 
 typedef struct tpdp_fsdp_unit tpdp_fsdp_unit; /* opaque */
 
-#define TPDP_FULLY_SHARD_OPTIONS_VERSION 2
+#define TPDP_FULLY_SHARD_OPTIONS_VERSION 3
 
 typedef struct {
   size_t size;      /* sizeof(tpdp_fully_shard_options) */
@@ -115,6 +115,23 @@ typedef struct {
    * what they produced; the hooks and finalize do not block the host.
    * Ignored for host units. (version 2) */
   void *stream;
+  /* (version 3) NULL: plain FSDP over dp. Otherwise dp is the dp_shard
+   * communicator and replicate the dp_replicate one: hybrid sharding
+   * (HSDP, FSDP2's fully_shard over a 2-D mesh). The parameters shard over
+   * dp (S ranks) exactly as without it, the all-gathers run over dp only,
+   * each unit's gradient shard is reduce-scattered over dp and then
+   * all-reduced (AVG, f32) over replicate (R ranks), so every rank ends
+   * with the mean over all R*S ranks: the values of plain FSDP over R*S
+   * ranks up to summation order. The replicas of a shard hold equal
+   * gradient shards after finalize, so a norm over the shards sums over
+   * dp only (not over replicate). R = 1 does no all-reduce. Each unit's
+   * all-reduce starts as soon as the next unit's reduce-scatter starts
+   * (overlapping the rest of backward) and finalize waits for them. Every
+   * rank of dp passes replicate or every one passes NULL, each with the
+   * same size; every replicate peer passes the same dp size. Host units
+   * only (TPDP_ERR_UNSUPPORTED on a GPU). A caller built against version
+   * 2 (its size and version) gets NULL. */
+  tpdp_comm *replicate;
 } tpdp_fully_shard_options;
 
 TPDP_API tpdp_fully_shard_options tpdp_fully_shard_options_default(void);
@@ -140,7 +157,15 @@ TPDP_API tpdp_fully_shard_options tpdp_fully_shard_options_default(void);
  * build without CUDA or bf16/f16 on a GPU (TPDP_ERR_UNSUPPORTED), a module
  * that is already a unit (TPDP_ERR_ALREADY), a unit with no parameter of
  * its own (TPDP_ERR_INVALID_ARGUMENT), ranks passing different shapes or
- * levels (TPDP_ERR_SHAPE_MISMATCH listing each rank's). */
+ * levels (TPDP_ERR_SHAPE_MISMATCH listing each rank's), ranks of dp
+ * passing replicate communicators of different sizes, or some NULL
+ * (TPDP_ERR_SHAPE_MISMATCH naming each rank's replicate size, "none" for
+ * NULL; agreed over dp and then over replicate, so the replicate peers
+ * fail too), a unit whose nested units were given another replicate
+ * communicator (TPDP_ERR_INVALID_ARGUMENT: the units under one root share
+ * one). A rank whose dp group all pass NULL cannot be reached by
+ * peers that pass a replicate communicator containing it: they wait for
+ * it (TPDP_TIMEOUT_S reports the wait). */
 TPDP_API tpdp_status tpdp_fully_shard(tpdp_module *module, tpdp_comm *dp,
                                       const tpdp_fully_shard_options *options,
                                       tpdp_fsdp_unit **out);

@@ -23,7 +23,14 @@ parallelism: --check against one process with the same micro-batches,
 and the losses against one process trained on batches of 12 rows without
 accumulation (the same rows per step, so the same mean gradient).
 
-Usage: gpt2_equivalence_test.py TRAIN_GPT2_BINARY MAKE_TOKENS [--zero]
+With --hsdp: hybrid sharding (--dp-replicate R) at every level on
+(R, S, T) = (2,2,1), (2,1,1), (2,2,2) (with sequence parallelism at level
+3), (3,2,1) and (1,3,1), dp = R * S: --check against one process, each
+rank's fsdp line naming dp_shard S and dp_replicate R; the level-2 runs
+clip (--grad-clip 1), so the norm summed over one replica group (not over
+the replicas' equal shards again) is checked by the comparison.
+
+Usage: gpt2_equivalence_test.py TRAIN_GPT2_BINARY MAKE_TOKENS [--zero|--hsdp]
 """
 import os
 import shutil
@@ -50,20 +57,40 @@ ACCUM_CASES = [(2, 1, False, 0), (2, 1, False, 1), (2, 2, False, 2),
                (4, 1, False, 3), (2, 2, True, 3), (2, 2, True, 0)]
 
 
+# (dp, tp, sp, zero, accum, R): dp = R * S.
+HSDP_CASES = [(r * s, t, sp and z == 3, z, False, r)
+              for r, s, t, sp in [(2, 2, 1, False), (2, 1, 1, False),
+                                  (2, 2, 2, True), (3, 2, 1, False),
+                                  (1, 3, 1, False)]
+              for z in (1, 2, 3)]
+
+
+def norms(out):
+    """The grad_norm of each step line, in order."""
+    return [float(l.split()[5]) for l in out.splitlines()
+            if l.startswith("step ") and " grad_norm " in l]
+
+
 def main():
     binary, make_tokens = sys.argv[1], sys.argv[2]
     zero = "--zero" in sys.argv[3:]
-    cases = ZERO_CASES + [c + (True,) for c in ACCUM_CASES] if zero \
-        else [c + (0,) for c in CASES]
-    cases = [c if len(c) == 5 else c + (False,) for c in cases]
+    if "--hsdp" in sys.argv[3:]:
+        cases = HSDP_CASES
+    else:
+        cases = ZERO_CASES + [c + (True,) for c in ACCUM_CASES] if zero \
+            else [c + (0,) for c in CASES]
+        cases = [c if len(c) == 5 else c + (False,) for c in cases]
+        cases = [c + (1,) for c in cases]
     tmp = tempfile.mkdtemp(prefix="gpt2_equiv_")
     tokens = os.path.join(tmp, "tokens.bin")
     subprocess.run([sys.executable, make_tokens, os.path.abspath(__file__),
                     tokens], check=True, capture_output=True)
     results = []
     big_batch = {}  # sp -> one process's losses on batches of 12 rows
-    for dp, tp, sp, z, accum in cases:
+    for dp, tp, sp, z, accum, rep in cases:
         name = "dp%d_tp%d%s" % (dp, tp, "_sp" if sp else "")
+        if rep > 1 or "--hsdp" in sys.argv[3:]:
+            name = "R%d_S%d_T%d%s" % (rep, dp // rep, tp, "_sp" if sp else "")
         if z:
             name += "_zero%d" % z
         if accum:
@@ -74,6 +101,8 @@ def main():
                 "--steps", "10", "--lr", "1e-3", "--weight-decay", "0.1",
                 "--seed", "7", "--bucket-mib", "0.001", "--check", "--quiet",
                 "--zero", str(z)]
+        if rep > 1:
+            args += ["--dp-replicate", str(rep)]
         if z and not accum:
             args[args.index("--batch") + 1] = "12"
         if accum:
@@ -109,13 +138,27 @@ def main():
                     fail = "--accum 3 --batch 4 vs --batch 12: rel %.2e" % worst
         elif z:
             want = "per step %d all-gathers" % (5 if z == 3 else 3)
+            sizes = "dp_shard %d, dp_replicate %d," % (dp // rep, rep)
             got = [l for l in out.splitlines() if "] fsdp: zero %d," % z in l
-                   and want in l and "3 reduce-scatters" in l]
+                   and want in l and "3 reduce-scatters" in l
+                   and sizes in l]
             if z == 2 and "(clipped)" not in out:
                 fail = "--grad-clip 1 never clipped"
+            elif z == 2 and rep > 1:
+                # AdamW hides a scaled gradient: compare the norms the
+                # step lines print with the one-process run's
+                one = [a for a in args if a not in ("--check",)]
+                for flag in ("--dp", "--tp", "--zero", "--dp-replicate"):
+                    i = one.index(flag)
+                    del one[i:i + 2]
+                orc, oout, _ = gf.run_train(binary, one, 1)
+                got, want = norms(out), norms(oout)
+                if orc != 0 or len(got) != 10 or len(want) != 10 or \
+                        max(gf.rel(g, w) for g, w in zip(got, want)) > 1e-4:
+                    fail = "grad norms %s, one process %s" % (got, want)
             elif len(got) != dp * tp:
-                fail = "expected '%s ..., 3 reduce-scatters' from %d ranks, " \
-                       "got %d" % (want, dp * tp, len(got))
+                fail = "expected '%s %s ..., 3 reduce-scatters' from %d " \
+                       "ranks, got %d" % (sizes, want, dp * tp, len(got))
             print(out[-2000:] + err[-2000:])
         print("[%s] rc=%d %s" % (name, rc, line))
         results.append((name, time.time() - start, fail))

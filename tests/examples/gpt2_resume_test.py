@@ -28,6 +28,10 @@ bf16 run saved after step 2 resumes at --zero 1 on the same mesh with
 the same dtypes (the checkpoint holds the f32 master shards and moments)
 and prints the uninterrupted bf16 run's losses exactly.
 
+Hybrid sharding: a --zero 3 run with --dp 4 --dp-replicate 2 saved after
+step 4 resumes at --zero 1 --dp 2 --dp-replicate 2 --tp 2 (with --check)
+and at plain --zero 2 dp=3, each printing the uninterrupted run's losses.
+
 Usage: gpt2_resume_test.py TRAIN_GPT2 MAKE_TOKENS TPDP
 """
 import json
@@ -295,6 +299,44 @@ def main():
             return "resumed losses %s, uninterrupted %s" % (got, want)
         return None
     case("--zero 3 bf16 saved, resumed at --zero 1 bf16", mixed_precision_resume)
+
+    # Hybrid sharding: saved at (R, S, T, level) = (2, 2, 1, 3) after step
+    # 4, resumed from it at (2, 1, 2, 1) to step 9 (with --check) and, as
+    # plain FSDP, at --zero 2 dp=3; each against the uninterrupted --zero 0
+    # run's losses.
+    def hsdp_link(np_, args, first, steps, check):
+        def fn():
+            if sorted(full12) != list(range(10)):
+                return "the uninterrupted run failed: rc=%d %s" % (rc, err)
+            a = list(args) + ["--steps", str(steps)]
+            if check:
+                a.append("--check")
+            r, o, e = gf.run_train(binary, a, np_)
+            got = gf.losses(o)
+            if r != 0 or sorted(got) != list(range(first, steps)):
+                return "rc=%d steps %s\n%s%s" % (r, sorted(got), o[-1500:],
+                                                  e[-1500:])
+            if check and "check: ok" not in o:
+                return "--check failed:\n" + o[-1500:]
+            if first == 0 and "dp_shard 2, dp_replicate 2," not in o:
+                return "no fsdp line naming dp_shard 2, dp_replicate 2:\n" + \
+                    o[-1500:]
+            worst = max(gf.rel(got[s], full12[s]) for s in got)
+            print("  steps %d..%d max rel diff %.3e" % (first, steps - 1,
+                                                        worst))
+            return None if worst <= 1e-4 else "losses %s vs %s" % (got, full12)
+        return fn
+    zh = os.path.join(tmp, "zh")
+    case("--zero 3 R=2,S=2,T=1 steps ..4 (saved)",
+         hsdp_link(4, data + model12 + [
+             "--dp", "4", "--dp-replicate", "2", "--zero", "3", "--save", zh],
+             0, 5, False))
+    case("--zero 1 R=2,S=1,T=2 steps 5..9 from the HSDP checkpoint",
+         hsdp_link(4, ["--load", zh, "--dp", "2", "--dp-replicate", "2",
+                       "--tp", "2", "--zero", "1"], 5, 10, True))
+    case("--zero 2 dp=3 (no replicate) steps 5..9 from the HSDP checkpoint",
+         hsdp_link(3, ["--load", zh, "--dp", "3", "--zero", "2"], 5, 10,
+                   False))
 
     shutil.rmtree(tmp, ignore_errors=True)
     return gf.finish("Gpt2Resume", "gpt2 resume", cases)

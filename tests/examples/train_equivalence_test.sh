@@ -23,6 +23,13 @@
 # same mesh (the casts took effect). With tp=1 each rank's rows go through
 # the same operations in the same order in both, and the casts round alike,
 # so the parameters must come out bit-identical (max_abs_param_diff 0).
+#
+# With --hsdp: hybrid sharding (--dp-replicate R) at each level on
+# (R, S, T) = (2,2,1), (2,1,1), (2,2,2), (3,2,1), (1,3,1) (dp = R * S;
+# world rank ((r*S)+s)*T+t), plus accumulation on (2,2,1): against the same
+# one-process reference, each rank's fsdp line naming dp_shard S and
+# dp_replicate R with the collective counts of a shard group (the
+# all-gathers and reduce-scatters run over S ranks only).
 set -u
 bin="$1"
 mode="${2:-}"
@@ -43,13 +50,24 @@ if [ "$mode" = --zero ]; then
          "2 2 3 3 bf16 bf16" "1 2 3 1 f16 f16")
   flags=(--layers 2 --hidden 30 --width 12 --inputs 8 --classes 3 --batch 24
          --steps 10 --lr 0.01 --seed 7 --check)
+elif [ "$mode" = --hsdp ]; then
+  # "dp tp zero accum pdt rdt R": dp = R * S
+  runs=()
+  for rst in "2 2 1" "2 1 1" "2 2 2" "3 2 1" "1 3 1"; do
+    set -- $rst
+    for z in 1 2 3; do runs+=("$(($1 * $2)) $3 $z 1 f32 f32 $1"); done
+  done
+  runs+=("4 1 1 3 f32 f32 2" "4 1 3 2 f32 f32 2")
+  flags=(--layers 2 --hidden 30 --width 12 --inputs 8 --classes 3 --batch 24
+         --steps 10 --lr 0.01 --seed 7 --check)
 else
   runs=("1 1 0" "2 1 0" "1 2 0" "2 2 0" "1 4 0" "4 1 0")
 fi
 for run in "${runs[@]}"; do
   set -- $run
-  dp=$1 tp=$2 zero=$3 accum=${4:-1} pdt=${5:-f32} rdt=${6:-f32}
+  dp=$1 tp=$2 zero=$3 accum=${4:-1} pdt=${5:-f32} rdt=${6:-f32} rep=${7:-1}
   name="dp${dp}_tp${tp}"
+  [ "$mode" = --hsdp ] && name="R${rep}_S$((dp / rep))_T${tp}"
   [ "$zero" = 0 ] || name="${name}_zero${zero}"
   [ "$accum" = 1 ] || name="${name}_accum${accum}"
   [ "$pdt$rdt" = f32f32 ] || name="${name}_param_${pdt}_reduce_${rdt}"
@@ -57,7 +75,8 @@ for run in "${runs[@]}"; do
   out=$(mpirun -np $((dp * tp)) --oversubscribe --bind-to none \
         --mca mpi_yield_when_idle 1 --timeout 300 \
         "$bin" --dp "$dp" --tp "$tp" --zero "$zero" --accum "$accum" \
-        --param-dtype "$pdt" --reduce-dtype "$rdt" "${flags[@]}" 2>&1)
+        --param-dtype "$pdt" --reduce-dtype "$rdt" --dp-replicate "$rep" \
+        "${flags[@]}" 2>&1)
   rc=$?
   secs=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo 0)
   line=$(echo "$out" | grep '^check:' | head -1)
@@ -71,6 +90,7 @@ for run in "${runs[@]}"; do
     want="per step $gathers all-gathers (.*), 3 reduce-scatters"
     [ "$pdt$rdt" = f32f32 ] ||
       want="param_dtype $pdt, reduce_dtype $rdt, .*$want"
+    want="dp_shard $((dp / rep)), dp_replicate $rep, .*$want"
     nlines=$(echo "$out" | grep -c "fsdp: zero $zero, .*$want")
     if [ "$nlines" != $((dp * tp)) ]; then
       ok=0

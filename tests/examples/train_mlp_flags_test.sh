@@ -36,5 +36,12 @@ check "--save and --load with --zero 1-3 run on --device cpu only" \
 check "--param-dtype and --reduce-dtype run on --device cpu only" \
   --device cuda --zero 2 --param-dtype bf16
 check "--accum > 1 runs on --device cpu only" --device cuda --accum 2
+check "--dp-replicate is hybrid sharding of the fully sharded units: it needs --zero 1, 2 or 3" \
+  --dp 4 --batch 64 --dp-replicate 2
+check "--dp-replicate R needs R >= 1 dividing --dp" --dp 4 --batch 64 \
+  --zero 3 --dp-replicate 3
+check "--dp-replicate R needs R >= 1 dividing --dp" --zero 3 --dp-replicate 0
+check "--dp-replicate > 1 runs on --device cpu only" --device cuda --dp 2 \
+  --batch 64 --zero 3 --dp-replicate 2
 echo "train_mlp flags: $pass passed, $fail failed"
 [ $fail = 0 ]
