@@ -31,6 +31,10 @@ and prints the uninterrupted bf16 run's losses exactly.
 Hybrid sharding: a --zero 3 run with --dp 4 --dp-replicate 2 saved after
 step 4 resumes at --zero 1 --dp 2 --dp-replicate 2 --tp 2 (with --check)
 and at plain --zero 2 dp=3, each printing the uninterrupted run's losses.
+A chain over all three dims: (R, S, T) = (2, 2, 2) --zero 3 on 8 ranks
+saved after step 3 -> (1, 4, 1) --zero 1 saved after step 6 -> one
+process --zero 0 to step 9 (with --check), each segment printing the
+uninterrupted one-process run's losses (within 1e-4).
 
 Usage: gpt2_resume_test.py TRAIN_GPT2 MAKE_TOKENS TPDP
 """
@@ -337,6 +341,47 @@ def main():
     case("--zero 2 dp=3 (no replicate) steps 5..9 from the HSDP checkpoint",
          hsdp_link(3, ["--load", zh, "--dp", "3", "--zero", "2"], 5, 10,
                    False))
+
+    # A chain across the three dims: saved at (R, S, T) = (2, 2, 2) --zero
+    # 3 on 8 ranks after step 3, resumed at (1, 4, 1) --zero 1 to step 6
+    # and saved again, resumed on one process at --zero 0 to step 9 (with
+    # --check); each segment against an uninterrupted one-process run.
+    r1, o1, e1 = gf.run_train(binary, data + model12 + ["--steps", "10"], 1)
+    full1 = gf.losses(o1)
+
+    def chain3(np_, args, first, steps, needle):
+        def fn():
+            if r1 != 0 or sorted(full1) != list(range(10)):
+                return "the uninterrupted one-process run failed: rc=%d %s" % (
+                    r1, (o1 + e1)[-1500:])
+            a = list(args) + ["--steps", str(steps)]
+            if steps == 10:
+                a.append("--check")
+            r, o, e = gf.run_train(binary, a, np_)
+            got = gf.losses(o)
+            if r != 0 or sorted(got) != list(range(first, steps)):
+                return "rc=%d steps %s\n%s%s" % (r, sorted(got), o[-1500:],
+                                                  e[-1500:])
+            if steps == 10 and "check: ok" not in o:
+                return "--check failed:\n" + o[-1500:]
+            if needle and needle not in o:
+                return "no line with %r:\n%s" % (needle, o[-1500:])
+            worst = max(gf.rel(got[s], full1[s]) for s in got)
+            print("  steps %d..%d max rel diff %.3e" % (first, steps - 1,
+                                                        worst))
+            return None if worst <= 1e-4 else "losses %s vs %s" % (got, full1)
+        return fn
+    c1, c2 = os.path.join(tmp, "c1"), os.path.join(tmp, "c2")
+    case("--zero 3 R=2,S=2,T=2 steps ..3 (saved)",
+         chain3(8, data + model12 + [
+             "--dp", "4", "--dp-replicate", "2", "--tp", "2", "--zero", "3",
+             "--save", c1], 0, 4, "dp_shard 2, dp_replicate 2,"))
+    case("--zero 1 R=1,S=4,T=1 steps 4..6 from it (saved)",
+         chain3(4, ["--load", c1, "--dp", "4", "--zero", "1", "--save", c2],
+                4, 7, "checkpoint: resumed at step 4"))
+    case("--zero 0 one process steps 7..9 from that",
+         chain3(1, ["--load", c2, "--zero", "0"], 7, 10,
+                "checkpoint: resumed at step 7"))
 
     shutil.rmtree(tmp, ignore_errors=True)
     return gf.finish("Gpt2Resume", "gpt2 resume", cases)
