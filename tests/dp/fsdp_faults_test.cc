@@ -294,7 +294,7 @@ TEST_P(FsdpFaults, FullyShardShortOfMemoryChangesNothingAndCanBeRetried) {
 // frees everything; the next model shards and, once no allocation fails,
 // reduces right. Each try runs on a communicator of its own: a failure
 // inside the MPI backend's posting of a collective over pieces, after
-// some of its messages went out (comm/mpi_backend.c cancels what it
+// some of its messages went out (comm/mpi_pieces.c cancels what it
 // posted, but a send cannot be taken back), can leave a message on the
 // communicator that a later collective on it would take for its own.
 // For the same reason the large configurations run on one rank only:
@@ -305,7 +305,7 @@ TEST_P(FsdpFaults, StepShortOfMemoryFailsEveryRankAlike) {
   const Config c = GetParam();
   if (c.extra_rows > 0 && tpdp_test::WorldSize() > 1)
     GTEST_SKIP() << "a collective over pieces abandoned after its first "
-                    "messages went out (comm/mpi_backend.c) leaves a "
+                    "messages went out (comm/mpi_pieces.c) leaves a "
                     "rendezvous send reading freed memory";
   int failures = 0;
   std::set<std::string> buffers;
