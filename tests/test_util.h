@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "tpdp/tpdp.h"
 
@@ -45,6 +46,9 @@ namespace tpdp_test {
 tpdp_comm *World();
 int WorldRank();
 int WorldSize();
+// Host index of every world rank (0 for the first host name seen, in rank
+// order), from their host names: collective over World().
+std::vector<int> HostOfRanks();
 
 // Directory of test data files (tests/data) under Bazel's runfiles.
 std::string DataPath(const std::string &file);

@@ -41,6 +41,28 @@ int64_t Rows(const ParamSpec &s, int r, int n) {
   int64_t c = Chunk(s, n), left = s.shape[0] - r * c;
   return left < 0 ? 0 : std::min(left, c);
 }
+// Padded elements of one rank's flat shard of a unit's parameters over S.
+int64_t ShardElems(const std::vector<int> &params, int S) {
+  int64_t n = 0;
+  for (int p : params) n += Chunk(kSpecs[p], S) * RowElems(kSpecs[p]);
+  return n;
+}
+// The parameters of each unit the HSDP tests build: the two blocks, then
+// the root.
+const std::vector<int> kUnitParams[3] = {{1, 2}, {3, 4}, {0}};
+// Bytes rank r sends in a ring allreduce of n f32 elements over p ranks
+// (tpdp/comm.h's traffic rule: n split into p blocks, the first n % p one
+// longer; rank r sends block r - k, then block r + 1 - k, k = 0..p-2).
+uint64_t RingAllreduceBytes(int64_t n, int p, int r) {
+  if (p <= 1) return 0;
+  auto block = [&](int b) {
+    b = ((b % p) + p) % p;
+    return n / p + (b < n % p ? 1 : 0);
+  };
+  int64_t e = 0;
+  for (int k = 0; k <= p - 2; k++) e += block(r - k) + block(r + 1 - k);
+  return (uint64_t)e * 4;
+}
 float Init(int p, int64_t e) { return 0.01f * (float)(p * 100 + e); }
 // The gradient each rank adds in micro-batch `mb` of step `step`.
 float Grad(int step, int mb, int rank, int p, int64_t e) {

@@ -63,28 +63,6 @@ Units ShardHybrid(Model &m, const Mesh &mesh, const Config &c) {
   return u;
 }
 
-// Padded elements of one rank's flat shard of a unit's parameters over S.
-int64_t ShardElems(const std::vector<int> &params, int S) {
-  int64_t n = 0;
-  for (int p : params) n += Chunk(kSpecs[p], S) * RowElems(kSpecs[p]);
-  return n;
-}
-const std::vector<int> kUnitParams[3] = {{1, 2}, {3, 4}, {0}};  // blocks, root
-
-// Bytes this rank sends in a ring allreduce of n f32 elements over p ranks
-// (tpdp/comm.h's traffic rule: n split into p blocks, the first n % p one
-// longer; rank r sends block r - k, then block r + 1 - k, k = 0..p-2).
-uint64_t RingAllreduceBytes(int64_t n, int p, int r) {
-  if (p <= 1) return 0;
-  auto block = [&](int b) {
-    b = ((b % p) + p) % p;
-    return n / p + (b < n % p ? 1 : 0);
-  };
-  int64_t e = 0;
-  for (int k = 0; k <= p - 2; k++) e += block(r - k) + block(r + 1 - k);
-  return (uint64_t)e * 4;
-}
-
 // The mean over all world ranks of the gradients element e of parameter p
 // gets in this step (each rank's micro-batch sum, rounded to param_dtype
 // where it is written in that dtype).

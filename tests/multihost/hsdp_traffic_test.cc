@@ -29,28 +29,6 @@ using tpdp_test::World;
 using tpdp_test::WorldRank;
 using tpdp_test::WorldSize;
 
-// Host index of every world rank, from their host names (as
-// tests/multihost/traffic_test.cc).
-std::vector<int> Hosts() {
-  char mine[64] = {0};
-  gethostname(mine, sizeof mine - 1);
-  const int p = WorldSize();
-  std::vector<char> all((size_t)p * 64);
-  tpdp_tensor s = tpdp_tensor_1d(mine, TPDP_U8, 64);
-  tpdp_tensor r = tpdp_tensor_1d(all.data(), TPDP_U8, (int64_t)all.size());
-  EXPECT_TPDP_OK(tpdp_allgather(World(), &s, &r));
-  std::vector<int> host(p);
-  std::vector<std::string> names;
-  for (int q = 0; q < p; q++) {
-    std::string n(&all[(size_t)q * 64]);
-    size_t k = 0;
-    while (k < names.size() && names[k] != n) k++;
-    if (k == names.size()) names.push_back(n);
-    host[q] = (int)k;
-  }
-  return host;
-}
-
 // `v` of every rank of `c`, in its rank order.
 std::vector<int> GatherInts(tpdp_comm *c, int v) {
   std::vector<int32_t> all((size_t)tpdp_comm_size(c));
@@ -74,29 +52,6 @@ uint64_t SumOverRanks(uint64_t v) {
   tpdp_tensor t = tpdp_tensor_1d(&x, TPDP_I64, 1);
   EXPECT_TPDP_OK(tpdp_allreduce(World(), &t, &t, TPDP_OP_SUM));
   return (uint64_t)x;
-}
-
-// Padded elements of one rank's flat shard of a unit's parameters over S
-// (as tests/dp/hsdp_test.cc).
-int64_t ShardElems(const std::vector<int> &params, int S) {
-  int64_t n = 0;
-  for (int p : params) n += Chunk(kSpecs[p], S) * RowElems(kSpecs[p]);
-  return n;
-}
-const std::vector<int> kUnitParams[3] = {{1, 2}, {3, 4}, {0}};  // blocks, root
-
-// Bytes rank r sends in a ring all-reduce of n f32 elements over p ranks
-// (include/tpdp/comm.h: n in p blocks, the first n % p one longer; blocks
-// r - k and r + 1 - k of rounds k = 0..p-2).
-uint64_t RingAllreduceBytes(int64_t n, int p, int r) {
-  if (p <= 1) return 0;
-  auto block = [&](int b) {
-    b = ((b % p) + p) % p;
-    return n / p + (b < n % p ? 1 : 0);
-  };
-  int64_t e = 0;
-  for (int k = 0; k <= p - 2; k++) e += block(r - k) + block(r + 1 - k);
-  return (uint64_t)e * 4;
 }
 
 // Elements of a unit's parameters that shard index q of S holds (its rows
@@ -176,7 +131,7 @@ void OneStep(Model &m, Units &u, int s, int S) {
 
 TEST(HsdpAcrossHosts, ShardInsideAHostReplicateAcross) {
   ASSERT_EQ(WorldSize(), 4);
-  const std::vector<int> host = Hosts();
+  const std::vector<int> host = tpdp_test::HostOfRanks();
   const int w = WorldRank(), h = host[w];
   int local = -1, local_size = 0;
   ASSERT_TPDP_OK(tpdp_comm_local_rank(World(), &local, &local_size));

@@ -25,27 +25,6 @@ using tpdp_test::WorldSize;
 
 constexpr uint64_t kF32 = 4;
 
-// Host index of every world rank, from their host names.
-std::vector<int> Hosts() {
-  char mine[64] = {0};
-  gethostname(mine, sizeof mine - 1);
-  const int p = WorldSize();
-  std::vector<char> all((size_t)p * 64);
-  tpdp_tensor s = tpdp_tensor_1d(mine, TPDP_U8, 64);
-  tpdp_tensor r = tpdp_tensor_1d(all.data(), TPDP_U8, (int64_t)all.size());
-  EXPECT_TPDP_OK(tpdp_allgather(World(), &s, &r));
-  std::vector<int> host(p);
-  std::vector<std::string> names;
-  for (int q = 0; q < p; q++) {
-    std::string n(&all[(size_t)q * 64]);
-    size_t k = 0;
-    while (k < names.size() && names[k] != n) k++;
-    if (k == names.size()) names.push_back(n);
-    host[q] = (int)k;
-  }
-  return host;
-}
-
 tpdp_comm_traffic Traffic(tpdp_comm *c) {
   tpdp_comm_traffic t = {~0ull, ~0ull};
   EXPECT_TPDP_OK(tpdp_comm_traffic_get(c, &t));
@@ -71,7 +50,7 @@ int64_t Block(int64_t n, int p, int k) {
 class Traffic_ : public ::testing::Test {
  protected:
   void SetUp() override {
-    host_ = Hosts();
+    host_ = tpdp_test::HostOfRanks();
     ASSERT_EQ(WorldSize(), 4);
     ASSERT_EQ(host_, (std::vector<int>{0, 0, 1, 1}))
         << "expected ranks 0-1 on one host, 2-3 on the other";
