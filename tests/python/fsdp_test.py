@@ -12,7 +12,9 @@ unshard()/reshard(); the lifetime (close, collection). On 4 ranks also HSDP
 = (2, 2, 2) mesh of torchtitan. The model's dim-0 sizes (7, 9, 3) do not
 divide by the ranks; on 4 ranks one rank holds no row of a 3-row tensor."""
 import copy
+import ctypes
 import gc
+import os
 import weakref
 
 import pytest
@@ -22,6 +24,7 @@ from torch import nn
 import tpdp.torch as tt
 from conftest import rel_err
 from tpdp import _lib
+from tpdp.torch import _heap
 
 RANK, SIZE = tt.rank(), tt.world_size()
 TOL = 1e-4
@@ -349,6 +352,71 @@ def test_close_keeps_the_shards_and_refuses_the_forward():
     with pytest.raises(tt.TpdpError, match="was fully sharded by .*, which "
                        "is closed"):
         tt.fully_shard(model.blocks[0])
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@one_d
+@pytest.mark.parametrize("mib", [0, 16])
+def test_backward_gives_free_heap_memory_back(monkeypatch, mib):
+    """TPDP_HEAP_TRIM_MIB: after a CPU unit's post-backward, free heap
+    chunks beyond that many MiB go back to the OS (RSS falls by them); 0
+    keeps them. The free chunks are made here with libc's malloc: 128 MiB
+    in 64 KiB blocks, each written, every other one freed (the others stay,
+    so that the free ones cannot merge into the heap's top, which free()
+    gives back by itself)."""
+    if "TPDP_TEST_PRELOADED" in os.environ:
+        pytest.skip("under ASan malloc is the sanitizer's, not glibc's heap")
+    if _heap.free_heap_bytes() is None:
+        pytest.skip("glibc without mallinfo2 (< 2.33): the trim is off")
+    monkeypatch.setenv("TPDP_HEAP_TRIM_MIB", str(mib))
+    model = shard(make())
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [
+        ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    x, y = batch(0, RANK)
+    loss = mse(model(x), y)
+    blocks = []
+    for _ in range(2048):
+        blocks.append(libc.malloc(64 << 10))
+        ctypes.memset(blocks[-1], 1, 64 << 10)
+    pins = blocks[1::2]
+    for b in blocks[0::2]:
+        libc.free(b)
+    try:
+        before = _rss_bytes()
+        assert _heap.free_heap_bytes() >= 64 << 20
+        loss.backward()
+        after = _rss_bytes()
+    finally:
+        for b in pins:
+            libc.free(b)
+    if mib:
+        assert before - after >= 48 << 20, (
+            "RSS %d MiB -> %d MiB: the 64 MiB of free heap chunks stayed"
+            % (before >> 20, after >> 20))
+    else:
+        assert after > before - (16 << 20), (
+            "RSS %d MiB -> %d MiB with the trim off" % (before >> 20,
+                                                       after >> 20))
+    model.close()
+
+
+@one_d
+def test_bad_heap_trim_setting_is_refused_before_any_change(monkeypatch):
+    monkeypatch.setenv("TPDP_HEAP_TRIM_MIB", "lots")
+    model = make()
+    before = [p for p in model.parameters()]
+    with pytest.raises(_lib.TpdpError) as e:
+        shard(model)
+    assert e.value.status == "TPDP_ERR_INVALID_ARGUMENT"
+    assert "TPDP_HEAP_TRIM_MIB='lots'" in e.value.message
+    assert all(a is b for a, b in zip(model.parameters(), before))
+    assert type(model.blocks[0]) is Block  # not made an FSDP class
 
 
 @one_d

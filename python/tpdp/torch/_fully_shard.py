@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from .. import _lib as L
+from . import _heap
 from ._agree import Records, agree
 from ._dlpack import View, to_torch
 from ._fsdp_api import UNIT_DTYPES, MixedPrecisionPolicy
@@ -333,6 +334,7 @@ class _Unit(Lifetime):
         self._tree = tree
         self._cmod, self._cunit = cmod, cunit
         self._policy = plan.mp
+        self._trim = plan.trim
         self._state = _IDLE
         self._armed = False      # a forward under grad awaits its backward
         self._unsharded = False  # unshard() began a forward
@@ -569,6 +571,8 @@ class _Unit(Lifetime):
         for p in self._params:
             p.grad = None
         self._point()
+        # the activations of this unit's backward are free now (_heap.py)
+        _heap.trim_if_large(self._trim)
 
     # -- lifetime
 
@@ -921,6 +925,8 @@ def _check(module, mesh, reshard_after_forward, mp_policy):
     plan.module, plan.mesh, plan.walk = module, mesh, walk
     plan.regs, plan.params, plan.names = regs, params, names
     plan.device = device
+    # torch's freed host memory back to the OS after each post-backward
+    plan.trim = _heap.threshold_bytes() if device.type == "cpu" else 0
     plan.cls_name = type(module).__name__
     plan.level = 3 if reshard_after_forward else 2
     pdt = mp_policy.param_dtype or torch.float32
