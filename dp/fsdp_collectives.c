@@ -235,7 +235,20 @@ tpdp_status fsdp_reduce_scatter_start(tpdp_fsdp_unit *u) {
   return TPDP_SUCCESS;
 }
 
-/* Frees the buffers whatever the wait returns. */
+/* The reduce-scatter's output (reduce_dtype, when there is one) into this
+ * rank's f32 gradient rows. */
+static tpdp_status cast_rs_recv(tpdp_fsdp_unit *u) {
+  for (int i = 0; u->rs_recv != NULL && i < u->np; i++) {
+    const fsdp_param *q = &u->p[i];
+    CHECK(fsdp_convert(u, fsdp_grad_rows(u, q), TPDP_F32,
+                       fsdp_at(u->rs_recv, u->rdt, q->shard_off), u->rdt,
+                       fsdp_rows_of(q, u->rank) * q->row_elems));
+  }
+  return TPDP_SUCCESS;
+}
+
+/* Frees the buffers whatever the wait returns (HSDP in reduce_dtype: all
+ * but the output, which the replicate all-reduce takes). */
 tpdp_status fsdp_reduce_scatter_wait(tpdp_fsdp_unit *u) {
   if (u->rs_work == NULL) return TPDP_SUCCESS;
   tpdp_work *w = u->rs_work;
@@ -246,18 +259,16 @@ tpdp_status fsdp_reduce_scatter_wait(tpdp_fsdp_unit *u) {
   tpdp_status st =
       fsdp_on_gpu(u) ? tpdp_work_wait_stream(w, u->stream) : tpdp_work_wait(w);
   comm_watch_label = saved;
-  for (int i = 0; st == TPDP_SUCCESS && u->rs_recv != NULL && i < u->np; i++) {
-    const fsdp_param *q = &u->p[i];
-    st = fsdp_convert(u, fsdp_grad_rows(u, q), TPDP_F32,
-                      fsdp_at(u->rs_recv, u->rdt, q->shard_off), u->rdt,
-                      fsdp_rows_of(q, u->rank) * q->row_elems);
-  }
+  /* HSDP in reduce_dtype: the all-reduce over rep takes rs_recv as it is */
+  u->rs_held = st == TPDP_SUCCESS && u->rs_recv != NULL && u->rep_size > 1 &&
+               u->rdt != TPDP_F32;
+  if (st == TPDP_SUCCESS && !u->rs_held) st = cast_rs_recv(u);
   if (u->rs_pieces && !fsdp_grad_is_persistent(u) && !u->grads_pending)
     fsdp_free(u, &u->full_grad, u->full_elems, u->pdt, 1);
   u->rs_pieces = 0;
   fsdp_free(u, &u->rs_scratch, u->rs_scratch_elems, u->rdt, 1);
   fsdp_free(u, &u->rs_send, u->shard_elems * u->nranks, u->rdt, 1);
-  fsdp_free(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
+  if (!u->rs_held) fsdp_free(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
   return st;
 }
 
@@ -265,14 +276,23 @@ tpdp_status fsdp_reduce_scatter_wait(tpdp_fsdp_unit *u) {
 
 /* HSDP's second step: each replica group holds the mean over its S ranks
  * of the same rows, so their mean over the R replicas is the mean over all
- * R*S ranks. It moves the f32 gradient shard (after the reduce_dtype
- * round trip of the reduce-scatter), one all-reduce per unit: in place on
- * the padded shard, or packed from the full gradients where the rows live
- * inside them (level 1, f32). Padding rows are zero on every rank. */
+ * R*S ranks. One all-reduce per unit, in reduce_dtype as FSDP2's: with
+ * another reduce_dtype than f32, of the reduce-scatter's output as it came
+ * (the padded shard; the cast to f32 after it); in f32, in place on the
+ * padded gradient shard, or packed from the full gradients where the rows
+ * live inside them (level 1). Padding rows are zero on every rank. */
 tpdp_status fsdp_replicate_start(tpdp_fsdp_unit *u) {
   CHECK(fsdp_reduce_scatter_wait(u));
   if (u->rep_size <= 1 || u->rep_work != NULL) return TPDP_SUCCESS;
   int64_t S = u->shard_elems;
+  if (u->rs_held) {
+    tpdp_tensor t = fsdp_flat(u, u->rs_recv, u->rdt, S);
+    AS_UNIT(u, "replicate all-reduce",
+            tpdp_allreduce_async(u->rep, &t, &t, TPDP_OP_AVG, &u->rep_work));
+    u->group->cur.allreduces++;
+    u->group->cur.bytes_allreduced += S * (int64_t)tpdp_dtype_size(u->rdt);
+    return TPDP_SUCCESS;
+  }
   float *buf = u->shard_grad;
   if (u->grad_in_full) {
     CHECK(fsdp_alloc(u, "replicate all-reduce's buffer", S, TPDP_F32, 1, 1,
@@ -287,18 +307,29 @@ tpdp_status fsdp_replicate_start(tpdp_fsdp_unit *u) {
   tpdp_tensor t = fsdp_flat(u, buf, TPDP_F32, S);
   AS_UNIT(u, "replicate all-reduce",
           tpdp_allreduce_async(u->rep, &t, &t, TPDP_OP_AVG, &u->rep_work));
+  u->group->cur.allreduces++;
+  u->group->cur.bytes_allreduced += S * (int64_t)sizeof(float);
   return TPDP_SUCCESS;
 }
 
-/* Frees the buffer whatever the wait returns. */
+/* Frees the buffers whatever the wait returns. An output held for an
+ * all-reduce that never started (a failure before it) is cast as it is. */
 tpdp_status fsdp_replicate_wait(tpdp_fsdp_unit *u) {
-  if (u->rep_work == NULL) return TPDP_SUCCESS;
-  tpdp_work *w = u->rep_work;
-  u->rep_work = NULL;
-  const char *saved = comm_watch_label;
-  comm_watch_label = u->watch_label;
-  tpdp_status st = tpdp_work_wait(w);
-  comm_watch_label = saved;
+  tpdp_status st = TPDP_SUCCESS;
+  if (u->rep_work != NULL) {
+    tpdp_work *w = u->rep_work;
+    u->rep_work = NULL;
+    const char *saved = comm_watch_label;
+    comm_watch_label = u->watch_label;
+    st = tpdp_work_wait(w);
+    comm_watch_label = saved;
+  }
+  if (u->rs_held) {
+    u->rs_held = 0;
+    if (st == TPDP_SUCCESS) st = cast_rs_recv(u);
+    fsdp_free(u, &u->rs_recv, u->shard_elems, u->rdt, 1);
+    return st;
+  }
   for (int i = 0; st == TPDP_SUCCESS && u->rep_buf != NULL && i < u->np; i++) {
     const fsdp_param *q = &u->p[i];
     st = fsdp_copy(u, fsdp_grad_rows(u, q), u->rep_buf + q->shard_off, TPDP_F32,

@@ -113,10 +113,14 @@ struct tpdp_fsdp_unit {
   /* HSDP (options.replicate): the gradient shard, once reduce-scattered
    * over comm, all-reduced (AVG) over rep; rep_size 1 (or no rep) does
    * none. Level 1 with f32 parameters keeps the gradient rows inside the
-   * full gradients: they travel packed in rep_buf (S f32, transient). */
+   * full gradients: they travel packed in rep_buf (S f32, transient).
+   * With reduce_dtype other than f32 the all-reduce moves the
+   * reduce-scatter's output (rs_recv, reduce_dtype, as FSDP2): rs_held
+   * says it waits there for it, its cast to the f32 shard after. */
   tpdp_comm *rep;
   int rep_size;
   float *rep_buf;
+  int rs_held;
   tpdp_work *rep_work;
   int reduced; /* this step's reduce-scatter has started */
   gather_state gather;

@@ -120,9 +120,10 @@ typedef struct {
    * (HSDP, FSDP2's fully_shard over a 2-D mesh). The parameters shard over
    * dp (S ranks) exactly as without it, the all-gathers run over dp only,
    * each unit's gradient shard is reduce-scattered over dp and then
-   * all-reduced (AVG, f32) over replicate (R ranks), so every rank ends
-   * with the mean over all R*S ranks: the values of plain FSDP over R*S
-   * ranks up to summation order. The replicas of a shard hold equal
+   * all-reduced (AVG, in reduce_dtype; cast to the f32 shard after) over
+   * replicate (R ranks), so every rank ends with the mean over all R*S
+   * ranks: the values of plain FSDP over R*S ranks up to summation order
+   * (and, in bf16/f16, the all-reduce's roundings). The replicas of a shard hold equal
    * gradient shards after finalize, so a norm over the shards sums over
    * dp only (not over replicate). R = 1 does no all-reduce. Each unit's
    * all-reduce starts as soon as the next unit's reduce-scatter starts
@@ -217,6 +218,10 @@ typedef struct {
   int64_t reduce_scatters;        /* this step's reduce-scatters */
   int64_t bytes_allgathered;      /* this step, received per rank */
   int64_t bytes_reduce_scattered; /* this step, sent per rank */
+  /* HSDP (since 0.2): this step's all-reduces over dp_replicate (one per
+   * unit, in reduce_dtype) and the bytes of the shards they reduce */
+  int64_t allreduces;
+  int64_t bytes_allreduced;
 } tpdp_fsdp_stats;
 
 TPDP_API tpdp_status tpdp_fsdp_get_stats(const tpdp_fsdp_unit *root,

@@ -131,7 +131,10 @@ class FsdpStats(ctypes.Structure):
                 ("allgathers", ctypes.c_int64),
                 ("reduce_scatters", ctypes.c_int64),
                 ("bytes_allgathered", ctypes.c_int64),
-                ("bytes_reduce_scattered", ctypes.c_int64)]
+                ("bytes_reduce_scattered", ctypes.c_int64),
+                # since 0.2 (an older library leaves them 0)
+                ("allreduces", ctypes.c_int64),
+                ("bytes_allreduced", ctypes.c_int64)]
 
 
 class CheckpointTensorInfo(ctypes.Structure):

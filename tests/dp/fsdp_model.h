@@ -50,10 +50,11 @@ int64_t ShardElems(const std::vector<int> &params, int S) {
 // The parameters of each unit the HSDP tests build: the two blocks, then
 // the root.
 const std::vector<int> kUnitParams[3] = {{1, 2}, {3, 4}, {0}};
-// Bytes rank r sends in a ring allreduce of n f32 elements over p ranks
+// Bytes rank r sends in a ring allreduce of n elements (elem_bytes each,
+// f32 by default) over p ranks
 // (tpdp/comm.h's traffic rule: n split into p blocks, the first n % p one
 // longer; rank r sends block r - k, then block r + 1 - k, k = 0..p-2).
-uint64_t RingAllreduceBytes(int64_t n, int p, int r) {
+uint64_t RingAllreduceBytes(int64_t n, int p, int r, int elem_bytes = 4) {
   if (p <= 1) return 0;
   auto block = [&](int b) {
     b = ((b % p) + p) % p;
@@ -61,7 +62,7 @@ uint64_t RingAllreduceBytes(int64_t n, int p, int r) {
   };
   int64_t e = 0;
   for (int k = 0; k <= p - 2; k++) e += block(r - k) + block(r + 1 - k);
-  return (uint64_t)e * 4;
+  return (uint64_t)e * (uint64_t)elem_bytes;
 }
 float Init(int p, int64_t e) { return 0.01f * (float)(p * 100 + e); }
 // The gradient each rank adds in micro-batch `mb` of step `step`.

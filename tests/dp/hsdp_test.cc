@@ -140,8 +140,9 @@ void HybridStep(Model &m, Units &u, const Mesh &mesh, const Config &c, int step,
   tpdp_comm_traffic t;
   ASSERT_TPDP_OK(tpdp_comm_traffic_get(mesh.rep, &t));
   res->rep_bytes = t.bytes;
-  // bf16/f16 reductions round the mean (twice at most: the
-  // reduce-scatter's result, then nothing more, the all-reduce being f32).
+  // bf16/f16 reductions round the mean: the reduce-scatter's result once,
+  // then the all-reduce over the replicas in reduce_dtype (each partial
+  // sum and the division: three times more at R = 3).
   const double tol = c.reduce == TPDP_BF16  ? 8e-3
                      : c.reduce == TPDP_F16 ? 1e-3
                                             : 1e-5;
@@ -184,12 +185,16 @@ void RunHybrid(int replicas, const Config &c, int micro) {
   Units u = ShardHybrid(m, mesh, c);
   ASSERT_NE(u.root, nullptr) << tpdp_last_error();
   uint64_t want_rep = 0;
+  int64_t want_allreduced = 0;  // tpdp_fsdp_stats: the shards' bytes
   int64_t shard_total = 0, full_total = 0, gathered = 0;
   for (const std::vector<int> &unit : kUnitParams) {
     int64_t se = ShardElems(unit, mesh.S);
     shard_total += se;
     for (int p : unit) full_total += Numel(kSpecs[p]);
-    want_rep += RingAllreduceBytes(se, mesh.R, mesh.r);
+    // in reduce_dtype (FSDP2's HSDP reduces the shard as it came)
+    want_rep += RingAllreduceBytes(se, mesh.R, mesh.r,
+                                   (int)tpdp_dtype_size(c.reduce));
+    want_allreduced += se * (int64_t)tpdp_dtype_size(c.reduce);
     gathered += se * mesh.S;
   }
   int psize = (int)tpdp_dtype_size(c.param);
@@ -226,6 +231,9 @@ void RunHybrid(int replicas, const Config &c, int micro) {
                                  : micro);
     EXPECT_EQ(st.bytes_allgathered, want_bytes);
     EXPECT_EQ(st.reduce_scatters, 3);
+    // one all-reduce over dp_replicate per unit, none with one replica
+    EXPECT_EQ(st.allreduces, mesh.R > 1 ? 3 : 0);
+    EXPECT_EQ(st.bytes_allreduced, mesh.R > 1 ? want_allreduced : 0);
     int64_t want_persistent = c.level == 3   ? 8 * shard_total
                               : c.level == 2 ? 4 * full_total + 4 * shard_total
                                              : 8 * full_total;

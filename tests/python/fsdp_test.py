@@ -466,6 +466,13 @@ def test_hsdp_2x2_trains_like_one_process(reshard):
     shard(model, mesh=mesh, reshard=reshard)
     train(model, ref, r * 2 + s, 4)
     assert_shards(model, ref, (2, s))  # sharded over dp_shard only
+    # one all-reduce over dp_replicate per unit (the blocks, the root), of
+    # its padded float32 shard: ceil(dim 0 / 2) rows of each parameter
+    st = model.fsdp_stats()
+    assert st["allreduces"] == 3, st
+    padded = sum(-(-q.shape[0] // 2) * q[0].numel()
+                 for q in ref.parameters())
+    assert st["bytes_allreduced"] == 4 * padded, st
     model.close()
     mesh.close()
 
