@@ -28,6 +28,7 @@ import contextlib
 import ctypes
 import functools
 import itertools
+import weakref
 
 import torch
 from torch import nn
@@ -36,7 +37,7 @@ from .. import _lib as L
 from ._agree import Records, agree
 from ._c10d import broadcast_tensors_
 from ._dlpack import FLOAT_DTYPES, View, to_torch
-from ._lifetime import WRAPPED, CViews, Lifetime, state_error, weak_hook
+from ._lifetime import WRAPPED, CViews, Lifetime, state_error
 from ._mesh import check_mesh, world_mesh
 
 _W = "tpdp.torch.DistributedDataParallel"
@@ -193,7 +194,7 @@ class DistributedDataParallel(nn.Module, Lifetime):
         post = getattr(torch.Tensor, "register_post_accumulate_grad_hook",
                        None)
         for i, p in enumerate(self._params):
-            hook = weak_hook(self, DistributedDataParallel._grad_ready, i)
+            hook = self._grad_hook(i)
             if post is not None:
                 self._hook_handles.append(
                     p.register_post_accumulate_grad_hook(hook))
@@ -391,29 +392,43 @@ class DistributedDataParallel(nn.Module, Lifetime):
                 self._forwards += 1
         return self.module(*args, **kwargs)
 
-    def _grad_ready(self, i):
-        """The hook of gradient i (its accumulation is done)."""
-        if not self._in_iter:
-            if not self._armed:
-                return  # no forward armed this backward: local, as torch
-            self._begin()
-        p = self._params[i]
-        g = p.grad
-        if self.gradient_as_bucket_view:
-            if g is not self._cv.tensors[i] or \
-                    g.data_ptr() != self._cv.ptrs[i]:
-                if g.shape == p.shape:
-                    self._adopt(i, p, g)
-                else:
-                    self._refuse_late(i, p)
-        elif g.shape == p.shape:
+    def _grad_hook(self, i):
+        """The hook of gradient i (its accumulation is done): hands it to
+        the reducer. As weak_hook, it holds the wrapper weakly; it is
+        weak_hook and _grad_ready in one function because it runs once per
+        parameter per backward (bench/torch_ddp.sh's hook_us_per_param): in
+        view mode the common case is the slot's own tensor, one identity
+        and one address compare."""
+        ref, p = weakref.ref(self), self._params[i]
+        mark = L.lib.tpdp_reducer_mark_ready
+
+        def hook(*_):
+            o = ref()
+            if o is None or o._lt_reason is not None:
+                return
+            if not o._in_iter:
+                if not o._armed:
+                    return  # no forward armed this backward: local, as torch
+                o._begin()
+            g = p.grad
+            cv = o._cv
+            if not o.gradient_as_bucket_view or g is not cv.tensors[i] or \
+                    g.data_ptr() != cv.ptrs[i]:
+                o._take_grad(i, p, g)
+            st = mark(o._r, i)
+            if st:
+                L.check(st, "tpdp_reducer_mark_ready(%s)" % o._names[i])
+        return hook
+
+    def _take_grad(self, i, p, g):
+        """Gradient i into its slot when p.grad is not the slot's tensor."""
+        if g.shape != p.shape:
+            self._refuse_late(i, p)
+        elif self.gradient_as_bucket_view:
+            self._adopt(i, p, g)
+        else:
             with torch.no_grad():
                 self._slot[i].copy_(g)
-        else:
-            self._refuse_late(i, p)
-        st = L.lib.tpdp_reducer_mark_ready(self._r, i)
-        if st:
-            L.check(st, "tpdp_reducer_mark_ready(%s)" % self._names[i])
 
     def _refuse_late(self, i, p):
         """A gradient of another shape seen inside a backward: it counts as
