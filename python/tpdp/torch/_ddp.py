@@ -395,7 +395,7 @@ class DistributedDataParallel(nn.Module, Lifetime):
     def _grad_hook(self, i):
         """The hook of gradient i (its accumulation is done): hands it to
         the reducer. As weak_hook, it holds the wrapper weakly; it is
-        weak_hook and _grad_ready in one function because it runs once per
+        weak_hook and the readiness check in one function, as it runs once per
         parameter per backward (bench/torch_ddp.sh's hook_us_per_param): in
         view mode the common case is the slot's own tensor, one identity
         and one address compare."""
