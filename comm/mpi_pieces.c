@@ -109,28 +109,7 @@ done:
   return st;
 }
 
-/* A call over pieces posts a request per message (grow_reqs), in place of
- * the work's single one. */
-static void start_reqs(mpi_work_impl *w) {
-  w->reqs = NULL;
-  w->nreqs = 0;
-  w->cap_reqs = 0;
-}
-
-/* Room for one more request. */
-static tpdp_status grow_reqs(mpi_work_impl *w) {
-  if (w->nreqs < w->cap_reqs) return TPDP_SUCCESS;
-  int cap = w->cap_reqs ? 2 * w->cap_reqs : 8;
-  MPI_Request *r = realloc(w->reqs, (size_t)cap * sizeof *r);
-  if (r == NULL)
-    return TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "%d MPI requests", cap);
-  for (int i = w->cap_reqs; i < cap; i++) r[i] = MPI_REQUEST_NULL;
-  w->reqs = r;
-  w->cap_reqs = cap;
-  return TPDP_SUCCESS;
-}
-
-/* Elements per message of a collective over pieces (see post): at most
+/* Elements per message of a collective over pieces (see plan_add): at most
  * TPDP_PIECES_MSG_BYTES (default 1 MiB; every rank must see the same
  * value, since both sides cut the stream alike). One message per peer
  * ran at the raw rate in a loop of its own, but inside GPT-2's dp=2 step
@@ -143,63 +122,109 @@ static int64_t pieces_msg_elems(size_t es) {
   return n > 0 ? n : 1;
 }
 
-/* Post the runs `s` as receives (send: 0) from (sends to) `peer`, one
+/* The messages of one call over pieces, all prepared (their datatypes
+ * made, room for their requests taken) before the first is posted: a call
+ * that fails, out of memory say, has then posted nothing. Abandoning it
+ * after some messages went out would not be clean: MPI cannot take a send
+ * back (Open MPI's MPI_Cancel leaves sends be), and a rendezvous send, or
+ * a peer's single-copy read, would reach the caller's buffers after the
+ * caller freed them on the error. */
+typedef struct {
+  MPI_Datatype type; /* MPI_BYTE with count 0: an empty message */
+  int count, peer, send;
+  char *base;
+  uint64_t bytes; /* a send's, for the traffic count */
+} msg;
+typedef struct {
+  msg *m;
+  int n, cap;
+} msg_plan;
+
+static void plan_free(msg_plan *pl) {
+  for (int i = 0; i < pl->n; i++)
+    if (pl->m[i].type != MPI_BYTE) MPI_Type_free(&pl->m[i].type);
+  free(pl->m);
+  *pl = (msg_plan){0};
+}
+
+/* Add the runs `s` as receives (send: 0) from (sends to) `peer`, one
  * message per pieces_msg_elems elements: both sides cut the same element
- * stream at the same places. MPI may free a datatype once the operation is
- * posted. */
-static tpdp_status post(const tpdp_comm *comm, mpi_work_impl *w, int send,
-                        const seg *s, int n, char *base, MPI_Datatype el,
-                        size_t es, int peer) {
+ * stream at the same places. */
+static tpdp_status plan_add(const tpdp_comm *comm, msg_plan *pl, int send,
+                            const seg *s, int n, char *base, MPI_Datatype el,
+                            size_t es, int peer) {
   const int64_t m = pieces_msg_elems(es);
-  MPI_Comm mc = ((mpi_comm_impl *)comm->impl)->comm;
-  if (send) comm_traffic_add(comm, peer, (uint64_t)segs_elems(s, n) * es);
   seg *part = NULL;
   CHECK(TPDP_CALLOC(part, (size_t)(n > 0 ? n : 1)));
   tpdp_status st = TPDP_SUCCESS;
   int i = 0;
   int64_t di = 0;
   do {
+    if (pl->n == pl->cap) {
+      st = core_grow((void **)&pl->m, &pl->cap, pl->n + 1, sizeof *pl->m);
+      if (st != TPDP_SUCCESS) break;
+    }
     int np = 0;
-    int64_t left = m;
+    int64_t left = m, elems = 0;
     while (i < n && left > 0) {
       int64_t take = s[i].n - di < left ? s[i].n - di : left;
       part[np++] = (seg){s[i].ptr + di * es, take};
       left -= take;
+      elems += take;
       if ((di += take) == s[i].n) i++, di = 0;
     }
-    MPI_Datatype type;
-    int count;
-    st = segs_type(comm, part, np, base, el, &type, &count);
+    msg *g = &pl->m[pl->n];
+    st = segs_type(comm, part, np, base, el, &g->type, &g->count);
     if (st != TPDP_SUCCESS) break;
-    st = grow_reqs(w);
-    if (st != TPDP_SUCCESS) {
-      if (type != MPI_BYTE) MPI_Type_free(&type);
-      break;
-    }
-    MPI_Request *r = &w->reqs[w->nreqs];
-    int rc = send ? MPI_Isend(base, count, type, peer, PIECES_TAG, mc, r)
-                  : MPI_Irecv(base, count, type, peer, PIECES_TAG, mc, r);
-    if (type != MPI_BYTE) MPI_Type_free(&type);
-    if (rc != MPI_SUCCESS) {
-      st = comm_mpi_status(rc, send ? "MPI_Isend" : "MPI_Irecv", comm);
-      break;
-    }
-    w->nreqs++;
+    g->peer = peer;
+    g->send = send;
+    g->base = base;
+    g->bytes = send ? (uint64_t)elems * es : 0;
+    pl->n++;
   } while (i < n);
   free(part);
   return st;
 }
 
-/* After a failure while posting: cancel what was posted. */
-static void unpost(mpi_work_impl *w) {
-  for (int i = 0; i < w->nreqs; i++)
-    if (w->reqs[i] != MPI_REQUEST_NULL) {
-      MPI_Cancel(&w->reqs[i]);
-      MPI_Request_free(&w->reqs[i]);
+/* Post every message of `pl` into w's requests (the plan is emptied). Only
+ * an MPI error can stop it midway (MPI's errors are fatal by default);
+ * what was posted is then cancelled as far as MPI can. */
+static tpdp_status plan_post(const tpdp_comm *comm, msg_plan *pl,
+                             mpi_work_impl *w) {
+  const int n = pl->n;
+  MPI_Request *reqs = NULL;
+  tpdp_status st = TPDP_CALLOC(reqs, (size_t)(n > 0 ? n : 1));
+  if (st != TPDP_SUCCESS) {
+    plan_free(pl);
+    return st;
+  }
+  for (int i = 0; i < (n > 0 ? n : 1); i++) reqs[i] = MPI_REQUEST_NULL;
+  MPI_Comm mc = ((mpi_comm_impl *)comm->impl)->comm;
+  int posted = 0;
+  for (; posted < n; posted++) {
+    msg *g = &pl->m[posted];
+    int rc = g->send ? MPI_Isend(g->base, g->count, g->type, g->peer,
+                                 PIECES_TAG, mc, &reqs[posted])
+                     : MPI_Irecv(g->base, g->count, g->type, g->peer,
+                                 PIECES_TAG, mc, &reqs[posted]);
+    if (rc != MPI_SUCCESS) {
+      st = comm_mpi_status(rc, g->send ? "MPI_Isend" : "MPI_Irecv", comm);
+      break;
     }
-  free(w->reqs);
-  w->reqs = &w->request;
-  w->nreqs = 1;
+    if (g->send) comm_traffic_add(comm, g->peer, g->bytes);
+  }
+  plan_free(pl); /* MPI may free a datatype once its operation is posted */
+  if (st != TPDP_SUCCESS) {
+    for (int i = 0; i < posted; i++) {
+      MPI_Cancel(&reqs[i]);
+      MPI_Request_free(&reqs[i]);
+    }
+    free(reqs);
+    return st;
+  }
+  w->reqs = reqs;
+  w->nreqs = n > 0 ? n : 1;
+  return TPDP_SUCCESS;
 }
 
 static tpdp_status holes_differ(const tpdp_comm *comm, const char *what,
@@ -232,19 +257,19 @@ tpdp_status comm_mpi_allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
   char *sbase = (char *)a->send->data, *rbase = (char *)a->recv->data;
   seg *ss = NULL, *rs = NULL;
   int nss = 0, nrs = 0;
+  msg_plan pl = {0};
   tpdp_status st = segments(a->send_pieces, sbase, es, 0, S, &ss, &nss);
-  start_reqs(w);
   for (int pass = 0; pass < 2 && st == TPDP_SUCCESS; pass++) /* recvs first */
     for (int q = 0; q < p && st == TPDP_SUCCESS; q++) {
       if (q == me) continue;
       if (pass == 0) {
         st = segments(a->recv_pieces, rbase, es, q * S, (q + 1) * S, &rs, &nrs);
         if (st == TPDP_SUCCESS)
-          st = post(comm, w, 0, rs, nrs, rbase, el, es, q);
+          st = plan_add(comm, &pl, 0, rs, nrs, rbase, el, es, q);
         free(rs);
         rs = NULL;
       } else {
-        st = post(comm, w, 1, ss, nss, sbase, el, es, q);
+        st = plan_add(comm, &pl, 1, ss, nss, sbase, el, es, q);
       }
     }
   /* This rank's own block: copied unless it is the same memory. */
@@ -261,8 +286,11 @@ tpdp_status comm_mpi_allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
   }
   free(ss);
   free(rs);
-  if (st != TPDP_SUCCESS && w->reqs != &w->request) unpost(w);
-  return st;
+  if (st != TPDP_SUCCESS) {
+    plan_free(&pl);
+    return st;
+  }
+  return plan_post(comm, &pl, w);
 }
 
 /* A reduce-scatter's sum, run when its messages are in: each element of
@@ -397,27 +425,31 @@ tpdp_status comm_mpi_reduce_scatter_pieces(tpdp_comm *comm,
   for (int q = 0, k = 0; st == TPDP_SUCCESS && q < p; q++)
     if (q != me && q != s->out_peer)
       s->slot[q] = (char *)a->scratch + (size_t)(k++) * (size_t)c * es;
-  start_reqs(w);
+  msg_plan pl = {0};
   for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
     if (q == me) continue;
     if (q == s->out_peer) {
-      st = post(comm, w, 0, s->out, s->nout, rbase, el, es, q);
+      st = plan_add(comm, &pl, 0, s->out, s->nout, rbase, el, es, q);
     } else {
       seg one = {s->slot[q], c};
-      st = post(comm, w, 0, &one, c > 0, s->slot[q], el, es, q);
+      st = plan_add(comm, &pl, 0, &one, c > 0, s->slot[q], el, es, q);
     }
   }
   for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
     if (q == me) continue;
     st = segments(a->send_pieces, sbase, es, q * n, (q + 1) * n, &peer, &npeer);
     if (st == TPDP_SUCCESS)
-      st = post(comm, w, 1, peer, npeer, sbase, el, es, q);
+      st = plan_add(comm, &pl, 1, peer, npeer, sbase, el, es, q);
     free(peer);
     peer = NULL;
   }
   free(all);
+  if (st == TPDP_SUCCESS) {
+    st = plan_post(comm, &pl, w);
+  } else {
+    plan_free(&pl);
+  }
   if (st != TPDP_SUCCESS) {
-    if (w->reqs != &w->request) unpost(w);
     comm_mpi_pieces_sum_free(s);
     return st;
   }

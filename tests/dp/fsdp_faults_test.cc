@@ -292,21 +292,16 @@ TEST_P(FsdpFaults, FullyShardShortOfMemoryChangesNothingAndCanBeRetried) {
 // communicator's own; in the second step the large ones come from the
 // units' cache) fails in turn on a freshly sharded model. The module's destruction then
 // frees everything; the next model shards and, once no allocation fails,
-// reduces right. Each try runs on a communicator of its own: a failure
-// inside the MPI backend's posting of a collective over pieces, after
-// some of its messages went out (comm/mpi_pieces.c cancels what it
-// posted, but a send cannot be taken back), can leave a message on the
-// communicator that a later collective on it would take for its own.
-// For the same reason the large configurations run on one rank only:
-// there a message of 1 MiB goes by rendezvous, and one left half sent
-// reads its buffer after the units have freed it.
+// reduces right. A collective over pieces makes all its allocations
+// before it posts its first message (comm/mpi_pieces.c), so a failure
+// there leaves no message behind: no send half gone that reads the
+// units' buffers after they were freed (the large configurations send
+// 1 MiB messages, by rendezvous), none that a later collective would take
+// for its own. Each try still runs on a communicator of its own, so that
+// a stray message would fail the next try instead of passing unseen.
 TEST_P(FsdpFaults, StepShortOfMemoryFailsEveryRankAlike) {
   Disarm disarm;
   const Config c = GetParam();
-  if (c.extra_rows > 0 && tpdp_test::WorldSize() > 1)
-    GTEST_SKIP() << "a collective over pieces abandoned after its first "
-                    "messages went out (comm/mpi_pieces.c) leaves a "
-                    "rendezvous send reading freed memory";
   int failures = 0;
   std::set<std::string> buffers;
   for (long n = 1; n < 1000; n++) {
