@@ -14,7 +14,10 @@ applies the units' casts itself. Each step every dp rank's rows run apart
 on the parameters rounded to param_dtype (computed in f32), each rank's
 gradient is rounded to param_dtype, then to reduce_dtype, summed over the
 ranks in rank order in f32, divided by dp and rounded to reduce_dtype once;
-AdamW updates the f32 parameters with that mean. Those cases use TOL_CAST
+AdamW updates the f32 parameters with that mean. HSDP (--dp 4
+--dp-replicate 2, at --zero 3 in bf16/bf16 and --zero 1 in bf16/f32): each
+replica's mean over its 2 shards so, then the replicas' all-reduce in
+reduce_dtype (the sum rounded to it, divided, rounded again). Those cases use TOL_CAST
 (below), and fail if torch's losses with and without the casts are too
 close to tell apart.
 
@@ -45,9 +48,11 @@ TOL = 1e-4
 TOL_CAST = 3e-6
 
 
-def torch_losses(params, tokens, device="cpu", clip=None, cast=None, dp=1):
+def torch_losses(params, tokens, device="cpu", clip=None, cast=None, dp=1,
+                 rep=1):
     """Per-step losses; cast = (param_dtype, reduce_dtype) names applies the
-    units' casts over dp ranks (see the module's docstring)."""
+    units' casts over dp ranks, in rep replicas (see the module's
+    docstring)."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
@@ -90,9 +95,12 @@ def torch_losses(params, tokens, device="cpu", clip=None, cast=None, dp=1):
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16,
               "f32": torch.float32}
 
-    def cast_step(idx, tgt, cast, dp):
+    def cast_step(idx, tgt, cast, dp, rep):
         """The units' step: p.grad = the mean over dp ranks as they take it;
-        returns the mean loss."""
+        returns the mean loss. HSDP (rep > 1 replicas of dp / rep shards,
+        rank = replica * shards + shard): each replica's mean over its
+        shards as above, then their all-reduce in reduce_dtype (MPI's sum,
+        rounded to it at each addition, then divided and rounded again)."""
         pdt, rdt = dtypes[cast[0]], dtypes[cast[1]]
         rows, total, per_rank = B // dp, 0.0, []
         for r in range(dp):
@@ -103,11 +111,18 @@ def torch_losses(params, tokens, device="cpu", clip=None, cast=None, dp=1):
             total += loss.item()
             g = torch.autograd.grad(loss, list(pc.values()))
             per_rank.append([x.to(pdt).to(rdt).float() for x in g])
+        shards = dp // rep
         for k, t in enumerate(p.values()):
-            acc = per_rank[0][k].clone()
-            for r in range(1, dp):
-                acc += per_rank[r][k]
-            t.grad = (acc / dp).to(rdt).float()
+            means = []
+            for c in range(rep):
+                acc = per_rank[c * shards][k].clone()
+                for r in range(c * shards + 1, (c + 1) * shards):
+                    acc += per_rank[r][k]
+                means.append((acc / shards).to(rdt).float())
+            acc = means[0]
+            for m in means[1:]:
+                acc = (acc + m).to(rdt).float()
+            t.grad = (acc / rep).to(rdt).float() if rep > 1 else acc
         return total / dp
 
     losses, pos = [], 0
@@ -119,7 +134,7 @@ def torch_losses(params, tokens, device="cpu", clip=None, cast=None, dp=1):
         pos += B * T
         idx, tgt = buf[:-1].view(B, T), buf[1:].view(B, T)
         if cast is not None:
-            losses.append(cast_step(idx, tgt, cast, dp))
+            losses.append(cast_step(idx, tgt, cast, dp, rep))
             opt.step()
             continue
         loss = forward(idx, tgt)
@@ -165,7 +180,15 @@ def main():
                "bf16", "--reduce-dtype", "bf16"]),
              ("f32_dp2_zero2_bf16_f32", "F32", "transformer.", True, 2,
               ["--dp", "2", "--zero", "2", "--param-dtype", "bf16",
-               "--reduce-dtype", "f32"])]
+               "--reduce-dtype", "f32"]),
+             # HSDP (2 replicas of 2 shards) under mixed precision: the
+             # replicas' all-reduce in reduce_dtype, bf16 and f32
+             ("f32_R2_S2_zero3_bf16", "F32", "transformer.", True, 4,
+              ["--dp", "4", "--dp-replicate", "2", "--zero", "3",
+               "--param-dtype", "bf16", "--reduce-dtype", "bf16"]),
+             ("f32_R2_S2_zero1_bf16_f32", "F32", "transformer.", True, 4,
+              ["--dp", "4", "--dp-replicate", "2", "--zero", "1",
+               "--param-dtype", "bf16", "--reduce-dtype", "f32"])]
     device = "cpu"
     if len(sys.argv) > 3 and sys.argv[2] == "--device":
         device = sys.argv[3]
@@ -190,9 +213,10 @@ def main():
     results, ref = [], {}
 
     def uncast(params, dtype):
-        if (dtype, None, None, 1) not in ref:
-            ref[(dtype, None, None, 1)] = torch_losses(params, tokens, device)
-        return ref[(dtype, None, None, 1)]
+        if (dtype, None, None, 1, 1) not in ref:
+            ref[(dtype, None, None, 1, 1)] = torch_losses(params, tokens,
+                                                          device)
+        return ref[(dtype, None, None, 1, 1)]
     for name, dtype, prefix, hf_extras, np, args in cases:
         start = time.time()
         params = gf.random_params(L, C, V, P, seed=11, dtype=dtype)
@@ -205,9 +229,11 @@ def main():
         cast = (flag("--param-dtype", "f32"), flag("--reduce-dtype", "f32"))
         cast = None if cast == ("f32", "f32") else cast
         dp = int(flag("--dp", "1"))
-        key = (dtype, clip, cast, dp if cast else 1)
+        rep = int(flag("--dp-replicate", "1"))
+        key = (dtype, clip, cast, dp if cast else 1, rep)
         if key not in ref:
-            ref[key] = torch_losses(params, tokens, device, clip, cast, dp)
+            ref[key] = torch_losses(params, tokens, device, clip, cast, dp,
+                                    rep)
         want = ref[key]
         rc, got, log = run_gpt2(binary, d, tok_path, np, args)
         fail = None
@@ -234,7 +260,7 @@ def main():
             print("[%s] FAIL: %s\n%s" % (name, fail, log[-3000:]))
         results.append((name, time.time() - start, fail))
     print("torch losses: " + " ".join(
-        "%.5f" % v for v in ref[("F32", None, None, 1)]))
+        "%.5f" % v for v in ref[("F32", None, None, 1, 1)]))
     shutil.rmtree(tmp, ignore_errors=True)
     return gf.finish("Gpt2Torch", "gpt2 vs torch", results)
 
