@@ -412,14 +412,19 @@ void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
   if (param_dtype != TPDP_F32 || reduce_dtype != TPDP_F32)
     snprintf(mixed, sizeof mixed, " param_dtype %s, reduce_dtype %s,",
              tpdp_dtype_name(param_dtype), tpdp_dtype_name(reduce_dtype));
+  char rep[80] = "";
+  if (dp_replicate > 1)
+    snprintf(rep, sizeof rep, ", %lld all-reduces over dp_replicate (%.1f MiB)",
+             (long long)fs.allreduces, fs.bytes_allreduced / 1048576.0);
   printf(
       "[rank %d] fsdp: zero %d, dp_shard %d, dp_replicate %d,%s persistent "
       "%.1f MiB, peak transient %.1f MiB; per step %lld all-gathers (%.1f "
-      "MiB), %lld reduce-scatters (%.1f MiB)\n",
+      "MiB), %lld reduce-scatters (%.1f MiB)%s\n",
       rank, level, dp_shard, dp_replicate, mixed,
       fs.persistent_bytes / 1048576.0, fs.peak_transient_bytes / 1048576.0,
       (long long)fs.allgathers, fs.bytes_allgathered / 1048576.0,
-      (long long)fs.reduce_scatters, fs.bytes_reduce_scattered / 1048576.0);
+      (long long)fs.reduce_scatters, fs.bytes_reduce_scattered / 1048576.0,
+      rep);
   fflush(stdout);
 }
 

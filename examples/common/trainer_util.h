@@ -156,7 +156,8 @@ float ex_round_to(tpdp_dtype dt, float x);
 /* This rank's line of the units' accounting (tpdp_fsdp_get_stats):
  * "[rank R] fsdp: zero N, dp_shard S, dp_replicate R, persistent X MiB,
  * peak transient Y MiB; per step A all-gathers (B MiB), C reduce-scatters
- * (D MiB)"; under mixed precision "zero N, dp_shard S, dp_replicate R,
+ * (D MiB)", with HSDP (R > 1) then ", E all-reduces over dp_replicate (F
+ * MiB)"; under mixed precision "zero N, dp_shard S, dp_replicate R,
  * param_dtype bf16, reduce_dtype f32, persistent ...". */
 void ex_fsdp_stats_line(const tpdp_fsdp_unit *root, int rank, int level,
                         int dp_shard, int dp_replicate, tpdp_dtype param_dtype,

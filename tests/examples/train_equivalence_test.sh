@@ -88,6 +88,8 @@ for run in "${runs[@]}"; do
     # reduce once per step
     gathers=$([ "$zero" = 3 ] && echo $((5 * accum)) || echo 3)
     want="per step $gathers all-gathers (.*), 3 reduce-scatters"
+    # HSDP: one all-reduce over dp_replicate per unit
+    [ "$rep" -gt 1 ] && want="$want (.*), 3 all-reduces over dp_replicate"
     [ "$pdt$rdt" = f32f32 ] ||
       want="param_dtype $pdt, reduce_dtype $rdt, .*$want"
     want="dp_shard $((dp / rep)), dp_replicate $rep, .*$want"
