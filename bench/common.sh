@@ -20,6 +20,11 @@
 #                          the benches that time MPI's own latency
 #   bench_field TEXT KEY   the word after KEY in TEXT ("raw_ms 1.2 ..." ->
 #                          1.2)
+#   bench_torch NAME MOD...  for the tpdp.torch benches: prints "NAME:
+#                          skipped (...)" and exits 0 unless Debian's
+#                          python3 imports every MOD (torch, mpi4py);
+#                          else builds libtpdp.so and exports TPDP_LIB and
+#                          PYTHONPATH for it
 # Environment (optional): BAZEL (the bazel command), BAZEL_STARTUP_FLAGS
 # (startup options), BAZEL_OUTPUT_BASE (passed as --output_base),
 # BAZEL_FLAGS (build options; default -c opt).
@@ -61,4 +66,17 @@ bench_mpirun_spin=(mpirun --oversubscribe --bind-to none)
 
 bench_field() {
   echo "$1" | awk -v k="$2" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}'
+}
+
+bench_torch() {
+  local name=$1 mods
+  shift
+  mods=$(IFS=,; echo "$*")
+  if ! /usr/bin/python3 -c "import $mods" >/dev/null 2>&1; then
+    echo "$name: skipped (python3 cannot import $mods: scripts/install-deps --bench)"
+    exit 0
+  fi
+  bench_build //:libtpdp.so
+  export TPDP_LIB=$bench_bin/libtpdp.so
+  export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 }

@@ -17,13 +17,7 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 steps=10
 [ "${1:-}" = "--steps" ] && steps="${2:-10}"
-if ! /usr/bin/python3 -c "import torch, mpi4py" >/dev/null 2>&1; then
-  echo "torch_ddp: skipped (python3-torch or python3-mpi4py missing: scripts/install-deps --bench)"
-  exit 0
-fi
-bench_build //:libtpdp.so
-export TPDP_LIB=$bench_bin/libtpdp.so
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+bench_torch torch_ddp torch mpi4py
 out=$("${bench_mpirun[@]}" -np 2 /usr/bin/python3 bench/torch_ddp.py "$steps")
 echo "bench/torch_ddp: $(echo "$out" | cut -d' ' -f1-8)"
 field() { bench_field "$out" "$1"; }

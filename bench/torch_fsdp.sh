@@ -23,13 +23,7 @@ set -euo pipefail
 . "$(dirname "$0")/common.sh"
 steps=5
 [ "${1:-}" = "--steps" ] && steps="${2:-5}"
-if ! /usr/bin/python3 -c "import torch" >/dev/null 2>&1; then
-  echo "torch_fsdp: skipped (python3-torch missing: scripts/install-deps --bench)"
-  exit 0
-fi
-bench_build //:libtpdp.so
-export TPDP_LIB=$bench_bin/libtpdp.so
-export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+bench_torch torch_fsdp torch
 bench_tmpdir
 bench_tokens "$bench_tmp/tokens.bin"
 args=(--data "$bench_tmp/tokens.bin" --layers 12 --embd 768 --heads 12
