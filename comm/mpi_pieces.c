@@ -69,44 +69,29 @@ static int64_t segs_elems(const seg *s, int n) {
 }
 
 /* The derived datatype of `n` runs relative to `base` (MPI_BYTE with
- * *count 0 when there are none). */
+ * *count 0 when there are none), its block lengths and displacements
+ * written to len and disp (n each, the caller's: no allocation here). */
 static tpdp_status segs_type(const tpdp_comm *comm, const seg *s, int n,
-                             const char *base, MPI_Datatype el,
-                             MPI_Datatype *type, int *count) {
+                             const char *base, MPI_Datatype el, int *len,
+                             MPI_Aint *disp, MPI_Datatype *type, int *count) {
   *type = MPI_BYTE;
   *count = 0;
   if (n == 0) return TPDP_SUCCESS;
-  int *len = NULL;
-  MPI_Aint *disp = NULL;
-  tpdp_status st = TPDP_SUCCESS;
-  if (TPDP_CALLOC(len, (size_t)n) != TPDP_SUCCESS ||
-      TPDP_CALLOC(disp, (size_t)n) != TPDP_SUCCESS) {
-    st = TPDP_ERR(TPDP_ERR_OUT_OF_MEMORY, "%d runs of a datatype on %s", n,
-                  comm->name);
-    goto done;
-  }
   for (int i = 0; i < n; i++) {
-    if (s[i].n > INT_MAX) {
-      st = TPDP_ERR(TPDP_ERR_UNSUPPORTED,
-                    "a piece of %lld elements on %s exceeds the MPI "
-                    "backend's limit of %d",
-                    (long long)s[i].n, comm->name, INT_MAX);
-      goto done;
-    }
     len[i] = (int)s[i].n;
     disp[i] = (MPI_Aint)(s[i].ptr - base);
   }
-  st = comm_mpi_status(MPI_Type_create_hindexed(n, len, disp, el, type),
-                       "MPI_Type_create_hindexed", comm);
-  if (st == TPDP_SUCCESS) {
-    st = comm_mpi_status(MPI_Type_commit(type), "MPI_Type_commit", comm);
-    if (st != TPDP_SUCCESS) MPI_Type_free(type);
+  CHECK(comm_mpi_status(MPI_Type_create_hindexed(n, len, disp, el, type),
+                        "MPI_Type_create_hindexed", comm));
+  tpdp_status st =
+      comm_mpi_status(MPI_Type_commit(type), "MPI_Type_commit", comm);
+  if (st != TPDP_SUCCESS) {
+    MPI_Type_free(type);
+    *type = MPI_BYTE;
+    return st;
   }
-  if (st == TPDP_SUCCESS) *count = 1;
-done:
-  free(len);
-  free(disp);
-  return st;
+  *count = 1;
+  return TPDP_SUCCESS;
 }
 
 /* Elements per message of a collective over pieces (see plan_add): at most
@@ -122,28 +107,29 @@ static int64_t pieces_msg_elems(size_t es) {
   return n > 0 ? n : 1;
 }
 
-/* The messages of one call over pieces, all prepared (their datatypes
- * made, room for their requests taken) before the first is posted: a call
- * that fails, out of memory say, has then posted nothing. Abandoning it
- * after some messages went out would not be clean: MPI cannot take a send
- * back (Open MPI's MPI_Cancel leaves sends be), and a rendezvous send, or
- * a peer's single-copy read, would reach the caller's buffers after the
- * caller freed them on the error. */
+/* The messages of one call over pieces, all prepared (their runs cut,
+ * room for their requests and datatypes taken) before the first is
+ * posted: a call that fails, out of memory say, has then posted nothing.
+ * Abandoning it after some messages went out would not be clean: MPI
+ * cannot take a send back (Open MPI's MPI_Cancel leaves sends be), and a
+ * rendezvous send, or a peer's single-copy read, would reach the caller's
+ * buffers after the caller freed them on the error. Each message's
+ * datatype is made just before it is posted, so that the first messages
+ * travel while the next are described. */
 typedef struct {
-  MPI_Datatype type; /* MPI_BYTE with count 0: an empty message */
-  int count, peer, send;
+  int send, peer;
   char *base;
-  uint64_t bytes; /* a send's, for the traffic count */
+  int first, nruns; /* its runs in the plan's `runs` */
 } msg;
 typedef struct {
   msg *m;
-  int n, cap;
+  seg *runs;
+  int n, cap, nruns, cap_runs, max_runs;
 } msg_plan;
 
 static void plan_free(msg_plan *pl) {
-  for (int i = 0; i < pl->n; i++)
-    if (pl->m[i].type != MPI_BYTE) MPI_Type_free(&pl->m[i].type);
   free(pl->m);
+  free(pl->runs);
   *pl = (msg_plan){0};
 }
 
@@ -151,69 +137,81 @@ static void plan_free(msg_plan *pl) {
  * message per pieces_msg_elems elements: both sides cut the same element
  * stream at the same places. */
 static tpdp_status plan_add(const tpdp_comm *comm, msg_plan *pl, int send,
-                            const seg *s, int n, char *base, MPI_Datatype el,
-                            size_t es, int peer) {
+                            const seg *s, int n, char *base, size_t es,
+                            int peer) {
   const int64_t m = pieces_msg_elems(es);
-  seg *part = NULL;
-  CHECK(TPDP_CALLOC(part, (size_t)(n > 0 ? n : 1)));
-  tpdp_status st = TPDP_SUCCESS;
+  for (int i = 0; i < n; i++)
+    if (s[i].n > INT_MAX)
+      return TPDP_ERR(TPDP_ERR_UNSUPPORTED,
+                      "a piece of %lld elements on %s exceeds the MPI "
+                      "backend's limit of %d",
+                      (long long)s[i].n, comm->name, INT_MAX);
   int i = 0;
   int64_t di = 0;
   do {
-    if (pl->n == pl->cap) {
-      st = core_grow((void **)&pl->m, &pl->cap, pl->n + 1, sizeof *pl->m);
-      if (st != TPDP_SUCCESS) break;
-    }
-    int np = 0;
-    int64_t left = m, elems = 0;
+    CHECK(core_grow((void **)&pl->m, &pl->cap, pl->n + 1, sizeof *pl->m));
+    msg *g = &pl->m[pl->n];
+    *g = (msg){send, peer, base, pl->nruns, 0};
+    int64_t left = m;
     while (i < n && left > 0) {
+      CHECK(core_grow((void **)&pl->runs, &pl->cap_runs, pl->nruns + 1,
+                      sizeof *pl->runs));
       int64_t take = s[i].n - di < left ? s[i].n - di : left;
-      part[np++] = (seg){s[i].ptr + di * es, take};
+      pl->runs[pl->nruns++] = (seg){s[i].ptr + di * es, take};
+      g->nruns++;
       left -= take;
-      elems += take;
       if ((di += take) == s[i].n) i++, di = 0;
     }
-    msg *g = &pl->m[pl->n];
-    st = segs_type(comm, part, np, base, el, &g->type, &g->count);
-    if (st != TPDP_SUCCESS) break;
-    g->peer = peer;
-    g->send = send;
-    g->base = base;
-    g->bytes = send ? (uint64_t)elems * es : 0;
+    if (g->nruns > pl->max_runs) pl->max_runs = g->nruns;
     pl->n++;
   } while (i < n);
-  free(part);
-  return st;
+  return TPDP_SUCCESS;
 }
 
-/* Post every message of `pl` into w's requests (the plan is emptied). Only
- * an MPI error can stop it midway (MPI's errors are fatal by default);
- * what was posted is then cancelled as far as MPI can. */
+/* Post every message of `pl` into w's requests; the plan is freed. Past
+ * its allocations only an MPI error can stop it midway (MPI's errors are
+ * fatal by default); what was posted is then cancelled as far as MPI can. */
 static tpdp_status plan_post(const tpdp_comm *comm, msg_plan *pl,
-                             mpi_work_impl *w) {
-  const int n = pl->n;
+                             MPI_Datatype el, size_t es, mpi_work_impl *w) {
+  const int n = pl->n, k = pl->max_runs > 0 ? pl->max_runs : 1;
   MPI_Request *reqs = NULL;
+  int *len = NULL;
+  MPI_Aint *disp = NULL;
   tpdp_status st = TPDP_CALLOC(reqs, (size_t)(n > 0 ? n : 1));
+  if (st == TPDP_SUCCESS) st = TPDP_CALLOC(len, (size_t)k);
+  if (st == TPDP_SUCCESS) st = TPDP_CALLOC(disp, (size_t)k);
   if (st != TPDP_SUCCESS) {
+    free(reqs);
+    free(len);
     plan_free(pl);
     return st;
   }
   for (int i = 0; i < (n > 0 ? n : 1); i++) reqs[i] = MPI_REQUEST_NULL;
   MPI_Comm mc = ((mpi_comm_impl *)comm->impl)->comm;
   int posted = 0;
-  for (; posted < n; posted++) {
-    msg *g = &pl->m[posted];
-    int rc = g->send ? MPI_Isend(g->base, g->count, g->type, g->peer,
-                                 PIECES_TAG, mc, &reqs[posted])
-                     : MPI_Irecv(g->base, g->count, g->type, g->peer,
-                                 PIECES_TAG, mc, &reqs[posted]);
+  for (; posted < n && st == TPDP_SUCCESS; posted++) {
+    const msg *g = &pl->m[posted];
+    const seg *r = pl->runs + g->first;
+    MPI_Datatype type;
+    int count;
+    st = segs_type(comm, r, g->nruns, g->base, el, len, disp, &type, &count);
+    if (st != TPDP_SUCCESS) break;
+    int rc = g->send ? MPI_Isend(g->base, count, type, g->peer, PIECES_TAG,
+                                 mc, &reqs[posted])
+                     : MPI_Irecv(g->base, count, type, g->peer, PIECES_TAG,
+                                 mc, &reqs[posted]);
+    /* MPI may free a datatype once its operation is posted */
+    if (type != MPI_BYTE) MPI_Type_free(&type);
     if (rc != MPI_SUCCESS) {
       st = comm_mpi_status(rc, g->send ? "MPI_Isend" : "MPI_Irecv", comm);
       break;
     }
-    if (g->send) comm_traffic_add(comm, g->peer, g->bytes);
+    if (g->send)
+      comm_traffic_add(comm, g->peer, (uint64_t)segs_elems(r, g->nruns) * es);
   }
-  plan_free(pl); /* MPI may free a datatype once its operation is posted */
+  free(len);
+  free(disp);
+  plan_free(pl);
   if (st != TPDP_SUCCESS) {
     for (int i = 0; i < posted; i++) {
       MPI_Cancel(&reqs[i]);
@@ -265,11 +263,11 @@ tpdp_status comm_mpi_allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
       if (pass == 0) {
         st = segments(a->recv_pieces, rbase, es, q * S, (q + 1) * S, &rs, &nrs);
         if (st == TPDP_SUCCESS)
-          st = plan_add(comm, &pl, 0, rs, nrs, rbase, el, es, q);
+          st = plan_add(comm, &pl, 0, rs, nrs, rbase, es, q);
         free(rs);
         rs = NULL;
       } else {
-        st = plan_add(comm, &pl, 1, ss, nss, sbase, el, es, q);
+        st = plan_add(comm, &pl, 1, ss, nss, sbase, es, q);
       }
     }
   /* This rank's own block: copied unless it is the same memory. */
@@ -278,6 +276,9 @@ tpdp_status comm_mpi_allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
   if (st == TPDP_SUCCESS && segs_elems(ss, nss) != segs_elems(rs, nrs))
     st = holes_differ(comm, "allgather", segs_elems(ss, nss),
                       segs_elems(rs, nrs));
+  /* The messages go out first; the copy runs while they travel. */
+  if (st == TPDP_SUCCESS) st = plan_post(comm, &pl, el, es, w);
+  else plan_free(&pl);
   if (st == TPDP_SUCCESS) {
     int same = nss == nrs;
     for (int i = 0; same && i < nss; i++)
@@ -286,11 +287,7 @@ tpdp_status comm_mpi_allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
   }
   free(ss);
   free(rs);
-  if (st != TPDP_SUCCESS) {
-    plan_free(&pl);
-    return st;
-  }
-  return plan_post(comm, &pl, w);
+  return st;
 }
 
 /* A reduce-scatter's sum, run when its messages are in: each element of
@@ -429,23 +426,23 @@ tpdp_status comm_mpi_reduce_scatter_pieces(tpdp_comm *comm,
   for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
     if (q == me) continue;
     if (q == s->out_peer) {
-      st = plan_add(comm, &pl, 0, s->out, s->nout, rbase, el, es, q);
+      st = plan_add(comm, &pl, 0, s->out, s->nout, rbase, es, q);
     } else {
       seg one = {s->slot[q], c};
-      st = plan_add(comm, &pl, 0, &one, c > 0, s->slot[q], el, es, q);
+      st = plan_add(comm, &pl, 0, &one, c > 0, s->slot[q], es, q);
     }
   }
   for (int q = 0; st == TPDP_SUCCESS && q < p; q++) {
     if (q == me) continue;
     st = segments(a->send_pieces, sbase, es, q * n, (q + 1) * n, &peer, &npeer);
     if (st == TPDP_SUCCESS)
-      st = plan_add(comm, &pl, 1, peer, npeer, sbase, el, es, q);
+      st = plan_add(comm, &pl, 1, peer, npeer, sbase, es, q);
     free(peer);
     peer = NULL;
   }
   free(all);
   if (st == TPDP_SUCCESS) {
-    st = plan_post(comm, &pl, w);
+    st = plan_post(comm, &pl, el, es, w);
   } else {
     plan_free(&pl);
   }
