@@ -400,7 +400,9 @@ class DistributedDataParallel(nn.Module, Lifetime):
         view mode the common case is the slot's own tensor, one identity
         and one address compare."""
         ref, p = weakref.ref(self), self._params[i]
-        mark = L.lib.tpdp_reducer_mark_ready
+        # fixed while the wrapper is open (close() sets _lt_reason first)
+        mark, r, cv = L.lib.tpdp_reducer_mark_ready, self._r, self._cv
+        view = self.gradient_as_bucket_view
 
         def hook(*_):
             o = ref()
@@ -411,11 +413,10 @@ class DistributedDataParallel(nn.Module, Lifetime):
                     return  # no forward armed this backward: local, as torch
                 o._begin()
             g = p.grad
-            cv = o._cv
-            if not o.gradient_as_bucket_view or g is not cv.tensors[i] or \
+            if not view or g is not cv.tensors[i] or \
                     g.data_ptr() != cv.ptrs[i]:
                 o._take_grad(i, p, g)
-            st = mark(o._r, i)
+            st = mark(r, i)
             if st:
                 L.check(st, "tpdp_reducer_mark_ready(%s)" % o._names[i])
         return hook
