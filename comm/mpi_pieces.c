@@ -196,10 +196,10 @@ static tpdp_status plan_post(const tpdp_comm *comm, msg_plan *pl,
     int count;
     st = segs_type(comm, r, g->nruns, g->base, el, len, disp, &type, &count);
     if (st != TPDP_SUCCESS) break;
-    int rc = g->send ? MPI_Isend(g->base, count, type, g->peer, PIECES_TAG,
-                                 mc, &reqs[posted])
-                     : MPI_Irecv(g->base, count, type, g->peer, PIECES_TAG,
-                                 mc, &reqs[posted]);
+    int rc = g->send ? MPI_Isend(g->base, count, type, g->peer, PIECES_TAG, mc,
+                                 &reqs[posted])
+                     : MPI_Irecv(g->base, count, type, g->peer, PIECES_TAG, mc,
+                                 &reqs[posted]);
     /* MPI may free a datatype once its operation is posted */
     if (type != MPI_BYTE) MPI_Type_free(&type);
     if (rc != MPI_SUCCESS) {
@@ -277,8 +277,10 @@ tpdp_status comm_mpi_allgather_pieces(tpdp_comm *comm, const tpdp_coll_args *a,
     st = holes_differ(comm, "allgather", segs_elems(ss, nss),
                       segs_elems(rs, nrs));
   /* The messages go out first; the copy runs while they travel. */
-  if (st == TPDP_SUCCESS) st = plan_post(comm, &pl, el, es, w);
-  else plan_free(&pl);
+  if (st == TPDP_SUCCESS)
+    st = plan_post(comm, &pl, el, es, w);
+  else
+    plan_free(&pl);
   if (st == TPDP_SUCCESS) {
     int same = nss == nrs;
     for (int i = 0; same && i < nss; i++)

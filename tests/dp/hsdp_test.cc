@@ -192,8 +192,8 @@ void RunHybrid(int replicas, const Config &c, int micro) {
     shard_total += se;
     for (int p : unit) full_total += Numel(kSpecs[p]);
     // in reduce_dtype (FSDP2's HSDP reduces the shard as it came)
-    want_rep += RingAllreduceBytes(se, mesh.R, mesh.r,
-                                   (int)tpdp_dtype_size(c.reduce));
+    want_rep +=
+        RingAllreduceBytes(se, mesh.R, mesh.r, (int)tpdp_dtype_size(c.reduce));
     want_allreduced += se * (int64_t)tpdp_dtype_size(c.reduce);
     gathered += se * mesh.S;
   }
