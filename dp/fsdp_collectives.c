@@ -285,16 +285,12 @@ tpdp_status fsdp_replicate_start(tpdp_fsdp_unit *u) {
   CHECK(fsdp_reduce_scatter_wait(u));
   if (u->rep_size <= 1 || u->rep_work != NULL) return TPDP_SUCCESS;
   int64_t S = u->shard_elems;
+  void *buf = u->shard_grad;
+  tpdp_dtype dt = TPDP_F32;
   if (u->rs_held) {
-    tpdp_tensor t = fsdp_flat(u, u->rs_recv, u->rdt, S);
-    AS_UNIT(u, "replicate all-reduce",
-            tpdp_allreduce_async(u->rep, &t, &t, TPDP_OP_AVG, &u->rep_work));
-    u->group->cur.allreduces++;
-    u->group->cur.bytes_allreduced += S * (int64_t)tpdp_dtype_size(u->rdt);
-    return TPDP_SUCCESS;
-  }
-  float *buf = u->shard_grad;
-  if (u->grad_in_full) {
+    buf = u->rs_recv;
+    dt = u->rdt;
+  } else if (u->grad_in_full) {
     CHECK(fsdp_alloc(u, "replicate all-reduce's buffer", S, TPDP_F32, 1, 1,
                      (void **)&u->rep_buf));
     for (int i = 0; i < u->np; i++) {
@@ -304,11 +300,11 @@ tpdp_status fsdp_replicate_start(tpdp_fsdp_unit *u) {
     }
     buf = u->rep_buf;
   }
-  tpdp_tensor t = fsdp_flat(u, buf, TPDP_F32, S);
+  tpdp_tensor t = fsdp_flat(u, buf, dt, S);
   AS_UNIT(u, "replicate all-reduce",
           tpdp_allreduce_async(u->rep, &t, &t, TPDP_OP_AVG, &u->rep_work));
   u->group->cur.allreduces++;
-  u->group->cur.bytes_allreduced += S * (int64_t)sizeof(float);
+  u->group->cur.bytes_allreduced += S * (int64_t)tpdp_dtype_size(dt);
   return TPDP_SUCCESS;
 }
 

@@ -40,11 +40,8 @@ def mlp():
     return nn.Sequential(nn.Linear(16, 32), nn.Tanh(), nn.Linear(32, 8)).to(DEV)
 
 
-def test_ddp_world_size_1_trains_like_the_module():
-    ref, ours = mlp(), tt.DistributedDataParallel(
-        mlp(), device_mesh=tt.init_device_mesh("cuda", (1,),
-                                               mesh_dim_names=("dp",))["dp"])
-    assert ours._params[0].grad.is_cuda
+def train_side_by_side(ref, ours):
+    """5 AdamW steps of each on the same batches."""
     o1 = torch.optim.AdamW(ref.parameters(), lr=1e-3)
     o2 = torch.optim.AdamW(ours.parameters(), lr=1e-3)
     for step in range(5):
@@ -54,6 +51,14 @@ def test_ddp_world_size_1_trains_like_the_module():
             m(x).square().mean().backward()
             o.step()
             o.zero_grad()
+
+
+def test_ddp_world_size_1_trains_like_the_module():
+    ref, ours = mlp(), tt.DistributedDataParallel(
+        mlp(), device_mesh=tt.init_device_mesh("cuda", (1,),
+                                               mesh_dim_names=("dp",))["dp"])
+    assert ours._params[0].grad.is_cuda
+    train_side_by_side(ref, ours)
     for a, b in zip(ours.module.parameters(), ref.parameters()):
         assert rel_err(a, b) <= TOL
     ours.close()
@@ -81,15 +86,7 @@ def test_fully_shard_world_size_1_trains_like_the_module(reshard):
     tt.fully_shard(model[0], mesh=mesh["dp"], reshard_after_forward=reshard)
     tt.fully_shard(model, mesh=mesh["dp"], reshard_after_forward=reshard)
     assert all(p.is_cuda for p in model.parameters())
-    o1 = torch.optim.AdamW(ref.parameters(), lr=1e-3)
-    o2 = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    for step in range(5):
-        g = torch.Generator(device=DEV).manual_seed(step)
-        x = torch.randn(4, 16, device=DEV, generator=g)
-        for m, o in ((ref, o1), (model, o2)):
-            m(x).square().mean().backward()
-            o.step()
-            o.zero_grad()
+    train_side_by_side(ref, model)
     torch.cuda.synchronize()
     for (n, a), b in zip(model.named_parameters(), ref.parameters()):
         assert a.shape == b.shape, n  # one rank: the shard is the tensor
