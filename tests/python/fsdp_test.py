@@ -225,6 +225,40 @@ def test_mixed_precision_applies_the_casts(reshard, policy):
     model.close()
 
 
+def fsdp2_policy_class():
+    """torch's own MixedPrecisionPolicy (torch 2.6+), else one of the same
+    name and fields as FSDP2 declares it."""
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+        return MixedPrecisionPolicy
+    except (ImportError, ValueError):  # 1.13 on Python 3.11: ValueError
+        from dataclasses import dataclass
+
+        @dataclass(frozen=True)
+        class MixedPrecisionPolicy:
+            param_dtype: object = None
+            reduce_dtype: object = None
+            output_dtype: object = None
+            cast_forward_inputs: bool = True
+        return MixedPrecisionPolicy
+
+
+@one_d
+def test_torch_s_own_mixed_precision_policy_is_taken():
+    """Code written for torch's fully_shard passes torch's policy."""
+    mp = fsdp2_policy_class()(param_dtype=torch.bfloat16,
+                              reduce_dtype=torch.float32)
+    model, ref = make(), make()
+    shard(model, mp=mp)
+    assert model._tpdp_fsdp._policy == MP["bf16-f32"]
+    x, _ = batch(0, RANK)
+    with torch.no_grad():
+        assert model(x).dtype == torch.bfloat16
+    train(model, ref, RANK, SIZE, steps=3, mp=MP["bf16-f32"])
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+
+
 @one_d
 @pytest.mark.parametrize("reshard", [True, False])
 def test_gradient_accumulation_over_three_micro_batches(reshard):
@@ -329,6 +363,37 @@ def test_evaluation_forward_then_training():
     assert rel_err(got, want) <= 1e-6
     train(model, ref, RANK, SIZE, steps=3)
     assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+
+
+@one_d
+def test_forward_without_backward_frees_its_activations():
+    """A forward under grad that no backward follows (an evaluation that
+    forgot no_grad, a step given up): once its output is dropped, what
+    autograd saved is freed, with no collection needed - tanh's 64 MiB
+    output, which its own backward node saves, included (a saved-tensor
+    hook that kept the tensor itself would tie it to its node in a cycle
+    that Python's collector cannot see). Measured as RSS: glibc gives a
+    block this large its own mapping and unmaps it when it is freed."""
+    if "TPDP_TEST_PRELOADED" in os.environ:
+        pytest.skip("under ASan malloc is the sanitizer's, not glibc's")
+    rows = 4096
+    model = nn.Sequential(nn.Linear(D_IN, rows), nn.Tanh(),
+                          nn.Linear(rows, OUT))
+    tt.fully_shard(model)
+    x = torch.randn(rows, D_IN)
+    before = _rss_bytes()
+    out = model(x)
+    during = _rss_bytes()
+    del out
+    gc.collect()
+    after = _rss_bytes()
+    assert during - before >= 48 << 20, "the forward took %d MiB" % (
+        (during - before) >> 20)
+    assert after - before <= 16 << 20, (
+        "RSS %d -> %d -> %d MiB: tanh's output outlived the forward's graph"
+        % (before >> 20, during >> 20, after >> 20))
+    mse(model(x), torch.zeros(rows, OUT)).backward()  # and it trains on
     model.close()
 
 
@@ -438,6 +503,23 @@ def test_dropped_model_is_collected_at_once():
     train(model, ref, RANK, SIZE, steps=2)
     assert_shards(model, ref, (SIZE, RANK))
     model.close()
+
+
+@one_d
+def test_needs_no_numpy(monkeypatch):
+    """torch 2.x's wheels do not bring numpy along: the mesh, the units'
+    agreement and training never call Tensor.numpy()."""
+    def no_numpy(self, *args, **kwargs):
+        raise RuntimeError("Numpy is not available")
+    monkeypatch.setattr(torch.Tensor, "numpy", no_numpy)
+    mesh = tt.init_device_mesh("cpu", (1, SIZE), mesh_dim_names=(
+        "dp_replicate", "dp_shard"))
+    model, ref = make(), make()
+    shard(model, mesh=mesh)
+    train(model, ref, RANK, SIZE, steps=2)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+    mesh.close()
 
 
 # ---------------------------------------------------------- 2-D and 3-D

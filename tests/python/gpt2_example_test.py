@@ -6,6 +6,7 @@ root; 2x2 and 4x1, and HSDP --dp 4 --dp-replicate 2), from
 GPT-2's random initialisation and from a Hugging Face safetensors file
 (f32 with the "transformer." prefix, bf16 without); the file's weights
 give the loss of GPT-2's own forward written here on the raw tensors."""
+import ctypes
 import json
 import math
 import os
@@ -61,7 +62,8 @@ def write_hf(d, params, dtype, prefix):
     tdt = {"F32": torch.float32, "BF16": torch.bfloat16}[dtype]
     header, blobs, off = {}, [], 0
     for n, t in params.items():
-        raw = t.to(tdt).contiguous().view(torch.uint8).numpy().tobytes()
+        u8 = t.to(tdt).contiguous().view(torch.uint8)
+        raw = ctypes.string_at(u8.data_ptr(), u8.numel())  # numpy-free
         header[prefix + n] = {"dtype": dtype, "shape": list(t.shape),
                               "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)

@@ -869,6 +869,60 @@ def test_optimizer_built_before_fully_shard():
     fsdp_trains(model)
 
 
+def test_fully_shard_of_parameters_with_hooks_of_their_own():
+    """fully_shard makes new parameters (the shards): hooks registered on
+    the old ones would silently stop running."""
+    kinds = [("register_hook", lambda p: p.register_hook(lambda g: g))]
+    if hasattr(torch.Tensor, "register_post_accumulate_grad_hook"):
+        kinds.append(("register_post_accumulate_grad_hook",
+                      lambda p: p.register_post_accumulate_grad_hook(
+                          lambda p: None)))
+    for kind, add in kinds:
+        model = make()
+        add(model.fc1.bias)
+        with pytest.raises(ValueError, match=words(
+                "tpdp.torch.fully_shard: parameter 'fc1.bias' has hooks of "
+                "its own (%s)" % kind, "register them after fully_shard",
+                "(rank 0 of %d)" % SIZE)):
+            tt.fully_shard(model)
+        # on one rank only: every rank refuses
+        model = make()
+        if RANK == ODD:
+            add(model.fc1.bias)
+        with pytest.raises(ValueError, match=words(
+                "has hooks of its own (%s)" % kind, SP)):
+            tt.fully_shard(model)
+    fsdp_trains(make())
+
+
+def test_parameters_swapped_on_conversion(monkeypatch):
+    """torch 2.3+'s swap_module_params_on_conversion (module.to() and
+    load_state_dict swap the parameters' contents, __dict__ included) is
+    refused by each wrapper, on every rank; set on one rank only too."""
+    mesh = tt.init_device_mesh("cpu", (SIZE,), mesh_dim_names=("tp",))
+    wraps = [("DistributedDataParallel", tt.DistributedDataParallel),
+             ("fully_shard", tt.fully_shard),
+             ("parallelize_module", lambda m: tt.parallelize_module(
+                 m, mesh, {"fc1": tt.ColwiseParallel()}))]
+    for one_rank in (False, True):
+        on = not one_rank or RANK == ODD
+        monkeypatch.setattr(torch.__future__,
+                            "get_swap_module_params_on_conversion",
+                            lambda: on, raising=False)
+        for name, wrap in wraps:
+            model = make()
+            with pytest.raises(ValueError, match=words(
+                    "tpdp.torch.%s: torch.__future__.set_swap_module_params_"
+                    "on_conversion(True) is in effect" % name,
+                    "set it back to False",
+                    SP if one_rank else "(rank 0 of %d)" % SIZE)):
+                wrap(model)
+            assert type(model) is Net and model.fc1.weight.shape == (8, 6)
+    monkeypatch.undo()
+    mesh.close()
+    fsdp_trains(make())
+
+
 def test_fully_shard_options_and_arguments():
     cases = [
         (TypeError, "module is a str, not a torch.nn.Module", ("fc1",), {}),
@@ -877,8 +931,9 @@ def test_fully_shard_options_and_arguments():
         (ValueError, "reshard_after_forward=2: resharding to another number "
          "of ranks is not supported", (make(),),
          dict(reshard_after_forward=2)),
-        (TypeError, "mp_policy is a dict, not a tpdp.torch."
-         "MixedPrecisionPolicy", (make(),), dict(mp_policy={})),
+        (TypeError, "mp_policy is a builtins.dict, not a "
+         "MixedPrecisionPolicy (tpdp.torch's, or torch.distributed.fsdp's)",
+         (make(),), dict(mp_policy={})),
         (ValueError, "mp_policy.param_dtype torch.float64: tpdp's units have "
          "torch.float32, torch.bfloat16, torch.float16", (make(),),
          dict(mp_policy=tt.MixedPrecisionPolicy(param_dtype=torch.float64))),

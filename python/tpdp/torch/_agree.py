@@ -85,7 +85,9 @@ def allgather_bytes(comm, data):
     buf = torch.zeros(width, dtype=torch.uint8)
     if data:
         buf[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    out = all_gather(buf, comm, len(lens)).numpy().tobytes()
+    got = all_gather(buf, comm, len(lens)).contiguous()
+    # not .numpy(): torch 2.x wheels do not bring numpy along
+    out = ctypes.string_at(got.data_ptr(), got.numel())
     return [out[r * width:r * width + lens[r]] for r in range(len(lens))]
 
 

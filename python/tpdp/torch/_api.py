@@ -7,7 +7,7 @@ from torch import nn
 from .. import _lib as L
 from ._agree import agree
 from ._functional_collectives import Group
-from ._lifetime import WRAPPED, Claims
+from ._lifetime import WRAPPED, Claims, check_parameters_keep_identity
 from ._mesh import check_mesh
 from ._style import ParallelStyle
 
@@ -36,6 +36,7 @@ def _plan(module, plan, size, rank):
     if not isinstance(module, nn.Module):
         raise TypeError("%s: module is a %s, not a torch.nn.Module"
                         % (_W, type(module).__name__))
+    check_parameters_keep_identity(_W)
     if isinstance(plan, ParallelStyle):
         plan = {"": plan}
     if not isinstance(plan, dict):

@@ -37,7 +37,8 @@ from .. import _lib as L
 from ._agree import Records, agree
 from ._c10d import broadcast_tensors_
 from ._dlpack import FLOAT_DTYPES, View, to_torch
-from ._lifetime import WRAPPED, CViews, Lifetime, state_error
+from ._lifetime import (WRAPPED, CViews, Lifetime,
+                        check_parameters_keep_identity, state_error)
 from ._mesh import check_mesh, world_mesh
 
 _W = "tpdp.torch.DistributedDataParallel"
@@ -225,6 +226,7 @@ class DistributedDataParallel(nn.Module, Lifetime):
         if isinstance(module, DistributedDataParallel):
             raise ValueError("%s: module is already a %s: wrap the inner "
                              "module once" % (_W, module._lt_name()))
+        check_parameters_keep_identity(_W)
         if comm_hook not in _HOOKS:
             raise ValueError("%s: comm_hook %r: use None, 'bf16' or 'fp16'"
                              % (_W, comm_hook))

@@ -51,7 +51,9 @@ from . import _heap
 from ._agree import Records, agree
 from ._dlpack import View, to_torch
 from ._fsdp_api import UNIT_DTYPES, MixedPrecisionPolicy
-from ._lifetime import WRAPPED, Claims, CViews, Lifetime, state_error, weak_hook
+from ._lifetime import (WRAPPED, Claims, CViews, Lifetime,
+                        check_parameters_keep_identity, state_error,
+                        weak_hook)
 from ._mesh import DeviceMesh, world_mesh
 
 _W = "tpdp.torch.fully_shard"
@@ -120,11 +122,17 @@ class _PackedParam:
 
 
 def _make_pack(tree_ref):
+    # What pack returns for an ordinary tensor is t.detach(), not t: the
+    # same memory, without t's grad_fn. An output its own node saves
+    # (tanh's, softmax's) would otherwise hold that node, which holds it,
+    # in a cycle Python's collector cannot see, and a forward that no
+    # backward follows would keep all its activations. unpack hands it back
+    # as it is; autograd attaches what it needs from the saved variable.
     def pack(t):
         tree = tree_ref()
         if tree is None or not tree.full_ranges or t.layout != torch.strided \
                 or t.numel() == 0:
-            return t
+            return t.detach()
         p = t.data_ptr()
         for ref, ranges in tree.full_ranges.values():
             for lo, hi, i, dtype in ranges:
@@ -139,7 +147,7 @@ def _make_pack(tree_ref):
                     return _PackedParam(unit, i,
                                         (p - lo) // t.element_size(),
                                         tuple(t.shape), t.stride())
-        return t
+        return t.detach()
     return pack
 
 
@@ -798,6 +806,31 @@ def _stale_optimizers(params, names):
     return scan()
 
 
+# A tensor's own hooks (torch keeps them on the tensor object) and where.
+_PARAM_HOOKS = (("register_hook", "_backward_hooks"),
+                ("register_post_accumulate_grad_hook",
+                 "_post_accumulate_grad_hooks"))
+
+
+def _as_policy(mp_policy):
+    """tpdp.torch's MixedPrecisionPolicy of `mp_policy`: itself, or made
+    from FSDP2's own (torch.distributed.fsdp.MixedPrecisionPolicy in torch
+    2.6+, the same four fields), so that code written for torch's
+    fully_shard runs unchanged."""
+    if isinstance(mp_policy, MixedPrecisionPolicy):
+        return mp_policy
+    cls = type(mp_policy)
+    fields = ("param_dtype", "reduce_dtype", "output_dtype",
+              "cast_forward_inputs")
+    if cls.__name__ == "MixedPrecisionPolicy" and \
+            all(hasattr(mp_policy, f) for f in fields):
+        return MixedPrecisionPolicy(**{f: getattr(mp_policy, f)
+                                       for f in fields})
+    raise TypeError("%s: mp_policy is a %s.%s, not a MixedPrecisionPolicy "
+                    "(tpdp.torch's, or torch.distributed.fsdp's)"
+                    % (_W, cls.__module__, cls.__qualname__))
+
+
 def _check(module, mesh, reshard_after_forward, mp_policy):
     """The plan of fully_shard, or raise (TypeError, ValueError, TpdpError)
     before anything changes."""
@@ -811,10 +844,8 @@ def _check(module, mesh, reshard_after_forward, mp_policy):
                              "True or False" % (_W, reshard_after_forward))
         raise TypeError("%s: reshard_after_forward is a %s: True or False"
                         % (_W, type(reshard_after_forward).__name__))
-    if not isinstance(mp_policy, MixedPrecisionPolicy):
-        raise TypeError("%s: mp_policy is a %s, not a tpdp.torch."
-                        "MixedPrecisionPolicy" % (_W,
-                                                  type(mp_policy).__name__))
+    mp_policy = _as_policy(mp_policy)
+    check_parameters_keep_identity(_W)
     for f in ("param_dtype", "reduce_dtype", "output_dtype"):
         dt = getattr(mp_policy, f)
         if dt is not None and (f != "output_dtype" or not isinstance(
@@ -883,6 +914,14 @@ def _check(module, mesh, reshard_after_forward, mp_policy):
                 "%s: parameter %r is held by %s: close() that wrapper first "
                 "(and apply fully_shard before wrapping)" % (
                     _W, n, h._lt_name()))
+        hooks = [kind for kind, attr in _PARAM_HOOKS
+                 if getattr(p, attr, None)]
+        if hooks:
+            raise ValueError("%s: parameter %r has hooks of its own (%s): "
+                             "fully_shard replaces the parameters by new "
+                             "ones, this rank's shards, which would not run "
+                             "them; register them after fully_shard, on the "
+                             "module's parameters" % (_W, n, ", ".join(hooks)))
         if p.dtype != torch.float32:
             raise TypeError("%s: parameter %r has dtype %s: tpdp's units "
                             "shard float32 parameters (the master copy; "

@@ -36,6 +36,8 @@ up, never to read them, and is given no gradient buffer (see _ddp.py).
 """
 import weakref
 
+import torch
+
 from .. import _lib as L
 
 _live = []  # weak references to every Lifetime started, oldest first
@@ -57,6 +59,24 @@ def state_error(what, message):
     """TpdpError(TPDP_ERR_STATE) raised by `what` (e.g.
     "tpdp.torch.DistributedDataParallel.forward")."""
     return L.TpdpError("TPDP_ERR_STATE", "%s: %s" % (what, message), what)
+
+
+def check_parameters_keep_identity(what):
+    """Raise ValueError when torch swaps parameters' contents on
+    conversion (torch 2.3+'s
+    torch.__future__.set_swap_module_params_on_conversion(True)):
+    module.to() and load_state_dict then call torch.utils.swap_tensors,
+    which refuses the tensors a wrapper holds by weak reference, and moves
+    a tensor's __dict__ (TP's record of its sharding) to another object.
+    Called by each wrapper's argument checks, before its agreement."""
+    get = getattr(getattr(torch, "__future__", None),
+                  "get_swap_module_params_on_conversion", None)
+    if get is not None and get():
+        raise ValueError(
+            "%s: torch.__future__.set_swap_module_params_on_conversion(True) "
+            "is in effect: tpdp.torch keeps parameters by identity and "
+            "records TP's sharding on them, which module.to() and "
+            "load_state_dict would swap away; set it back to False" % what)
 
 
 class Lifetime:

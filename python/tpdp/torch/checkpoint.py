@@ -353,11 +353,19 @@ def load(checkpoint_dir, model, optimizer=None, *, no_dist=False):
         _load_optim_meta(optimizer, model, json.loads(meta["optim"]))
 
 
+# Parameter-group entries that say how the loading optimizer runs, not
+# what it learnt: kept as the loading side set them (a checkpoint saved on
+# a GPU with fused=True or capturable=True loads into a CPU optimizer),
+# and the group's own parameter names (torch 2.6+).
+_GROUP_KEYS_KEPT = frozenset(("params", "param_names", "foreach", "fused",
+                              "capturable", "differentiable"))
+
+
 def _load_optim_meta(optimizer, model, saved):
     named = _params(_module_of(model, "load"))
     params = _optim_params(optimizer, named, "load")
     for k, per in saved.get("state", {}).items():
-        for fqn, p, _ in params:
+        for fqn, p, gi in params:
             if isinstance(per, dict) and fqn not in per:
                 continue
             st = optimizer.state[p]
@@ -365,13 +373,20 @@ def _load_optim_meta(optimizer, model, saved):
             old = st.get(k)
             if isinstance(old, torch.Tensor):
                 old.fill_(v)
-            elif k == "step":  # torch's Adam/AdamW keep a tensor
-                st[k] = torch.tensor(float(v))
+            elif k == "step":
+                # torch's Adam/AdamW keep a float32 tensor: on the CPU, or
+                # on the parameter's device when fused or capturable (as
+                # torch's own Optimizer.load_state_dict places it)
+                g = optimizer.param_groups[gi]
+                dev = p.device if g.get("fused") or g.get("capturable") \
+                    else "cpu"
+                st[k] = torch.tensor(float(v), dtype=torch.float32,
+                                     device=dev)
             else:
                 st[k] = v
     groups = saved.get("param_groups", [])
     if len(groups) == len(optimizer.param_groups):
         for g, h in zip(optimizer.param_groups, groups):
             for k, v in h.items():
-                if k != "params" and k in g:
+                if k not in _GROUP_KEYS_KEPT and k in g:
                     g[k] = tuple(v) if isinstance(g[k], tuple) else v
