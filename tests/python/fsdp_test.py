@@ -472,6 +472,32 @@ def test_backward_gives_free_heap_memory_back(monkeypatch, mib):
 
 
 @one_d
+def test_heap_is_trimmed_once_a_backward_before_the_root_s_part(monkeypatch):
+    """The trim runs once per backward: after the last block's
+    post-backward (both blocks done, the root's backward still running:
+    its embedding gradients, the peak, come after); a model of one unit
+    trims when its backward ends."""
+    model = shard(make())
+    units = [model.blocks[0]._tpdp_fsdp, model.blocks[1]._tpdp_fsdp,
+             model._tpdp_fsdp]
+    seen = []
+    monkeypatch.setattr(_heap, "trim_if_large",
+                        lambda th: seen.append([u._state for u in units]))
+    for s in range(2):
+        x, y = batch(s, RANK)
+        mse(model(x), y).backward()
+    done, running = "BACKWARD_POST", "BACKWARD_PRE"
+    assert seen == [[done, done, running]] * 2
+    model.close()
+    one = tt.fully_shard(nn.Linear(D_IN, OUT))
+    seen.clear()
+    x, y = batch(0, RANK)
+    mse(one(x), y).backward()
+    assert len(seen) == 1
+    one.close()
+
+
+@one_d
 def test_bad_heap_trim_setting_is_refused_before_any_change(monkeypatch):
     monkeypatch.setenv("TPDP_HEAP_TRIM_MIB", "lots")
     model = make()

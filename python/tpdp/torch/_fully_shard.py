@@ -206,6 +206,7 @@ class _Tree:
         self.full_ranges = {}
         self.order = []         # weak refs: units run forward under grad
         self.in_backward = False
+        self.trimmed = False    # the heap trimmed in this backward
         self.pack = _make_pack(weakref.ref(self))
 
     def live_units(self):
@@ -551,6 +552,7 @@ class _Unit(Lifetime):
         if not tree.in_backward:
             tree.exchange(_PH_BACKWARD)
             tree.in_backward = True
+            tree.trimmed = False
             ref = weakref.ref(tree)
 
             def end():
@@ -579,8 +581,25 @@ class _Unit(Lifetime):
         for p in self._params:
             p.grad = None
         self._point()
-        # the activations of this unit's backward are free now (_heap.py)
-        _heap.trim_if_large(self._trim)
+        tree = self._tree
+        if self._trim and not tree.trimmed and (
+                ended or self._last_inner_backward()):
+            tree.trimmed = True
+            _heap.trim_if_large(self._trim)
+
+    def _last_inner_backward(self):
+        """Whether every unit of this step's forward has begun its
+        backward: what is left of it belongs to the outer units (the root's
+        embedding and its vocabulary-sized gradients: the step's peak).
+        That is where the free heap chunks go back to the OS (_heap.py):
+        once a backward, rather than after each unit, whose activations the
+        next unit's backward would fault in again (a model of one unit
+        trims when its backward ends)."""
+        for r in self._tree.order:
+            u = r()
+            if u is not None and u is not self and u._state == _FORWARD:
+                return False
+        return True
 
     # -- lifetime
 

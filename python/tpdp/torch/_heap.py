@@ -9,10 +9,15 @@ process's RSS. Under fully_shard the peak comes at the root unit's
 backward (the gathered embedding, its full gradient and torch's
 vocabulary-sized temporaries, each a fresh mapping) on top of those free
 chunks: about 400 MB of the 124M GPT-2's peak on 2 ranks
-(bench/torch_fsdp.sh). After each CPU unit's post-backward, when the heap
-holds more than TPDP_HEAP_TRIM_MIB (default 128; 0 turns it off) of free
-memory, malloc_trim gives its pages back; their next use costs a page
-fault each. glibc 2.33+ only (mallinfo2); elsewhere a no-op.
+(bench/torch_fsdp.sh). Once a backward, after the post-backward of the
+last unit to begin its backward before the outer units finish theirs (a
+model of one unit: when its backward ends), when the heap holds more than
+TPDP_HEAP_TRIM_MIB (default 128; 0 turns it off) of free memory,
+malloc_trim gives its pages back; their next use costs a page fault each.
+Trimming after every unit did the same to the peak with twice the extra
+page faults (about 124,000 a step against 62,000 on that benchmark): each
+unit's backward faulted in again what the one before had given back.
+glibc 2.33+ only (mallinfo2); elsewhere a no-op.
 """
 import ctypes
 import os
