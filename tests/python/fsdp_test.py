@@ -398,6 +398,29 @@ def test_forward_without_backward_frees_its_activations():
 
 
 @one_d
+def test_first_forward_under_inference_mode_then_training():
+    """The units' first gather inside torch.inference_mode(): the views
+    of C memory the parameters then take are kept for later steps, and
+    must not be inference tensors, which autograd cannot save. A close()
+    inside inference_mode leaves parameters that train."""
+    model, ref = make(), make()
+    shard(model)
+    x, _ = batch(0, RANK)
+    with torch.inference_mode():
+        got = model(x)
+        want = ref(x)
+    assert rel_err(got, want) <= 1e-6
+    train(model, ref, RANK, SIZE, steps=3)
+    assert_shards(model, ref, (SIZE, RANK))
+    with torch.inference_mode():
+        model.close()
+    assert not any(p.is_inference() for p in model.parameters())
+    opt = adamw(model.parameters())
+    sum((p ** 2).sum() for p in model.parameters()).backward()  # saves p
+    opt.step()
+
+
+@one_d
 def test_close_keeps_the_shards_and_refuses_the_forward():
     model, ref = make(), make()
     shard(model)

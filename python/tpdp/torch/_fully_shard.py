@@ -367,7 +367,11 @@ class _Unit(Lifetime):
         hit = cache[i]
         if hit is not None and hit[0] == key:
             return hit[1]
-        x = to_torch(t)
+        # Made outside inference mode even when the first gather runs
+        # inside it: an inference tensor, kept and later a Parameter's
+        # .data, could never be saved for a backward.
+        with torch.inference_mode(False):
+            x = to_torch(t)
         cache[i] = (key, x)
         return x
 
@@ -606,7 +610,9 @@ class _Unit(Lifetime):
     def _release(self):
         tree = self._tree
         tree.full_ranges.pop(id(self), None)
-        with torch.no_grad():
+        # the copies are the parameters from now on: not inference tensors
+        # (close() called inside torch.inference_mode), no graph
+        with torch.inference_mode(False), torch.no_grad():
             for i, p in enumerate(self._params):
                 g = p.grad
                 s = self._stash[i]
