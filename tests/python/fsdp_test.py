@@ -420,6 +420,63 @@ def test_first_forward_under_inference_mode_then_training():
     opt.step()
 
 
+class CheckpointedBlocks(Net):
+    """Net with activation checkpointing (torch.utils.checkpoint) inside
+    each block's forward (`inside`: torchtitan's order, the block
+    checkpoint-wrapped, then fully sharded) or around each block's call."""
+
+    def __init__(self, where, reentrant):
+        super().__init__()
+        self.where, self.reentrant = where, reentrant
+        if where == "inside":
+            for b in self.blocks:
+                b.forward = self.checkpointed(b.forward)
+
+    def checkpointed(self, fn):
+        from torch.utils.checkpoint import checkpoint
+        return lambda x: checkpoint(fn, x, use_reentrant=self.reentrant)
+
+    def forward(self, x):
+        h = self.inp(x)
+        for b in self.blocks:
+            h = self.checkpointed(b)(h) if self.where == "around" else b(h)
+        return self.out(h)
+
+
+def checkpointed_make(where, reentrant):
+    torch.manual_seed(3)  # make()'s values
+    return CheckpointedBlocks(where, reentrant)
+
+
+@one_d
+@pytest.mark.parametrize("where,reentrant", [
+    ("inside", True), ("inside", False), ("around", True)])
+def test_activation_checkpointing_trains_like_one_process(where, reentrant):
+    """Recomputation inside a unit's forward (both kinds), and reentrant
+    checkpointing around a unit (its forward first runs without grad, then
+    again with grad inside backward), against the module without it."""
+    model, ref = checkpointed_make(where, reentrant), make()
+    shard(model)
+    train(model, ref, RANK, SIZE, steps=3)
+    assert_shards(model, ref, (SIZE, RANK))
+    model.close()
+
+
+@one_d
+def test_non_reentrant_checkpointing_around_a_unit_is_refused():
+    """Non-reentrant recomputation around a unit runs its forward again in
+    the middle of its own backward, while it is gathered for it: refused,
+    on every rank, at that backward."""
+    model = checkpointed_make("around", False)
+    shard(model)
+    x, y = batch(0, RANK)
+    with pytest.raises(RuntimeError, match="a second forward during "
+                       "backward, e.g. activation recomputation, is not "
+                       "supported"):
+        mse(model(x), y).backward()
+    model.close()
+
+
 @one_d
 def test_close_keeps_the_shards_and_refuses_the_forward():
     model, ref = make(), make()
