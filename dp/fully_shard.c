@@ -163,6 +163,20 @@ static tpdp_status check_unit(const tpdp_fsdp_unit *u, const char *arg) {
                            "fully sharded unit", "its module was destroyed");
 }
 
+tpdp_status tpdp_fsdp_release(tpdp_fsdp_unit *u) {
+  TPDP_API_ENTRY;
+  CHECK(check_unit(u, "unit"));
+  if (u->state != TPDP_HANDLE_IDLE)
+    return TPDP_ERR(TPDP_ERR_STATE,
+                    "release of unit %s on rank %d: the unit is in state %s: "
+                    "release it between steps",
+                    u->label, u->rank, tpdp_handle_state_name(u->state));
+  fsdp_remove_hooks(u);
+  (void)tpdp_module_clear_unit(u->module);
+  /* the module owns the unit: removing its state frees it */
+  return tpdp_module_attach_state(u->module, FSDP_EXT_KEY, NULL, NULL);
+}
+
 tpdp_fsdp_unit *tpdp_fsdp_unit_of(const tpdp_module *module) {
   return module ? tpdp_module_attached_state(module, FSDP_EXT_KEY) : NULL;
 }

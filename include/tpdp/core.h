@@ -30,7 +30,7 @@ extern "C" {
 #endif
 
 #define TPDP_VERSION_MAJOR 0
-#define TPDP_VERSION_MINOR 2
+#define TPDP_VERSION_MINOR 3
 #define TPDP_VERSION_PATCH 0
 /* API version as one integer: major*10000 + minor*100 + patch. */
 #define TPDP_VERSION \

@@ -189,6 +189,17 @@ TPDP_API tpdp_status tpdp_fsdp_param_rows(const tpdp_fsdp_unit *unit, int i,
  * averaged gradient shard. Resets the step (forward order, states). */
 TPDP_API tpdp_status tpdp_fsdp_finalize(tpdp_fsdp_unit *root);
 
+/* Free `unit` now instead of with its module: its hooks removed, the
+ * module no longer a unit, the unit's shards, gradients and buffers given
+ * back (a root's nested units stay, as roots of nothing). The module's
+ * parameters keep pointing at the freed memory, as after the module's
+ * destruction: the caller has copied out what it keeps and must not run
+ * the module again. For closing a model unit by unit, so that the copies
+ * never coexist with every unit's memory (tpdp.torch's close()). Local
+ * (no collective); only between steps (state IDLE, else TPDP_ERR_STATE,
+ * nothing changed); the handle is invalid afterwards. */
+TPDP_API tpdp_status tpdp_fsdp_release(tpdp_fsdp_unit *unit);
+
 /* Gradient synchronization for `root`'s units (default on); see above. */
 TPDP_API tpdp_status tpdp_fsdp_set_requires_gradient_sync(tpdp_fsdp_unit *root,
                                                           int sync);

@@ -295,11 +295,24 @@ def _load():
         "install it with scripts/install-lib PREFIX): " + "; ".join(errors))
 
 
+# Functions newer than the oldest libtpdp this package loads (version
+# 0.3+): declared where the library has them; callers check
+# `has(name)`.
+_OPTIONAL = {
+    "tpdp_fsdp_release": (_S, [_P]),
+}
+
 lib = _load()
-for _name, (_res, _args) in _SIGNATURES.items():
+for _name, (_res, _args) in list(_SIGNATURES.items()) + [
+        kv for kv in _OPTIONAL.items() if hasattr(lib, kv[0])]:
     _f = getattr(lib, _name)
     _f.restype = _res
     _f.argtypes = _args
+
+
+def has(name):
+    """Whether the loaded libtpdp has the function `name`."""
+    return hasattr(lib, name)
 
 
 def _check_layout():

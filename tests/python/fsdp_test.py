@@ -578,6 +578,38 @@ def test_heap_is_trimmed_once_a_backward_before_the_root_s_part(monkeypatch):
 
 
 @one_d
+def test_close_frees_each_unit_as_it_copies_it_out(monkeypatch):
+    """close() copies a unit's shards out and frees that unit's memory
+    (tpdp_fsdp_release) before it goes on to the next, so that the copies
+    never coexist with every unit's memory; mid-step the units' memory
+    stays until the tree goes (nothing is freed under a step)."""
+    if not _lib.has("tpdp_fsdp_release"):
+        pytest.skip("libtpdp older than 0.3 (no tpdp_fsdp_release)")
+    real = _lib.lib.tpdp_fsdp_release
+    freed = []
+
+    def spy(cunit):
+        st = real(cunit)
+        freed.append(st)
+        return st
+    monkeypatch.setattr(_lib.lib, "tpdp_fsdp_release", spy)
+    model, ref = make(), make()
+    shard(model)
+    train(model, ref, RANK, SIZE, steps=2)
+    model.close()
+    assert freed == [0, 0, 0]  # both blocks and the root, each freed
+    assert_shards(model, ref, (SIZE, RANK))  # the copies hold the values
+    freed.clear()
+    model = make()
+    shard(model)
+    x, y = batch(0, RANK)
+    loss = mse(model(x), y)  # mid-step: the root is still gathered
+    model.close()
+    assert 0 not in freed
+    del loss
+
+
+@one_d
 def test_bad_heap_trim_setting_is_refused_before_any_change(monkeypatch):
     monkeypatch.setenv("TPDP_HEAP_TRIM_MIB", "lots")
     model = make()
