@@ -353,20 +353,6 @@ def test_unshard_and_reshard():
 
 
 @one_d
-def test_evaluation_forward_then_training():
-    model, ref = make(), make()
-    shard(model)
-    x, y = batch(0, RANK)
-    with torch.no_grad():
-        want = ref(x)
-        got = model(x)
-    assert rel_err(got, want) <= 1e-6
-    train(model, ref, RANK, SIZE, steps=3)
-    assert_shards(model, ref, (SIZE, RANK))
-    model.close()
-
-
-@one_d
 def test_forward_without_backward_frees_its_activations():
     """A forward under grad that no backward follows (an evaluation that
     forgot no_grad, a step given up): once its output is dropped, what
@@ -398,21 +384,24 @@ def test_forward_without_backward_frees_its_activations():
 
 
 @one_d
-def test_first_forward_under_inference_mode_then_training():
-    """The units' first gather inside torch.inference_mode(): the views
-    of C memory the parameters then take are kept for later steps, and
-    must not be inference tensors, which autograd cannot save. A close()
-    inside inference_mode leaves parameters that train."""
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_evaluation_forward_then_training(mode):
+    """An evaluation forward (the units' first gather) under no_grad or
+    inference_mode, then training. Under inference_mode the views of C
+    memory the parameters then take are kept for later steps, and must not
+    be inference tensors, which autograd cannot save; a close() inside it
+    leaves parameters that train."""
+    evaluation = getattr(torch, mode)
     model, ref = make(), make()
     shard(model)
     x, _ = batch(0, RANK)
-    with torch.inference_mode():
+    with evaluation():
         got = model(x)
         want = ref(x)
     assert rel_err(got, want) <= 1e-6
     train(model, ref, RANK, SIZE, steps=3)
     assert_shards(model, ref, (SIZE, RANK))
-    with torch.inference_mode():
+    with evaluation():
         model.close()
     assert not any(p.is_inference() for p in model.parameters())
     opt = adamw(model.parameters())
