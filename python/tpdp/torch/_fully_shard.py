@@ -60,7 +60,6 @@ _W = "tpdp.torch.fully_shard"
 _C_DTYPES = {torch.float32: L.F32, torch.bfloat16: L.BF16,
              torch.float16: L.F16}
 # The Python side's view of a unit's state (C's handle states).
-_C_IDLE = 0  # TPDP_HANDLE_IDLE (tpdp/module.h)
 _IDLE, _FORWARD, _BWD_PRE, _BWD_POST = "IDLE", "FORWARD", "BACKWARD_PRE", \
     "BACKWARD_POST"
 # Phases of a step record.
@@ -631,13 +630,12 @@ class _Unit(Lifetime):
         self._gcache = [None] * len(self._params)
         # This unit's memory goes back now, not with the whole tree, so
         # that the copies above never coexist with every unit's memory;
-        # mid-step (not IDLE) it stays until the tree is destroyed. Only
-        # while the C tree exists: a unit collected after its tree was
-        # destroyed (the garbage collector clears the weak references of
-        # a cycle's units before finalizing any, so the tree's release
-        # does not see them) went with it.
+        # mid-step C refuses (nothing changed) and it stays until the tree
+        # is destroyed. Only while the C tree exists: a unit collected
+        # after its tree was destroyed (the garbage collector clears the
+        # weak references of a cycle's units before finalizing any, so the
+        # tree's release does not see them) went with it.
         if tree.top is not None and L.has("tpdp_fsdp_release") and \
-                L.lib.tpdp_fsdp_unit_state(self._cunit) == _C_IDLE and \
                 L.lib.tpdp_fsdp_release(self._cunit) == 0:
             self._cunit = None
         WRAPPED.release(self)
